@@ -1,0 +1,402 @@
+"""The building blocks of the Vision Transformer, as Keras 3 layers (keras.ops only).
+
+Sub-layer and weight names follow the official Flax parameter names, because they are
+part of the weight format: `keras_vit.weights` maps official checkpoint keys onto them.
+"""
+import keras
+from keras import ops
+
+# Both constants decide whether official weights reproduce official outputs.
+LAYER_NORM_EPSILON = 1e-6
+GELU_APPROXIMATE = True  # Flax's nn.gelu defaults to the tanh approximation.
+
+
+def _pair(value):
+    if isinstance(value, int):
+        return (value, value)
+    return tuple(int(v) for v in value)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PatchEmbedding(keras.layers.Layer):
+    """Cuts an image into P x P patches and projects each to `hidden_size` dims.
+
+    A P x P convolution with stride P. Input (B, H, W, C), output (B, H/P * W/P, D),
+    patches in row-major order.
+    """
+
+    def __init__(self, patch_size, hidden_size, kernel_initializer="lecun_normal",
+                 bias_initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        self.patch_size = patch_size
+        self.hidden_size = hidden_size
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+    def build(self, input_shape):
+        patch = _pair(self.patch_size)
+        self.kernel = self.add_weight(
+            name="kernel", shape=(*patch, input_shape[-1], self.hidden_size),
+            initializer=self.kernel_initializer)
+        self.bias = self.add_weight(
+            name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer)
+
+    def grid_size(self, height, width):
+        patch = _pair(self.patch_size)
+        return height // patch[0], width // patch[1]
+
+    def call(self, images):
+        patch = _pair(self.patch_size)
+        x = ops.conv(images, self.kernel, strides=patch, padding="valid") + self.bias
+        shape = ops.shape(x)
+        return ops.reshape(x, (shape[0], shape[1] * shape[2], self.hidden_size))
+
+    def compute_output_shape(self, input_shape):
+        patch = _pair(self.patch_size)
+        height, width = input_shape[1], input_shape[2]
+        if height is None or width is None:
+            return (input_shape[0], None, self.hidden_size)
+        return (input_shape[0], (height // patch[0]) * (width // patch[1]), self.hidden_size)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "patch_size": self.patch_size,
+            "hidden_size": self.hidden_size,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+        })
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ClassToken(keras.layers.Layer):
+    """Prepends a learned class token to a sequence: (B, N, D) -> (B, N+1, D)."""
+
+    def __init__(self, initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        self.initializer = keras.initializers.get(initializer)
+
+    def build(self, input_shape):
+        self.token = self.add_weight(
+            name="token", shape=(1, 1, input_shape[-1]), initializer=self.initializer)
+
+    def call(self, tokens):
+        batch = ops.shape(tokens)[0]
+        cls = ops.cast(ops.broadcast_to(self.token, (batch, 1, ops.shape(tokens)[-1])), tokens.dtype)
+        return ops.concatenate([cls, tokens], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        length = None if input_shape[1] is None else input_shape[1] + 1
+        return (input_shape[0], length, input_shape[2])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"initializer": keras.initializers.serialize(self.initializer)})
+        return config
+
+
+def _linear_resize_axis(values, new_size, axis):
+    """Corner-aligned linear interpolation along `axis`, as scipy.ndimage.zoom(order=1).
+
+    scipy's zoom (grid_mode=False) maps output index i to input coordinate
+    i * (n_in - 1) / (n_out - 1), so the first and last samples stay where they are.
+    """
+    old_size = values.shape[axis]
+    if old_size == new_size:
+        return values
+    if new_size == 1 or old_size == 1:
+        positions = ops.zeros((new_size,), "float32")
+    else:
+        positions = ops.arange(new_size, dtype="float32") * ((old_size - 1) / (new_size - 1))
+    lower = ops.clip(ops.cast(ops.floor(positions), "int32"), 0, old_size - 1)
+    upper = ops.minimum(lower + 1, old_size - 1)
+    frac = positions - ops.cast(lower, "float32")
+    shape = [1] * len(values.shape)
+    shape[axis] = new_size
+    frac = ops.reshape(frac, shape)
+    below = ops.take(values, lower, axis=axis)
+    above = ops.take(values, upper, axis=axis)
+    return below * (1.0 - frac) + above * frac
+
+
+def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_tokens=1):
+    """Resizes (1, prefix + h*w, D) position embeddings from grid `old_grid` to `new_grid`.
+
+    The prefix rows (the class token's) are kept as they are; the patch grid is resized
+    in 2D with scipy.ndimage.zoom(order=1) semantics, as the official fine-tuning code does.
+    """
+    old_grid, new_grid = _pair(old_grid), _pair(new_grid)
+    pos_embedding = ops.convert_to_tensor(pos_embedding, "float32")
+    prefix = pos_embedding[:, :num_prefix_tokens]
+    grid = pos_embedding[:, num_prefix_tokens:]
+    if grid.shape[1] != old_grid[0] * old_grid[1]:
+        raise ValueError(
+            f"Position embeddings have {grid.shape[1]} patch rows, not {old_grid[0]} x {old_grid[1]}.")
+    grid = ops.reshape(grid, (old_grid[0], old_grid[1], grid.shape[-1]))
+    grid = _linear_resize_axis(grid, new_grid[0], axis=0)
+    grid = _linear_resize_axis(grid, new_grid[1], axis=1)
+    grid = ops.reshape(grid, (1, new_grid[0] * new_grid[1], grid.shape[-1]))
+    return ops.concatenate([prefix, grid], axis=1)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PositionEmbedding(keras.layers.Layer):
+    """Adds learned 1D position embeddings to (B, prefix + h*w, D) tokens.
+
+    `grid_size` is the (h, w) patch grid; `resize(new_grid)` returns the embeddings
+    resized to another grid (for fine-tuning at another resolution).
+    """
+
+    def __init__(self, grid_size, num_prefix_tokens=1, initializer=None, **kwargs):
+        super().__init__(**kwargs)
+        self.grid_size = _pair(grid_size)
+        self.num_prefix_tokens = num_prefix_tokens
+        # The official initialiser: normal with stddev 0.02.
+        self.initializer = keras.initializers.get(
+            initializer or keras.initializers.RandomNormal(stddev=0.02))
+
+    def build(self, input_shape):
+        length = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
+        if input_shape[1] is not None and input_shape[1] != length:
+            raise ValueError(
+                f"PositionEmbedding for a {self.grid_size} grid expects {length} tokens, "
+                f"got {input_shape[1]}.")
+        self.pos_embedding = self.add_weight(
+            name="pos_embedding", shape=(1, length, input_shape[-1]), initializer=self.initializer)
+
+    def call(self, tokens):
+        return tokens + ops.cast(self.pos_embedding, tokens.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def resize(self, new_grid):
+        return resize_position_embedding(
+            self.pos_embedding, self.grid_size, new_grid, self.num_prefix_tokens)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "grid_size": self.grid_size,
+            "num_prefix_tokens": self.num_prefix_tokens,
+            "initializer": keras.initializers.serialize(self.initializer),
+        })
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Multi-head dot-product self-attention with the official kernel layout.
+
+    query/key/value kernels are (D, heads, D/heads), the output kernel (heads, D/heads, D).
+    The plain call uses the fused `keras.ops.dot_product_attention`; with
+    `return_attention_scores=True` it computes the softmax explicitly and also returns the
+    attention probabilities (B, heads, N, N).
+    """
+
+    def __init__(self, num_heads, dropout_rate=0.0, kernel_initializer="glorot_uniform",
+                 bias_initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.dropout_rate = dropout_rate
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+    def build(self, input_shape):
+        hidden = input_shape[-1]
+        if hidden % self.num_heads:
+            raise ValueError(f"hidden size {hidden} is not divisible by {self.num_heads} heads.")
+        head_dim = hidden // self.num_heads
+        projection = dict(
+            kernel_initializer=keras.initializers.get(self.kernel_initializer),
+            bias_initializer=keras.initializers.get(self.bias_initializer),
+            dtype=self.dtype_policy)
+        for name in ("query", "key", "value"):
+            layer = keras.layers.EinsumDense(
+                "btd,dhk->bthk", output_shape=(None, self.num_heads, head_dim), bias_axes="hk",
+                name=name, **projection)
+            layer.build(input_shape)
+            setattr(self, name, layer)
+        self.out = keras.layers.EinsumDense(
+            "bthk,hkd->btd", output_shape=(None, hidden), bias_axes="d", name="out", **projection)
+        self.out.build((input_shape[0], input_shape[1], self.num_heads, head_dim))
+        self.dropout = keras.layers.Dropout(self.dropout_rate)
+
+    def call(self, tokens, training=None, return_attention_scores=False):
+        query = self.query(tokens)
+        key = self.key(tokens)
+        value = self.value(tokens)
+        if return_attention_scores or (training and self.dropout_rate > 0):
+            scale = 1.0 / float(query.shape[-1]) ** 0.5
+            # Logits and softmax in float32: bfloat16 loses too much precision here.
+            logits = ops.cast(ops.einsum("bqhk,bthk->bhqt", query, key), "float32") * scale
+            probs = ops.cast(ops.softmax(logits, axis=-1), value.dtype)
+            weights = self.dropout(probs, training=training)
+            context = ops.einsum("bhqt,bthk->bqhk", weights, value)
+        else:
+            probs = None
+            context = ops.dot_product_attention(query, key, value)
+        outputs = self.out(context)
+        if return_attention_scores:
+            return outputs, probs
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "num_heads": self.num_heads,
+            "dropout_rate": self.dropout_rate,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+        })
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MlpBlock(keras.layers.Layer):
+    """Dense(mlp_dim) - GELU (tanh) - Dropout - Dense(D) - Dropout."""
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, kernel_initializer="glorot_uniform",
+                 bias_initializer=None, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = mlp_dim
+        self.dropout_rate = dropout_rate
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        # The official MLP biases start at normal(1e-6), not at zero.
+        self.bias_initializer = keras.initializers.get(
+            bias_initializer or keras.initializers.RandomNormal(stddev=1e-6))
+
+    def build(self, input_shape):
+        dense = dict(
+            kernel_initializer=keras.initializers.get(self.kernel_initializer),
+            bias_initializer=keras.initializers.get(self.bias_initializer),
+            dtype=self.dtype_policy)
+        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **dense)
+        self.dense_0.build(input_shape)
+        self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", **dense)
+        self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+        self.dropout = keras.layers.Dropout(self.dropout_rate)
+
+    def call(self, inputs, training=None):
+        x = self.dense_0(inputs)
+        x = keras.activations.gelu(x, approximate=GELU_APPROXIMATE)
+        x = self.dropout(x, training=training)
+        x = self.dense_1(x)
+        return self.dropout(x, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+        })
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class EncoderBlock(keras.layers.Layer):
+    """Pre-norm Transformer block: z' = MSA(LN(z)) + z; z = MLP(LN(z')) + z'.
+
+    `stochastic_depth_rate` drops each residual branch per example during training
+    (scaled so that the expectation is unchanged).
+    """
+
+    def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
+                 stochastic_depth_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.dropout_rate = dropout_rate
+        self.attention_dropout_rate = attention_dropout_rate
+        self.stochastic_depth_rate = stochastic_depth_rate
+        self.seed_generator = keras.random.SeedGenerator()
+
+    def build(self, input_shape):
+        policy = self.dtype_policy
+        self.norm1 = keras.layers.LayerNormalization(
+            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_0", dtype=policy)
+        self.norm1.build(input_shape)
+        self.attention = MultiHeadSelfAttention(
+            self.num_heads, dropout_rate=self.attention_dropout_rate,
+            name="MultiHeadDotProductAttention_1", dtype=policy)
+        self.attention.build(input_shape)
+        self.norm2 = keras.layers.LayerNormalization(
+            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_2", dtype=policy)
+        self.norm2.build(input_shape)
+        self.mlp = MlpBlock(self.mlp_dim, dropout_rate=self.dropout_rate, name="MlpBlock_3",
+                            dtype=policy)
+        self.mlp.build(input_shape)
+        self.dropout = keras.layers.Dropout(self.dropout_rate)
+
+    def _drop_path(self, branch, training):
+        if not training or self.stochastic_depth_rate <= 0:
+            return branch
+        keep = 1.0 - self.stochastic_depth_rate
+        shape = (ops.shape(branch)[0],) + (1,) * (len(branch.shape) - 1)
+        mask = keras.random.uniform(shape, seed=self.seed_generator) < keep
+        return branch * ops.cast(mask, branch.dtype) / ops.cast(keep, branch.dtype)
+
+    def call(self, tokens, training=None, return_attention_scores=False):
+        x = self.norm1(tokens)
+        if return_attention_scores:
+            x, scores = self.attention(x, training=training, return_attention_scores=True)
+        else:
+            x = self.attention(x, training=training)
+        x = self.dropout(x, training=training)
+        x = tokens + self._drop_path(x, training)
+        y = self.mlp(self.norm2(x), training=training)
+        outputs = x + self._drop_path(y, training)
+        if return_attention_scores:
+            return outputs, scores
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "stochastic_depth_rate": self.stochastic_depth_rate,
+        })
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TokenPooling(keras.layers.Layer):
+    """Pools (B, T, D) tokens to (B, D): the class token, or the mean of the patch tokens.
+
+    `num_prefix_tokens` leading tokens (the class token) are left out of the mean.
+    """
+
+    def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in ("token", "gap"):
+            raise ValueError(f"mode must be 'token' or 'gap', got {mode!r}.")
+        self.mode = mode
+        self.num_prefix_tokens = num_prefix_tokens
+
+    def call(self, tokens):
+        if self.mode == "token":
+            return tokens[:, 0]
+        return ops.mean(tokens[:, self.num_prefix_tokens:], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"mode": self.mode, "num_prefix_tokens": self.num_prefix_tokens})
+        return config

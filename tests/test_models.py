@@ -1,0 +1,279 @@
+"""Tests of keras_vit.models: variants, shapes, saving, attention maps, precision, backends."""
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.models import VARIANTS
+
+# Parameters at 224 px with a 1000-class head (DESIGN.md; vit_jax models_test.py). S/32 is
+# S/16 with 147 fewer position rows and a 32x32 instead of 16x16 patch kernel:
+# 22,050,664 - 147 * 384 + (32 * 32 - 16 * 16) * 3 * 384.
+PARAMETER_COUNTS = {
+    "ViT-Ti_16": 5_717_416,
+    "ViT-S_16": 22_050_664,
+    "ViT-S_32": 22_050_664 - 147 * 384 + (32 * 32 - 16 * 16) * 3 * 384,
+    "ViT-B_8": 86_576_872,
+    "ViT-B_16": 86_567_656,
+    "ViT-B_32": 88_224_232,
+    "ViT-L_16": 304_326_632,
+    "ViT-L_32": 306_535_400,
+    "ViT-H_14": 632_045_800,
+    "R50+ViT-B_16": 98_659_112,
+}
+LARGE = {"ViT-L_16", "ViT-L_32", "ViT-H_14"}
+TINY = dict(patch_size=4, hidden_size=24, num_layers=2, num_heads=3, mlp_dim=48, num_classes=5)
+
+
+def _variant_params(large):
+    return [pytest.param(v, marks=pytest.mark.slow) if v in LARGE else v
+            for v in PARAMETER_COUNTS if (v in LARGE) == large]
+
+
+def _images(shape, seed=0, low=0.0, high=255.0):
+    return np.random.default_rng(seed).uniform(low, high, size=shape).astype("float32")
+
+
+def _randomise(model, seed=0):
+    """Random values in every weight, so that zero-initialised heads do not hide bugs."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.normal(0, 0.2, w.shape).astype("float32") for w in model.get_weights()])
+    return model
+
+
+def test_every_public_constructor_is_a_variant_of_the_table():
+    assert set(keras_vit.CONSTRUCTORS.values()) == set(VARIANTS) == set(PARAMETER_COUNTS)
+    for function_name in keras_vit.CONSTRUCTORS:
+        assert callable(getattr(keras_vit, function_name))
+
+
+@pytest.mark.parametrize("variant", _variant_params(False) + _variant_params(True))
+def test_parameter_count_and_build_at_224_and_384(variant):
+    function = [f for f, v in keras_vit.CONSTRUCTORS.items() if v == variant][0]
+    model = getattr(keras_vit, function)()
+    assert model.count_params() == PARAMETER_COUNTS[variant]
+    assert model.output_shape == (None, 1000)
+    del model
+    keras.backend.clear_session()
+    model = getattr(keras_vit, function)(input_shape=(384, 384, 3), classes=10)
+    stride = 16 if variant.startswith("R50") else VARIANTS[variant]["patch_size"]
+    tokens = (384 // stride) ** 2 + 1  # H/14: 27 x 27, as the official 384 px checkpoint
+    hidden = VARIANTS[variant]["hidden_size"]
+    assert model.get_layer("posembed_input").pos_embedding.shape == (1, tokens, hidden)
+    assert model.output_shape == (None, 10)
+    keras.backend.clear_session()
+
+
+def test_tiny_model_runs_at_any_divisible_size_including_non_square():
+    model = keras_vit.ViT(image_size=(16, 28), **TINY)
+    assert model.grid_size == (4, 7)
+    out = model(_images((2, 16, 28, 3)))
+    assert out.shape == (2, 5)
+    np.testing.assert_allclose(np.sum(out, axis=-1), 1.0, atol=1e-5)
+
+
+def test_indivisible_size_drops_the_partial_patches_like_the_official_valid_conv():
+    model = keras_vit.ViT(image_size=(30, 17), **TINY)
+    assert model.grid_size == (7, 4)
+    x = _images((1, 30, 17, 3))
+    cropped = keras_vit.ViT(image_size=(28, 16), **TINY)
+    _randomise(model)
+    cropped.set_weights(model.get_weights())
+    np.testing.assert_allclose(model(x), cropped(x[:, :28, :16]), atol=1e-6)
+
+
+def test_image_smaller_than_a_patch_is_a_clear_error():
+    with pytest.raises(ValueError, match="smaller than one patch"):
+        keras_vit.ViT(image_size=3, **TINY)
+
+
+@pytest.mark.parametrize("pooling,shape", [(None, (2, 17, 24)), ("token", (2, 24)), ("gap", (2, 24))])
+def test_include_top_false_pooling_shapes(pooling, shape):
+    model = keras_vit.ViT(image_size=16, include_top=False, pooling=pooling, **TINY)
+    assert tuple(model(_images((2, 16, 16, 3))).shape) == shape
+    assert "head" not in [layer.name for layer in model.layers]
+
+
+def test_pooling_gap_is_the_mean_of_normalised_patch_tokens():
+    tokens = keras_vit.ViT(image_size=16, include_top=False, **TINY)
+    _randomise(tokens)
+    gap = keras_vit.ViT(image_size=16, include_top=False, pooling="gap", **TINY)
+    gap.set_weights(tokens.get_weights())
+    x = _images((2, 16, 16, 3))
+    np.testing.assert_allclose(gap(x), np.mean(tokens(x)[:, 1:], axis=1), atol=1e-5)
+
+
+def test_representation_size_adds_tanh_pre_logits():
+    model = keras_vit.ViT(image_size=16, representation_size=12, include_top=False, pooling="token", **TINY)
+    out = model(_images((2, 16, 16, 3)))
+    assert out.shape == (2, 12)
+    assert np.all(np.abs(out) <= 1.0)
+
+
+def test_gap_classifier_has_no_class_token():
+    model = keras_vit.ViT(image_size=16, classifier="gap", **TINY)
+    names = [layer.name for layer in model.layers]
+    assert "cls" not in names
+    assert model.get_layer("posembed_input").pos_embedding.shape == (1, 16, 24)
+    with pytest.raises(ValueError, match="needs a class token"):
+        keras_vit.ViT(image_size=16, classifier="gap", include_top=False, pooling="token", **TINY)
+
+
+def test_head_starts_at_zero_so_predictions_start_uniform():
+    model = keras_vit.ViT(image_size=16, **TINY)
+    np.testing.assert_allclose(model(_images((2, 16, 16, 3))), 0.2, atol=1e-6)
+
+
+def test_include_preprocessing_maps_pixels_to_minus_one_one():
+    raw = _randomise(keras_vit.ViT(image_size=16, include_preprocessing=False, classifier_activation=None,
+                                   **TINY))
+    with_pre = keras_vit.ViT(image_size=16, classifier_activation=None, **TINY)
+    with_pre.set_weights(raw.get_weights())
+    pixels = _images((2, 16, 16, 3))
+    np.testing.assert_allclose(with_pre(pixels), raw(pixels / 127.5 - 1), atol=1e-5)
+
+
+def test_keras_file_round_trip_gives_identical_outputs(tmp_path):
+    model = _randomise(keras_vit.ViT(image_size=16, representation_size=8, dropout_rate=0.1,
+                                     stochastic_depth_rate=0.1, **TINY))
+    path = str(tmp_path / "tiny.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert isinstance(loaded, keras_vit.ViT)
+    assert loaded.get_config() == model.get_config()
+    x = _images((3, 16, 16, 3))
+    np.testing.assert_array_equal(loaded(x), model(x))
+
+
+def test_hybrid_round_trip_and_feature_stride(tmp_path):
+    model = _randomise(keras_vit.ViT(image_size=32, patch_size=1, hidden_size=24, num_layers=1, num_heads=3,
+                                     mlp_dim=48, num_classes=3, resnet_layers=(1, 1), resnet_width=0.5))
+    assert model.grid_size == (4, 4)  # 32 / (4 * 2)
+    path = str(tmp_path / "hybrid.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    x = _images((2, 32, 32, 3))
+    np.testing.assert_array_equal(loaded(x), model(x))
+
+
+def test_attention_maps_shapes_and_rows_sum_to_one():
+    model = _randomise(keras_vit.ViT(image_size=16, **TINY))
+    maps = model.attention_maps(_images((2, 16, 16, 3)))
+    assert len(maps) == 2
+    for probs in maps:
+        assert tuple(probs.shape) == (2, 3, 17, 17)
+        np.testing.assert_allclose(np.sum(probs, axis=-1), 1.0, atol=1e-5)
+
+
+def test_attention_maps_come_from_the_same_forward_pass():
+    # With one block, the class token's output is fixed by its attention row: replaying the
+    # block by hand from the maps must give the model's own features.
+    model = _randomise(keras_vit.ViT(image_size=16, include_top=False, num_layers=1,
+                                     **{k: v for k, v in TINY.items() if k != "num_layers"}))
+    x = _images((2, 16, 16, 3))
+    (probs,) = model.attention_maps(x)
+    block = model.get_layer("encoderblock_0")
+    stem = keras.Model(model.input, model.get_layer("embedding_dropout").output)
+    tokens = stem(x)
+    out, expected_probs = block(tokens, return_attention_scores=True)
+    np.testing.assert_allclose(probs, expected_probs, atol=1e-6)
+    np.testing.assert_allclose(model.get_layer("encoder_norm")(out), model(x), atol=1e-5)
+
+
+def test_representation_model_outputs_pre_logits_or_pooled_token():
+    model = keras_vit.ViT(image_size=16, representation_size=6, **TINY)
+    assert model.representation_model().output_shape == (None, 6)
+    model = keras_vit.ViT(image_size=16, include_top=False, **TINY)
+    assert model.representation_model().output_shape == (None, 24)
+
+
+def test_mixed_bfloat16_keeps_float32_weights_and_logits():
+    reference = _randomise(keras_vit.ViT(image_size=16, classifier_activation=None, **TINY))
+    x = _images((2, 16, 16, 3))
+    expected = reference(x).numpy()
+    keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = keras_vit.ViT(image_size=16, classifier_activation=None, **TINY)
+        model.set_weights(reference.get_weights())
+        assert all(w.dtype == "float32" for w in model.weights)
+        assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
+        out = model(x)
+        maps = model.attention_maps(x)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    assert out.dtype == "float32"
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, expected, atol=0.15 * np.abs(expected).max())
+    np.testing.assert_allclose(np.sum(np.asarray(maps[0], "float32"), axis=-1), 1.0, atol=2e-2)
+
+
+def test_compile_and_fit_learns_a_small_problem():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 64)
+    images = rng.uniform(0, 80, (64, 16, 16, 3)).astype("float32")
+    images[labels == 1, :8] += 150.0  # class 1: bright top half
+    model = keras_vit.ViT(image_size=16, **{**TINY, "num_classes": 2})
+    model.compile(optimizer=keras.optimizers.Adam(3e-3), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    history = model.fit(images, labels, batch_size=16, epochs=15, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert history.history["accuracy"][-1] >= 0.9
+
+
+def test_unknown_weights_value_is_a_clear_error():
+    with pytest.raises(ValueError, match="weights"):
+        keras_vit.ViT_Ti16(weights=123)
+
+
+def test_unknown_variant_lists_the_known_ones():
+    with pytest.raises(ValueError, match="known models: ViT-Ti_16"):
+        keras_vit.create_model("ViT-X_99")
+
+
+JAX_SCRIPT = """
+import json, sys
+import numpy as np
+import keras
+import keras_vit
+assert keras.backend.backend() == "jax"
+config = json.load(open(sys.argv[1]))
+model = keras_vit.ViT.from_config(config)
+model.load_weights(sys.argv[2])
+x = np.load(sys.argv[3], allow_pickle=False)["x"]
+np.save(sys.argv[4], np.asarray(model(x)))
+np.save(sys.argv[5], np.asarray(model.attention_maps(x)[-1]))
+"""
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_tensorflow_and_jax_give_the_same_outputs(tmp_path, hybrid):
+    extra = dict(resnet_layers=(1, 1), resnet_width=0.5, patch_size=1) if hybrid else {}
+    model = _randomise(keras_vit.ViT(image_size=32, classifier_activation=None, **{**TINY, **extra}))
+    x = _images((2, 32, 32, 3))
+    config, weights, inputs = tmp_path / "c.json", tmp_path / "m.weights.h5", tmp_path / "x.npz"
+    config.write_text(json.dumps(model.get_config()))
+    model.save_weights(str(weights))
+    np.savez(inputs, x=x)
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-c", JAX_SCRIPT, str(config), str(weights), str(inputs),
+                    str(tmp_path / "jax.npy"), str(tmp_path / "maps.npy")],
+                   check=True, env=env, cwd=root, timeout=300)
+    np.testing.assert_allclose(np.load(tmp_path / "jax.npy"), model(x), atol=1e-5)
+    np.testing.assert_allclose(np.load(tmp_path / "maps.npy"), model.attention_maps(x)[-1], atol=1e-5)
+
+
+def test_functional_graph_has_stable_layer_names():
+    model = keras_vit.ViT(image_size=16, representation_size=4, **TINY)
+    names = [layer.name for layer in model.layers]
+    assert names == ["image", "rescaling", "embedding", "cls", "posembed_input", "embedding_dropout",
+                     "encoderblock_0", "encoderblock_1", "encoder_norm", "token_pool", "pre_logits", "head"]
+    block = model.get_layer("encoderblock_0")
+    assert [block.norm1.name, block.attention.name, block.norm2.name, block.mlp.name] == [
+        "LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3"]
+    assert tuple(block.attention.query.kernel.shape) == (24, 3, 8)
