@@ -16,10 +16,12 @@ from keras_vit.models import (
     ViT_Ti16,
     create_model,
 )
+from keras_vit.preprocessing import decode_predictions, preprocess_input
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CONSTRUCTORS", "R50_ViT_B16", "VARIANTS", "ViT", "ViT_B8", "ViT_B16", "ViT_B32", "ViT_H14",
-    "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16", "create_model", "layers",
+    "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16", "create_model", "decode_predictions",
+    "layers", "preprocess_input",
 ]
