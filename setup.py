@@ -32,6 +32,8 @@ setup(
     extras_require={
         "test": ["pytest", "pytest-timeout", "jax[cpu]", "ruff"],
         "plots": ["matplotlib"],
+        # The peer that benchmarks/ measures against in the same run.
+        "bench": ["keras-hub"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",
