@@ -31,9 +31,10 @@ class StdConv2D(keras.layers.Layer):
 
     def call(self, inputs):
         kernel = ops.cast(self.kernel, "float32")
-        mean = ops.mean(kernel, axis=(0, 1, 2), keepdims=True)
-        var = ops.var(kernel, axis=(0, 1, 2), keepdims=True)
-        kernel = (kernel - mean) / ops.sqrt(var + WEIGHT_STANDARDIZATION_EPSILON)
+        centred = kernel - ops.mean(kernel, axis=(0, 1, 2), keepdims=True)
+        # As the official weight_standardize: epsilon added to the std, not to the variance.
+        std = ops.std(centred, axis=(0, 1, 2), keepdims=True)
+        kernel = centred / (std + WEIGHT_STANDARDIZATION_EPSILON)
         return ops.conv(inputs, ops.cast(kernel, inputs.dtype), strides=self.strides, padding="same")
 
     def compute_output_shape(self, input_shape):

@@ -146,7 +146,7 @@ def test_std_conv_standardises_its_kernel():
     x = _inputs((1, 3, 3, 6))
     conv(x)
     kernel = conv.kernel.numpy()[0, 0]
-    w = (kernel - kernel.mean(axis=0)) / np.sqrt(kernel.var(axis=0) + 1e-5)
+    w = (kernel - kernel.mean(axis=0)) / (kernel.std(axis=0) + 1e-5)
     np.testing.assert_allclose(conv(x), x @ w, atol=1e-4)
     # Scaling and shifting the raw kernel per output channel changes (almost) nothing.
     before = conv(x).numpy()

@@ -1,0 +1,112 @@
+"""The map between keras_vit's Keras weights and the official vit_jax parameter keys.
+
+Layer names are the weight format: a Keras variable path such as
+`encoderblock_0/MultiHeadDotProductAttention_1/query/kernel` is the official key minus the
+`Transformer/` scope, with Keras' `gamma`/`beta` for Flax's `scale`/`bias` and the class token
+stored as `cls/token`. Keras weight files (`.weights.h5`, and the one inside a `.keras` zip)
+are read with h5py directly, by those layer names, without rebuilding or deserialising a model.
+"""
+import io
+import json
+import zipfile
+
+import numpy as np
+
+from keras_vit.npz_layout import CheckpointError
+
+_TRANSFORMER_SCOPE = ("posembed_input", "encoder_norm")
+_KERAS_TO_FLAX = {"gamma": "scale", "beta": "bias"}
+
+
+def official_key(path):
+    """Official key of a Keras variable path ("encoder_norm/gamma" -> "Transformer/...")."""
+    parts = path.split("/")
+    parts[-1] = _KERAS_TO_FLAX.get(parts[-1], parts[-1])
+    if parts == ["cls", "token"]:
+        return "cls"
+    if parts[0] in _TRANSFORMER_SCOPE or parts[0].startswith("encoderblock_"):
+        parts.insert(0, "Transformer")
+    return "/".join(parts)
+
+
+def model_variables(model):
+    """[(official key, variable)] of a keras_vit model, in model order."""
+    top_level = {layer.name for layer in model.layers}
+    pairs = []
+    for variable in model.weights:
+        parts = variable.path.split("/")
+        # Drop any outer scope (e.g. an enclosing model's name) before the top-level layer.
+        start = next((i for i, part in enumerate(parts) if part in top_level), 0)
+        pairs.append((official_key("/".join(parts[start:])), variable))
+    return pairs
+
+
+def export_params(model):
+    """The weights of a keras_vit model as {official key: float32 array} (vit_jax layout)."""
+    return {key: np.asarray(variable.numpy(), np.float32)
+            for key, variable in model_variables(model)}
+
+
+def _is_norm(layer_name):
+    return (layer_name.startswith(("LayerNorm_", "gn")) or layer_name == "encoder_norm")
+
+
+def _variable_names(layer_name, count):
+    if _is_norm(layer_name):
+        return ["gamma", "beta"][:count]
+    if layer_name == "cls":
+        return ["token"]
+    if layer_name == "posembed_input":
+        return ["pos_embedding"]
+    return ["kernel", "bias"][:count]
+
+
+def _walk(group, names, out):
+    """Collect {layer path: [arrays]} from Keras' H5 layout (groups with a `vars` child)."""
+    if "vars" in group:
+        name = group["vars"].attrs.get("name")
+        names = names + [name.decode() if isinstance(name, bytes) else str(name)]
+        arrays = [group["vars"][k][()] for k in sorted(group["vars"], key=int)]
+        if arrays:
+            out["/".join(names)] = arrays
+    for key, item in group.items():
+        if key != "vars" and hasattr(item, "items"):
+            _walk(item, names, out)
+
+
+def _h5_params(handle, source):
+    import h5py  # a Keras dependency; only needed for Keras weight files
+
+    try:
+        with h5py.File(handle, "r") as f:
+            by_layer = {}
+            for layer_group in f["layers"].values() if "layers" in f else ():
+                _walk(layer_group, [], by_layer)
+    except (OSError, ValueError, KeyError) as err:
+        raise CheckpointError(f"{source}: not a readable Keras weights file "
+                              f"({str(err).splitlines()[0]}); save it again") from None
+    params = {}
+    for layer_path, arrays in by_layer.items():
+        for var_name, array in zip(_variable_names(layer_path.split("/")[-1], len(arrays)), arrays):
+            params[official_key(f"{layer_path}/{var_name}")] = np.asarray(array)
+    if "embedding/kernel" not in params:
+        raise CheckpointError(f"{source}: holds no keras_vit weights (no 'embedding' layer); "
+                              "pass a file saved from a keras_vit model")
+    return params
+
+
+def read_keras_weights(path):
+    """{official key: array} from a keras_vit `.weights.h5` or `.keras` file."""
+    if str(path).endswith(".keras"):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                config = json.loads(archive.read("config.json"))
+                weights = archive.read("model.weights.h5")
+        except (zipfile.BadZipFile, KeyError, OSError, ValueError) as err:
+            raise CheckpointError(f"{path}: not a readable .keras file ({err}); "
+                                  "save the model again with model.save()") from None
+        if config.get("class_name") != "ViT":
+            raise CheckpointError(f"{path}: holds a {config.get('class_name')} model, not a "
+                                  "keras_vit ViT; pass a file saved from a keras_vit model")
+        return _h5_params(io.BytesIO(weights), path)
+    return _h5_params(path, path)

@@ -1,0 +1,132 @@
+"""Reading official `.npz` checkpoints and bringing every known layout to the vit_jax one.
+
+The canonical layout here is the original vit_jax file: Flax parameter paths joined by "/",
+`Transformer/posembed_input/pos_embedding` with a class-token row, blocks
+`Transformer/encoderblock_{i}/` whose sub-modules carry pre-linen numbers (`LayerNorm_0`,
+`MultiHeadDotProductAttention_1`, `LayerNorm_2`, `MlpBlock_3`). big_vision files differ as
+its `vit.fix_old_checkpoints` and flax's `convert_pre_linen` describe, in reverse.
+"""
+import math
+import re
+import zipfile
+
+import numpy as np
+
+POSEMB = "Transformer/posembed_input/pos_embedding"
+# Linen numbers sub-modules per type, pre-linen Flax numbered them in creation order.
+_LINEN_TO_VIT_JAX = {"LayerNorm_0": "LayerNorm_0", "MultiHeadDotProductAttention_0":
+                     "MultiHeadDotProductAttention_1", "LayerNorm_1": "LayerNorm_2",
+                     "MlpBlock_0": "MlpBlock_3"}
+_STRIP_PREFIXES = ("opt/target/", "params/")
+_GROUP_NORM = re.compile(r"(^|/)gn(\d+|_root|_proj)/(scale|bias)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message is one line naming the file."""
+
+
+def read_npz(path):
+    """All arrays of an .npz as a dict; never unpickles. CheckpointError if it is not one."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise ValueError("a single .npy array, not an .npz archive")
+            arrays = {key: data[key] for key in data.files}
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file; check the path") from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(f"{path}: not a readable .npz checkpoint ({reason}); "
+                              "download it again or convert it with keras_vit.convert") from None
+    if not arrays:
+        raise CheckpointError(f"{path}: the .npz archive is empty; it is not a checkpoint")
+    for key, value in arrays.items():
+        # NpzFile hands back raw bytes for members that are not .npy arrays.
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "fiu":
+            kind = value.dtype if isinstance(value, np.ndarray) else "a non-array member"
+            raise CheckpointError(f"{path}: not a readable .npz checkpoint ({key!r} is {kind}, "
+                                  "not numbers); download it again or convert it with "
+                                  "keras_vit.convert")
+    return arrays
+
+
+def to_vit_jax_layout(params):
+    """A flat dict in any supported official layout, rewritten to the vit_jax layout."""
+    out = {}
+    for key, value in params.items():
+        for prefix in _STRIP_PREFIXES:
+            if key.startswith(prefix):
+                key = key[len(prefix):]
+        if key in ("pos_embedding", "Transformer/pos_embedding"):
+            key = POSEMB
+        if key.startswith("Transformer/encoderblock/"):
+            # Blocks stacked on a leading layer axis (big_vision's scanned encoder).
+            rest = key[len("Transformer/encoderblock/"):]
+            for i, layer_value in enumerate(value):
+                out[_rename_block_key(f"Transformer/encoderblock_{i}/{rest}")] = layer_value
+            continue
+        if key.startswith("Transformer/encoderblock_"):
+            key = _rename_block_key(key)
+        if _GROUP_NORM.search(key):
+            value = value.reshape(-1)  # old files keep GroupNorm params as (1, 1, 1, C)
+        out[key] = value
+    return out
+
+
+def _rename_block_key(key):
+    parts = key.split("/")
+    if len(parts) > 2 and parts[2] in _LINEN_TO_VIT_JAX:
+        parts[2] = _LINEN_TO_VIT_JAX[parts[2]]
+    return "/".join(parts)
+
+
+def split_posemb(posemb):
+    """(number of prefix rows, patch grid side) of a (1, rows, D) square-grid embedding."""
+    rows = posemb.shape[1]
+    side = math.isqrt(rows)
+    if side * side == rows:
+        return 0, side
+    side = math.isqrt(rows - 1)
+    if side * side == rows - 1:
+        return 1, side
+    return None, None
+
+
+def architecture(params):
+    """What a vit_jax-layout dict says about its model (None where it cannot tell)."""
+    kernel = params.get("embedding/kernel")
+    posemb = params.get(POSEMB)
+    num_layers = 0
+    while f"Transformer/encoderblock_{num_layers}/LayerNorm_0/scale" in params:
+        num_layers += 1
+    query = params.get("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel")
+    mlp = params.get("Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel")
+    resnet_layers = []
+    while f"block{len(resnet_layers) + 1}/unit1/conv1/kernel" in params:
+        stage = len(resnet_layers) + 1
+        units = 0
+        while f"block{stage}/unit{units + 1}/conv1/kernel" in params:
+            units += 1
+        resnet_layers.append(units)
+    hybrid = "conv_root/kernel" in params
+    patch = kernel.shape[0] if kernel is not None else None
+    image_size = None
+    if posemb is not None and patch is not None:
+        _, side = split_posemb(posemb)
+        # The BiT stem downsamples 4x (root conv + pool), then 2x per stage after the first.
+        stride = 4 * 2 ** max(len(resnet_layers) - 1, 0) if hybrid else 1
+        image_size = (side * patch * stride,) * 2 if side else None
+    return dict(
+        image_size=image_size,
+        patch_size=patch,
+        hidden_size=kernel.shape[-1] if kernel is not None else None,
+        num_layers=num_layers,
+        num_heads=query.shape[1] if query is not None else None,
+        mlp_dim=mlp.shape[-1] if mlp is not None else None,
+        num_classes=params["head/kernel"].shape[-1] if "head/kernel" in params else None,
+        representation_size=(params["pre_logits/kernel"].shape[-1]
+                             if "pre_logits/kernel" in params else None),
+        classifier="token" if "cls" in params else "gap",
+        resnet_layers=tuple(resnet_layers) if hybrid else None,
+        resnet_width=params["conv_root/kernel"].shape[-1] // 64 if hybrid else None,
+    )

@@ -1,0 +1,268 @@
+"""Official ViT weights for keras_vit models: registry, download, loading and export.
+
+`load_weights(model, weights)` accepts a registry name (downloaded once into the Keras
+cache), an official `.npz` in the vit_jax or big_vision layout, or a keras_vit `.weights.h5`
+or `.keras` file. Every source becomes a dict in the vit_jax layout, which is checked key by
+key and shape by shape against the model before anything is assigned, then adapted the way
+the official fine-tuning code adapts it: position embeddings resized with
+`scipy.ndimage.zoom(order=1)` on the patch grid, a new zero head when the class count differs,
+pre-logits kept when the model has them.
+"""
+import logging
+import os
+import tempfile
+
+import numpy as np
+import scipy.ndimage
+
+from keras_vit import checkpoints, keras_layout, npz_layout
+from keras_vit.checkpoints import REGISTRY, Checkpoint
+from keras_vit.keras_layout import export_params
+from keras_vit.npz_layout import POSEMB, CheckpointError
+
+__all__ = ["REGISTRY", "Checkpoint", "CheckpointError", "describe", "export_params", "fetch",
+           "load_weights", "read_params", "save_npz", "save_weights"]
+
+logger = logging.getLogger("keras_vit")
+CACHE_SUBDIR = "models"
+_DESCRIBE_KEYS = ("image_size", "num_classes", "representation_size", "classifier")
+# Keys a checkpoint may carry that a model legitimately does without.
+_OPTIONAL_KEYS = ("head/kernel", "head/bias", "pre_logits/kernel", "pre_logits/bias", "cls")
+
+
+def describe(weights, variant=None, cache_dir=None):
+    """What a checkpoint decides about the model built for it, without building one.
+
+    Returns dict(image_size=(h, w), num_classes=int|None, representation_size=int|None,
+    classifier="token"|"gap"). A registry name needs `variant` and no download; a local file
+    is read for its shapes.
+    """
+    del cache_dir  # registry entries describe themselves; nothing is downloaded
+    if _is_registry_name(weights):
+        return checkpoints.lookup(weights, variant).describe()
+    found = npz_layout.architecture(read_params(_local_path(weights)))
+    if found["image_size"] is None:
+        raise CheckpointError(f"{weights}: position embeddings are not a square patch grid; "
+                              "it is not a ViT checkpoint keras_vit can read")
+    return {key: found[key] for key in _DESCRIBE_KEYS}
+
+
+def load_weights(model, weights, variant=None, cache_dir=None):
+    """Loads `weights` (registry name or file path) into a keras_vit `model`, in place."""
+    if _is_registry_name(weights):
+        entry = checkpoints.lookup(weights, variant or _variant_of(model))
+        path = fetch(entry, cache_dir)
+        params = read_params(path)
+        _verify_download(entry, params, path)
+        source = f"{weights} ({path})"
+    else:
+        source = _local_path(weights)
+        params = read_params(source)
+    assign_params(model, params, source)
+
+
+def read_params(path):
+    """{official key: array} in the vit_jax layout, from any supported file."""
+    path = str(path)
+    if path.endswith(".npz"):
+        return npz_layout.to_vit_jax_layout(npz_layout.read_npz(path))
+    if path.endswith((".h5", ".keras")):
+        return keras_layout.read_keras_weights(path)
+    raise CheckpointError(f"{path}: unknown file type; pass an official .npz checkpoint, a "
+                          "keras_vit .weights.h5 or a .keras file")
+
+
+def fetch(entry, cache_dir=None):
+    """Local path of a registry entry, downloading it into the Keras cache on first use."""
+    import keras
+
+    cache_dir = _cache_dir(cache_dir)
+    target = os.path.join(cache_dir, CACHE_SUBDIR, entry.file_name)
+    try:
+        return keras.utils.get_file(fname=entry.file_name, origin=entry.url,
+                                    file_hash=entry.sha256, hash_algorithm="sha256",
+                                    cache_dir=cache_dir, cache_subdir=CACHE_SUBDIR)
+    except ValueError as err:
+        if "hash" not in str(err):
+            raise
+        if os.path.exists(target):
+            os.remove(target)  # never leave a file that failed its check in the cache
+        raise CheckpointError(f"{entry.url}: the download does not have the published sha256 "
+                              f"{entry.sha256} and was deleted; retry, or download it by hand "
+                              f"and check it before putting it at {target}") from None
+    except Exception as err:  # get_file raises a bare Exception for network failures
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(f"could not download {entry.url} ({reason}); download it by hand "
+                              f"and put it at {target}, or pass its local path as weights"
+                              ) from None
+
+
+def _cache_dir(cache_dir):
+    """The directory get_file will really use (it silently falls back to /tmp otherwise)."""
+    # Keras reads KERAS_HOME once at import; read it here so a later setting counts too.
+    base = cache_dir or os.environ.get("KERAS_HOME") or os.path.join("~", ".keras")
+    base = os.path.expanduser(os.fspath(base))
+    try:
+        os.makedirs(base, exist_ok=True)
+    except OSError:
+        pass
+    if not os.access(base, os.W_OK):
+        base = os.path.join(tempfile.gettempdir(), ".keras")
+    return base
+
+
+def _verify_download(entry, params, path):
+    """No sha256 is published: check the file is the model the registry says it is."""
+    found = npz_layout.architecture(params)
+    expected = entry.describe()
+    for key in _DESCRIBE_KEYS:
+        if found[key] != expected[key]:
+            raise CheckpointError(f"{path}: {key} is {found[key]} but {entry.name} {entry.variant} "
+                                  f"has {expected[key]}; the file is not the published one, "
+                                  "delete it and load again to re-download")
+
+
+def assign_params(model, params, source):
+    """Checks every key and shape of `params` against `model`, adapts, then assigns."""
+    targets = keras_layout.model_variables(model)
+    model_keys = {key for key, _ in targets}
+    values = {}
+    head_kernel = next((tuple(v.shape) for k, v in targets if k == "head/kernel"), None)
+    keep_head = ("head/kernel" in params and tuple(params["head/kernel"].shape) == head_kernel
+                 and "head/bias" in params)
+    for key, variable in targets:
+        shape = tuple(variable.shape)
+        if key.startswith("head/") and not keep_head:
+            values[key] = np.zeros(shape, np.float32)
+            continue
+        if key not in params:
+            raise CheckpointError(f"{source}: {_missing_hint(key)}")
+        value = params[key]
+        if key == POSEMB:
+            value = _adapt_posemb(value, model, "cls" in model_keys, source)
+        if tuple(value.shape) != shape:
+            raise CheckpointError(
+                f"{source}: does not fit this model: {key!r} has shape {tuple(value.shape)} in the "
+                f"checkpoint but {shape} in the model; build the variant the checkpoint was "
+                f"trained as ({_summary(params)})")
+        values[key] = value
+    extra = sorted(set(params) - model_keys - set(_OPTIONAL_KEYS))
+    if extra:
+        raise CheckpointError(f"{source}: {extra[0]!r} (and {len(extra) - 1} more keys) has no "
+                              "place in this model; it is a checkpoint of another architecture "
+                              f"({_summary(params)})")
+    _log_head(params, head_kernel, keep_head, model_keys)
+    for key, variable in targets:
+        variable.assign(np.asarray(values[key], dtype=variable.dtype))
+
+
+def _missing_hint(key):
+    if key == "cls":
+        return ("has no class token (a classifier='gap' checkpoint); build the model with "
+                "classifier='gap'")
+    if key.startswith("pre_logits/"):
+        return "has no pre-logits layer; build the model with representation_size=None"
+    return f"key {key!r} that the model needs is missing; is it a checkpoint of another variant?"
+
+
+def _summary(params):
+    found = npz_layout.architecture(params)
+    parts = [f"{k}={found[k]}" for k in ("patch_size", "hidden_size", "num_layers", "num_heads",
+                                         "resnet_layers") if found[k]]
+    return "checkpoint has " + ", ".join(parts)
+
+
+def _adapt_posemb(posemb, model, model_has_cls, source):
+    """The official high-resolution fine-tuning step, plus big_vision's no-class-row layout."""
+    prefix, side = npz_layout.split_posemb(posemb)
+    if prefix is None:
+        raise CheckpointError(f"{source}: position embeddings with {posemb.shape[1]} rows are "
+                              "not a square patch grid; it is not a ViT checkpoint")
+    grid = tuple(model.get_layer("posembed_input").grid_size)
+    rows = posemb[:, prefix:]
+    if (side, side) != grid:
+        zoom = (grid[0] / side, grid[1] / side, 1)
+        rows = scipy.ndimage.zoom(rows[0].reshape(side, side, -1), zoom, order=1)
+        rows = rows.reshape(1, grid[0] * grid[1], -1)
+        logger.info("keras_vit: resized position embeddings from a %dx%d to a %dx%d patch grid "
+                    "(scipy.ndimage.zoom, order 1, class-token row kept)", side, side, *grid)
+    if not model_has_cls:
+        return rows
+    if prefix:
+        return np.concatenate([posemb[:, :1], rows], axis=1)
+    # big_vision adds position embeddings before prepending the class token, so the class
+    # token carries none: a zero row reproduces that exactly.
+    logger.info("keras_vit: checkpoint has no class-token position row (big_vision layout); "
+                "using zeros, which is what big_vision computes")
+    return np.concatenate([np.zeros_like(rows[:, :1]), rows], axis=1)
+
+
+def _log_head(params, head_kernel, keep_head, model_keys):
+    if "pre_logits/kernel" in params and "pre_logits/kernel" not in model_keys:
+        logger.info("keras_vit: dropped the checkpoint's pre-logits layer (the model has none)")
+    if head_kernel is None:
+        return
+    if not keep_head:
+        found = params["head/kernel"].shape[-1] if "head/kernel" in params else "no"
+        logger.info("keras_vit: new zero-initialised head of %d classes (checkpoint head: %s)",
+                    head_kernel[-1], found)
+
+
+def save_npz(model, path):
+    """Writes a keras_vit model's weights as an official vit_jax-layout .npz, atomically."""
+    params = export_params(model) if not isinstance(model, dict) else model
+    _atomic_write(path, lambda tmp: _write_npz(tmp, params), suffix=".npz")
+
+
+def save_weights(model, path):
+    """model.save_weights, but atomic: readers never see a half-written file."""
+    if not str(path).endswith(".weights.h5"):
+        raise ValueError(f"{path}: a Keras weights file must end in .weights.h5")
+    _atomic_write(path, model.save_weights, suffix=".weights.h5")
+
+
+def _write_npz(tmp, params):
+    with open(tmp, "wb") as f:
+        np.savez(f, **params)
+
+
+def _atomic_write(path, write, suffix):
+    path = os.path.abspath(str(path))
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _is_registry_name(weights):
+    return isinstance(weights, str) and weights in REGISTRY
+
+
+def _local_path(weights):
+    """The path `weights` names, or a one-line error for a missing file / unknown name."""
+    path = os.fspath(weights)
+    if os.path.isfile(path):
+        return path
+    looks_like_path = os.sep in path or path.endswith((".npz", ".h5", ".keras"))
+    if looks_like_path:
+        raise CheckpointError(f"{path}: no such checkpoint file; check the path, or pass a "
+                              f"registry name ({', '.join(checkpoints.names())})")
+    checkpoints.lookup(path, None)  # raises the unknown-name error listing the known names
+    raise AssertionError("unreachable")
+
+
+def _variant_of(model):
+    """Official name of the variant `model` was built as (for registry names)."""
+    from keras_vit.models import VARIANTS  # not at module level: models imports this module
+
+    for name, spec in VARIANTS.items():
+        if all(getattr(model, key, None) == value for key, value in spec.items()) and (
+                bool(spec.get("resnet_layers")) == bool(getattr(model, "resnet_layers", None))):
+            return name
+    return None

@@ -1,0 +1,80 @@
+"""python -m keras_vit.convert: official .npz <-> Keras weight files, both ways."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import synthetic_checkpoints as synth
+
+import keras_vit
+from keras_vit import convert, npz_layout, weights
+
+SMALL = dict(patch_size=16, hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_round_trip_through_weights_h5(tmp_path, monkeypatch):
+    monkeypatch.setitem(keras_vit.VARIANTS, "Test-S_16", SMALL)
+    params = synth.vit_jax_params(0, image_size=64, num_classes=7, representation_size=64, **SMALL)
+    src = synth.save(tmp_path / "src.npz", synth.to_big_vision(params))
+    h5 = str(tmp_path / "model.weights.h5")
+    assert convert.main([src, h5, "--model=Test-S_16"]) == 0
+    assert weights.describe(h5) == dict(image_size=(64, 64), num_classes=7,
+                                        representation_size=64, classifier="token")
+    from_h5 = keras_vit.create_model("Test-S_16", weights=h5, classifier_activation=None)
+    from_npz = keras_vit.create_model("Test-S_16", weights=src, classifier_activation=None)
+    x = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(from_h5(x)), np.asarray(from_npz(x)))
+
+    back = str(tmp_path / "back.npz")
+    assert convert.main([h5, back, "--model=Test-S_16"]) == 0
+    exported = np.load(back, allow_pickle=False)
+    assert sorted(exported.files) == sorted(params)  # the original vit_jax layout
+    for key, value in params.items():
+        np.testing.assert_array_equal(exported[key], value, err_msg=key)
+    assert sorted(os.listdir(tmp_path)) == ["back.npz", "model.weights.h5", "src.npz"]
+
+
+def test_big_vision_npz_to_vit_jax_npz(tmp_path):
+    params = synth.vit_jax_params(1, image_size=32, **dict(SMALL, patch_size=8))
+    src = synth.save(tmp_path / "bv.npz", synth.to_big_vision(params, stacked=True))
+    dst = str(tmp_path / "vit_jax.npz")
+    assert convert.main([src, dst]) == 0
+    assert npz_layout.read_npz(dst).keys() == params.keys()
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
+    assert convert.main([str(tmp_path / "missing.npz"), str(tmp_path / "x.weights.h5"),
+                         "--model=ViT-B_16"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {tmp_path}/missing.npz: no such file; pass an existing checkpoint\n"
+    src = synth.save(tmp_path / "c.npz", synth.vit_jax_params(2, image_size=32,
+                                                              **dict(SMALL, patch_size=8)))
+    assert convert.main([src, str(tmp_path / "x.weights.h5")]) == 2
+    assert "--model is required" in capsys.readouterr().err
+    assert convert.main([src, str(tmp_path / "x.weights.h5"), "--model=ViT-B_16"]) == 2
+    assert "does not fit this model: 'embedding/kernel'" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "x.weights.h5")
+
+
+@pytest.mark.slow
+def test_command_line(tmp_path):
+    src = synth.save(tmp_path / "c.npz", synth.vit_jax_params(3, image_size=32, num_classes=3,
+                                                              **synth.TI16))
+    run = subprocess.run([sys.executable, "-m", "keras_vit.convert", src,
+                          str(tmp_path / "ti.weights.h5"), "--model=ViT-Ti_16"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"wrote {tmp_path}/ti.weights.h5: ViT-Ti_16 at 32x32, 3 classes"
+    bad = subprocess.run([sys.executable, "-m", "keras_vit.convert", src, str(tmp_path / "x.txt")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    # Importing the package starts TensorFlow, whose own start-up lines may precede ours.
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path}/x.txt: the output must end in .weights.h5 or .npz")
+    mismatch = subprocess.run([sys.executable, "-m", "keras_vit.convert", src,
+                               str(tmp_path / "b.weights.h5"), "--model=ViT-B_16"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert mismatch.returncode == 2 and "Traceback" not in mismatch.stderr
+    assert mismatch.stderr.strip().splitlines()[-1].startswith(f"error: {src}: does not fit")
