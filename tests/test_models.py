@@ -7,9 +7,11 @@ import sys
 import keras
 import numpy as np
 import pytest
+import reference_numpy  # tests/reference_numpy.py: written from DESIGN.md's equations
 
 import keras_vit
 from keras_vit.models import VARIANTS
+from keras_vit.weights import export_params
 
 # Parameters at 224 px with a 1000-class head (DESIGN.md; vit_jax models_test.py). S/32 is
 # S/16 with 147 fewer position rows and a 32x32 instead of 16x16 patch kernel:
@@ -277,3 +279,13 @@ def test_functional_graph_has_stable_layer_names():
     assert [block.norm1.name, block.attention.name, block.norm2.name, block.mlp.name] == [
         "LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3"]
     assert tuple(block.attention.query.kernel.shape) == (24, 3, 8)
+
+
+@pytest.mark.parametrize("classifier,representation_size", [("token", None), ("gap", 6)])
+def test_keras_model_agrees_with_a_hand_written_numpy_forward_pass(classifier, representation_size):
+    model = _randomise(keras_vit.ViT(image_size=(16, 12), classifier=classifier,
+                                     representation_size=representation_size, classifier_activation=None,
+                                     include_preprocessing=False, **TINY))
+    x = _images((3, 16, 12, 3), low=-1.0, high=1.0)
+    expected = reference_numpy.vit_forward(export_params(model), x, num_heads=3, classifier=classifier)
+    np.testing.assert_allclose(model(x), expected, atol=1e-5)
