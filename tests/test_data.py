@@ -1,0 +1,422 @@
+"""Input pipelines: sources, shapes and ranges, exact resume, replica/host invariance, eval padding,
+few-shot subsets, corrupt images and every DatasetError."""
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from trainers import augment, data, datasets, distribute, tfds_prepare
+
+# The stand-in TFDS builder shared with the other projects of this work tree (see DESIGN.md).
+FAKE_TFDS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "tools", "fake_tfds.py")
+
+
+@pytest.fixture(scope="session")
+def tfds_dir(tmp_path_factory):
+    """A real prepared TFDS data_dir with a small oxford_iiit_pet (2 train, 1 test image per class)."""
+    root = str(tmp_path_factory.mktemp("tfds"))
+    if not os.path.exists(FAKE_TFDS):
+        pytest.skip(f"{FAKE_TFDS} (builds the stand-in TFDS data) is not here")
+    command = [sys.executable, FAKE_TFDS, "--dataset", "oxford_iiit_pet", "--data_dir", root,
+               "--per_class", "2", "--test_per_class", "1"]
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    return root
+
+
+@pytest.fixture(scope="session")
+def pets(tfds_dir):
+    return data.get_spec("oxford_iiit_pet", data_dir=tfds_dir)
+
+
+@pytest.fixture(scope="session")
+def digits():
+    return data.get_spec("digits")
+
+
+def take(input_fn, n, context=None):
+    return [tuple(t.numpy() for t in batch) for _, batch in zip(range(n), input_fn(context))]
+
+
+def global_batches(input_fn, n, pipelines, replicas):
+    """Global batches as the replicas of `pipelines` hosts see them: host-major, replicas in turn."""
+    per_host = replicas // pipelines
+    streams = [take(input_fn, n * per_host, tf.distribute.InputContext(pipelines, i, replicas))
+               for i in range(pipelines)]
+    out = []
+    for step in range(n):
+        parts = [streams[h][step * per_host + r] for h in range(pipelines) for r in range(per_host)]
+        out.append(tuple(np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))))
+    return out
+
+
+def assert_same_batches(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        for u, v in zip(x, y):
+            np.testing.assert_array_equal(u, v)
+
+
+# --------------------------------------------------------------------------------------------- sources
+
+def test_digits_is_a_stratified_split_of_the_real_1797_images(digits):
+    assert digits.num_classes == 10 and digits.class_names == [str(i) for i in range(10)]
+    assert digits.num_examples["train"] + digits.num_examples["test"] == 1797
+    assert digits.num_examples["test"] == 360
+    test_labels = digits.records("test").labels
+    assert set(np.bincount(test_labels)) <= {35, 36, 37}  # 20% of each class (~180 images per class)
+    image = augment.decode(digits.records("train").payloads[0]).numpy()
+    assert image.shape == (8, 8, 3) and image.dtype == np.uint8 and image.max() > 200
+
+
+def test_digit_class_selection_relabels_from_zero(digits):
+    high = data.get_spec("digits:5,6,7,8,9")
+    assert high.num_classes == 5 and high.class_names == ["5", "6", "7", "8", "9"]
+    assert data.get_spec("digits:0-4").class_names == ["0", "1", "2", "3", "4"]
+    full, part = digits.records("train"), high.records("train")
+    assert sorted(set(part.labels)) == [0, 1, 2, 3, 4]
+    # the relabelled class 0 holds exactly the images of digit 5, in the same order
+    np.testing.assert_array_equal(part.payloads[part.labels == 0], full.payloads[full.labels == 5])
+    assert high.num_examples["train"] == int(np.isin(full.labels, [5, 6, 7, 8, 9]).sum())
+
+
+def test_split_slicing_uses_tfds_syntax(digits, pets):
+    n = digits.num_examples["train"]
+    assert digits.num_examples["train[:90%]"] + digits.num_examples["train[90%:]"] == n
+    head, tail = digits.records("train[:90%]"), digits.records("train[90%:]")
+    np.testing.assert_array_equal(np.concatenate([head.labels, tail.labels]), digits.records("train").labels)
+    assert digits.num_examples["train[:10]+test[:5]"] == 15
+    assert pets.num_examples["train"] == 74 and pets.num_examples["test"] == 37
+    assert pets.num_examples["train[:90%]"] == 67 and pets.num_examples["train[90%:]"] == 7
+    assert pets.num_classes == 37 and pets.class_names[0] == "Abyssinian"
+
+
+@pytest.mark.parametrize("dataset", ["digits", "pets"])
+def test_training_batches_shapes_dtypes_and_range(dataset, digits, pets):
+    spec = {"digits": digits, "pets": pets}[dataset]
+    fn = data.make_input_fn(spec, "train", image_size=24, global_batch_size=6, training=True, seed=1)
+    for images, labels in take(fn, 3):
+        assert images.shape == (6, 24, 24, 3) and images.dtype == np.float32
+        assert labels.shape == (6,) and labels.dtype == np.int32
+        assert images.min() >= -1.0 and images.max() <= 1.0 and images.max() - images.min() > 0.5
+        assert labels.min() >= 0 and labels.max() < spec.num_classes
+
+
+def test_training_stream_is_an_epoch_by_epoch_permutation(digits):
+    spec = data.get_spec("digits:0-1")
+    n = spec.num_examples["train"]
+    fn = data.make_input_fn(spec, "train", image_size=8, global_batch_size=n, training=True, seed=3)
+    (_, first), (_, second) = take(fn, 2)
+    expected = np.sort(spec.records("train").labels)
+    np.testing.assert_array_equal(np.sort(first), expected)  # each epoch sees every example once
+    np.testing.assert_array_equal(np.sort(second), expected)
+    assert not np.array_equal(first, second)  # in a new order
+
+
+def test_augmentation_changes_between_epochs_and_eval_is_plain_resize(digits):
+    spec = data.get_spec("digits:0-1")
+    one = spec.records("train")
+    one.payloads, one.labels, one.count = one.payloads[:1], one.labels[:1], 1
+    fn = data.InputFn(spec, "train", one, 16, 1, True, 0, 0)
+    epochs = [b[0][0] for b in take(fn, 4)]
+    assert any(not np.array_equal(epochs[0], e) for e in epochs[1:])
+    plain = augment.eval_image(augment.decode(one.payloads[0]), 16).numpy()
+    evaluated = take(data.InputFn(spec, "test", one, 16, 1, False, 0, 0), 1)[0][0][0]
+    np.testing.assert_allclose(evaluated, plain)
+
+
+def test_inception_crop_area_and_aspect_ratio():
+    image = tf.zeros([100, 120, 3], tf.uint8)
+    for i in range(40):
+        crop = augment.inception_crop(image, tf.constant([7, i], tf.int64))
+        h, w = crop.shape[0], crop.shape[1]
+        assert 0.05 * 100 * 120 * 0.9 <= h * w <= 100 * 120
+        if (h, w) != (100, 120):  # the fallback is the whole image
+            assert 0.7 <= w / h <= 1.4
+
+
+# ------------------------------------------------------------------------------------ resume, sharding
+
+@pytest.mark.parametrize("dataset", ["digits", "pets"])
+def test_exact_resume_matches_uninterrupted_stream(dataset, digits, pets):
+    spec, split = {"digits": (data.get_spec("digits:0-2"), "train"), "pets": (pets, "train[:90%]")}[dataset]
+    batch, steps = 16, 12  # crosses epoch boundaries on both (67 and ~430 examples)
+    if dataset == "digits":
+        batch = 64
+
+    def input_fn(seed=9, start_step=0):
+        return data.make_input_fn(spec, split, image_size=16, global_batch_size=batch, training=True,
+                                  seed=seed, start_step=start_step)
+
+    fresh = take(input_fn(), steps)
+    for start in (1, 5):
+        resumed = input_fn(start_step=start)
+        assert_same_batches(take(resumed, steps - start), fresh[start:])
+    other_seed = take(input_fn(seed=10), 1)
+    assert not np.array_equal(other_seed[0][0], fresh[0][0])
+
+
+@pytest.mark.parametrize("dataset", ["digits", "pets"])
+def test_global_batches_do_not_depend_on_pipelines_or_replicas(dataset, digits, pets):
+    spec = {"digits": digits, "pets": pets}[dataset]
+    fn = data.make_input_fn(spec, "train", image_size=16, global_batch_size=8, training=True, seed=2,
+                            start_step=3)
+    reference = take(fn, 4)
+    for pipelines, replicas in ((1, 2), (2, 2), (2, 4), (4, 4)):
+        assert_same_batches(global_batches(fn, 4, pipelines, replicas), reference)
+
+
+def test_global_stream_ignores_tensorflow_global_seed(pets):
+    fn = data.make_input_fn(pets, "train", image_size=16, global_batch_size=8, training=True, seed=4)
+    tf.random.set_seed(1)
+    a = take(fn, 2)
+    tf.random.set_seed(2)
+    assert_same_batches(take(fn, 2), a)
+
+
+def test_mirrored_replicas_together_see_the_global_batch(digits):
+    strategy = distribute.create_strategy("cpu", cpu_devices=2)
+    fn = data.make_input_fn(digits, "train", image_size=16, global_batch_size=8, training=True, seed=5)
+    reference = take(fn, 3)
+    iterator = iter(data.distribute(strategy, fn))
+    for step in range(3):
+        images, labels = next(iterator)
+        local = [t.numpy() for t in strategy.experimental_local_results(images)]
+        assert [x.shape for x in local] == [(4, 16, 16, 3)] * 2
+        np.testing.assert_array_equal(np.concatenate(local), reference[step][0])
+        local = [t.numpy() for t in strategy.experimental_local_results(labels)]
+        np.testing.assert_array_equal(np.concatenate(local), reference[step][1])
+
+
+# ----------------------------------------------------------------------------------------------- eval
+
+@pytest.mark.parametrize("dataset", ["digits", "pets"])
+def test_eval_is_one_padded_pass_with_weights(dataset, digits, pets):
+    spec = {"digits": digits, "pets": pets}[dataset]
+    n = spec.num_examples["test"]
+    fn = data.make_input_fn(spec, "test", image_size=16, global_batch_size=32, training=False)
+    batches = take(fn, 10 ** 6)
+    assert len(batches) == fn.num_batches == -(-n // 32)
+    for images, labels, weights in batches:
+        assert images.shape == (32, 16, 16, 3) and images.dtype == np.float32
+        assert labels.dtype == np.int32 and weights.dtype == np.float32
+    weights = np.concatenate([b[2] for b in batches])
+    np.testing.assert_array_equal(weights, (np.arange(len(weights)) < n).astype(np.float32))
+    labels = np.concatenate([b[1] for b in batches])[:n]
+    expected = spec.records("test").read_labels()
+    np.testing.assert_array_equal(labels, expected)
+    # two hosts x two replicas: same global batches, and the same number of steps on every replica
+    assert_same_batches(global_batches(fn, len(batches), 2, 4), batches)
+    for i in range(2):
+        assert len(take(fn, 10 ** 6, tf.distribute.InputContext(2, i, 4))) == 2 * len(batches)
+
+
+# ---------------------------------------------------------------------------------------------- few-shot
+
+def test_examples_per_class_is_a_fixed_seeded_subset(digits):
+    fn = data.make_input_fn(digits, "train", image_size=8, global_batch_size=10, training=False,
+                            examples_per_class=10, seed=1)
+    assert fn.num_examples == 100
+    labels = np.concatenate([b[1] for b in take(fn, 100)])
+    np.testing.assert_array_equal(np.bincount(labels), [10] * 10)
+    same = data.make_input_fn(digits, "train", image_size=8, global_batch_size=10, training=True,
+                              examples_per_class=10, seed=1)
+    other = data.make_input_fn(digits, "train", image_size=8, global_batch_size=10, training=True,
+                               examples_per_class=10, seed=2)
+    np.testing.assert_array_equal(same.records.payloads, fn.records.payloads)
+    assert not np.array_equal(other.records.payloads, fn.records.payloads)
+    stream = np.concatenate([b[1] for b in take(same, 10)])  # one epoch of training = the 100 examples
+    np.testing.assert_array_equal(np.bincount(stream), [10] * 10)
+
+
+def test_examples_per_class_on_tfds(pets):
+    fn = data.make_input_fn(pets, "train", image_size=8, global_batch_size=37, training=True,
+                            examples_per_class=1, seed=0)
+    assert fn.num_examples == 37 and fn.records.payloads is not None
+    np.testing.assert_array_equal(np.sort(take(fn, 1)[0][1]), np.arange(37))
+    with pytest.raises(data.DatasetError, match="fewer than 3 examples of class"):
+        data.make_input_fn(pets, "train", image_size=8, global_batch_size=8, training=True,
+                           examples_per_class=3)
+
+
+# ----------------------------------------------------------------------------------------------- folder
+
+def _png(array):
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _jpeg(array):
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    for split, per_class in (("train", 4), ("test", 2)):
+        for c, name in enumerate(["zebra", "ant", "mole"]):
+            d = root / split / name
+            d.mkdir(parents=True)
+            for i in range(per_class):
+                pixels = np.clip(rng.normal(60 * c + 40, 20, (20 + i, 30, 3)), 0, 255).astype(np.uint8)
+                if i % 2:
+                    (d / f"{i}.png").write_bytes(_png(pixels[..., 0] if i == 1 else pixels))  # one grayscale
+                else:
+                    (d / f"{i}.JPG").write_bytes(_jpeg(pixels))
+    good = _jpeg(np.zeros((40, 40, 3), np.uint8) + 128)
+    (root / "train" / "ant" / "truncated.jpg").write_bytes(good[: len(good) // 2])
+    (root / "train" / "mole" / "notes.png").write_bytes(b"not an image")
+    (root / "train" / "mole" / "README.txt").write_text("ignored: not an image extension")
+    return str(root)
+
+
+def test_folder_skips_and_counts_unreadable_images(folder):
+    spec = data.get_spec(f"folder:{folder}")
+    assert spec.class_names == ["ant", "mole", "zebra"] and spec.num_classes == 3
+    assert spec.skipped == 2
+    assert sorted(os.path.basename(f) for f in spec.skipped_files) == ["notes.png", "truncated.jpg"]
+    assert spec.num_examples["train"] == 12 and spec.num_examples["test"] == 6
+    assert spec.num_examples["train[:50%]"] == 6
+    assert np.array_equal(np.bincount(spec.records("train").labels), [4, 4, 4])
+    train = data.make_input_fn(spec, "train", image_size=16, global_batch_size=5, training=True)
+    assert all(b[0].shape == (5, 16, 16, 3) for b in take(train, 6))  # several epochs, no crash
+    test = data.make_input_fn(spec, "test", image_size=16, global_batch_size=4, training=False)
+    assert sum(b[2].sum() for b in take(test, 100)) == 6
+
+
+def test_folder_errors(folder, tmp_path):
+    with pytest.raises(data.DatasetError, match="does not exist"):
+        data.get_spec(f"folder:{tmp_path}/nowhere")
+    with pytest.raises(data.DatasetError, match="no train/<class>/ sub-folders"):
+        data.get_spec(f"folder:{tmp_path}")
+    (tmp_path / "train" / "cat").mkdir(parents=True)
+    (tmp_path / "test" / "dog").mkdir(parents=True)
+    with pytest.raises(data.DatasetError, match="class folders that train/ lacks"):
+        data.get_spec(f"folder:{tmp_path}")
+    with pytest.raises(data.DatasetError, match="bad split 'validation'"):
+        data.get_spec(f"folder:{folder}").num_examples["validation"]
+
+
+# ----------------------------------------------------------------------------------------------- errors
+
+def one_line(error):
+    text = str(error.value)
+    assert "\n" not in text and text
+    return text
+
+
+def test_unknown_dataset():
+    with pytest.raises(data.DatasetError) as e:
+        data.get_spec("no_such_dataset_anywhere")
+    assert "unknown dataset 'no_such_dataset_anywhere'" in one_line(e) and "folder:PATH" in one_line(e)
+
+
+@pytest.mark.parametrize("split", ["validation", "train[:90", "train[5%:2%]x"])
+def test_bad_split(pets, digits, split):
+    for spec in (pets, digits):
+        with pytest.raises(data.DatasetError, match="bad split") as e:
+            data.make_input_fn(spec, split, image_size=8, global_batch_size=8, training=True)
+        assert "train[:90%]" in one_line(e)
+
+
+@pytest.mark.parametrize("selection", ["digits:0-12", "digits:x", "digits:7", "digits:4-2"])
+def test_bad_digit_selection(selection):
+    with pytest.raises(data.DatasetError) as e:
+        data.get_spec(selection)
+    assert selection in one_line(e)
+
+
+def test_bad_numbers(digits):
+    with pytest.raises(data.DatasetError, match="global_batch_size must be an integer >= 1"):
+        data.make_input_fn(digits, "train", image_size=8, global_batch_size=0, training=True)
+    with pytest.raises(data.DatasetError, match="start_step must be"):
+        data.make_input_fn(digits, "train", image_size=8, global_batch_size=8, training=True, start_step=-1)
+    fn = data.make_input_fn(digits, "train", image_size=8, global_batch_size=6, training=True)
+    with pytest.raises(data.DatasetError, match="does not split evenly over 4 replicas"):
+        fn(tf.distribute.InputContext(1, 0, 4))
+    with pytest.raises(data.DatasetError, match="has no examples"):
+        data.make_input_fn(digits, "train[:0]", image_size=8, global_batch_size=8, training=True)
+
+
+def _tree(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, dirs, files in os.walk(root) for f in dirs + files)
+
+
+def test_not_prepared_and_offline_says_how_to_prepare(tmp_path, monkeypatch):
+    monkeypatch.setattr(tfds_prepare, "_network_available", lambda timeout=5.0: False)
+    (tmp_path / "keep.txt").write_text("the user's")
+    before = _tree(tmp_path)
+    with pytest.raises(data.DatasetError) as e:
+        data.get_spec("cifar100", data_dir=str(tmp_path))
+    message = one_line(e)
+    assert "cifar100 is not prepared in" in message and "no network" in message
+    assert "tfds build cifar100 --data_dir=DIR" in message and "--data_dir=DIR" in message
+    assert _tree(tmp_path) == before
+
+
+def test_failed_download_leaves_no_trace(tmp_path, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    def offline(self, *args, **kwargs):
+        raise ConnectionError("Failed to resolve 'www.cs.toronto.edu'")
+
+    monkeypatch.setattr(tfds_prepare, "_network_available", lambda timeout=5.0: True)
+    monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract", offline)
+    monkeypatch.setattr(tfds.download.DownloadManager, "download", offline)
+    root = tmp_path / "fresh"
+    with pytest.raises(data.DatasetError) as e:
+        data.get_spec("cifar10", data_dir=str(root))
+    assert "download failed: Failed to resolve" in one_line(e) and "tfds build cifar10" in one_line(e)
+    assert not root.exists()
+    assert not tfds.builder("cifar10", data_dir=str(tmp_path)).is_prepared()
+
+
+def test_imagenet_without_manual_files_names_the_manual_dir(tmp_path):
+    manual = tmp_path / "manual"
+    with pytest.raises(data.DatasetError) as e:
+        data.get_spec("imagenet2012", data_dir=str(tmp_path / "tfds"), manual_dir=str(manual))
+    message = one_line(e)
+    assert "imagenet2012 is not prepared" in message and "--manual_dir=FOLDER" in message
+    assert "ILSVRC2012_img_train.tar" in message and "tfds build imagenet2012" in message
+    assert not (tmp_path / "tfds").exists()
+
+
+def test_not_an_image_classification_dataset(tmp_path):
+    with pytest.raises(data.DatasetError, match="not an image classification dataset"):
+        data.get_spec("imdb_reviews", data_dir=str(tmp_path))
+
+
+def test_examples_per_class_too_big_for_memory_streams_the_same_examples(pets, monkeypatch):
+    def subset():
+        fn = data.make_input_fn(pets, "train", image_size=16, global_batch_size=37, training=False,
+                                examples_per_class=1, seed=3)
+        return fn, take(fn, 1)
+
+    in_memory_fn, in_memory = subset()
+    monkeypatch.setattr(datasets, "IN_MEMORY_LIMIT_BYTES", 0)
+    streamed_fn, streamed = subset()
+    assert in_memory_fn.records.payloads is not None and streamed_fn.records.payloads is None
+    assert_same_batches(streamed, in_memory)
+
+
+def test_streamed_split_in_several_shuffle_windows(pets, monkeypatch):
+    monkeypatch.setattr(data, "SHUFFLE_BUFFER", 16)  # 74 records: windows of 16, 16, 16, 16 and 10
+
+    def input_fn(start_step=0):
+        return data.make_input_fn(pets, "train", image_size=8, global_batch_size=37, training=True, seed=1,
+                                  start_step=start_step)
+
+    fresh = take(input_fn(), 6)
+    epoch = np.concatenate([fresh[0][1], fresh[1][1]])
+    np.testing.assert_array_equal(np.sort(epoch), np.sort(pets.records("train").read_labels()))
+    assert not np.array_equal(epoch, pets.records("train").read_labels())
+    assert_same_batches(take(input_fn(start_step=3), 3), fresh[3:])

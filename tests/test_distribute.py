@@ -1,0 +1,166 @@
+"""Strategies from flags, their one-line errors, and two worker processes feeding the same global batches."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainers import data, distribute
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def one_line(error):
+    text = str(error.value)
+    assert text and "\n" not in text
+    return text
+
+
+def test_cpu_split_into_two_replicas():
+    strategy = distribute.create_strategy("cpu", cpu_devices=2)
+    assert isinstance(strategy, tf.distribute.MirroredStrategy) and strategy.num_replicas_in_sync == 2
+    assert distribute.describe(strategy) == "MirroredStrategy: 2 replica(s) on 1 worker(s) [CPU:0, CPU:1]"
+    result = strategy.run(lambda: tf.distribute.get_replica_context().replica_id_in_sync_group + 1)
+    assert strategy.reduce(tf.distribute.ReduceOp.SUM, result, axis=None).numpy() == 3
+
+
+def test_one_cpu_is_a_one_replica_mirrored_strategy():
+    strategy = distribute.create_strategy("cpu", cpu_devices=1)
+    assert isinstance(strategy, tf.distribute.MirroredStrategy) and strategy.num_replicas_in_sync == 1
+    assert "1 replica(s) on 1 worker(s) [CPU:0]" in distribute.describe(strategy)
+
+
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="this machine has a GPU")
+def test_auto_without_accelerators_is_the_cpu():
+    strategy = distribute.create_strategy("auto")
+    assert isinstance(strategy, tf.distribute.MirroredStrategy) and strategy.num_replicas_in_sync == 1
+    assert strategy.extended.worker_devices[0].endswith("CPU:0")
+
+
+def test_more_cpu_devices_than_tensorflow_started_with():
+    # The test session split the CPU in two at start-up; TensorFlow cannot be re-split afterwards.
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy("cpu", cpu_devices=3)
+    assert "--cpu_devices=3 but TensorFlow already started with 2 CPU device(s)" in one_line(e)
+
+
+def test_no_tpu():
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy("tpu")
+    assert one_line(e).startswith("no TPU found (--tpu=local")
+    assert "--strategy=gpu, cpu or auto" in one_line(e)
+
+
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="this machine has a GPU")
+def test_no_gpu():
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy("gpu")
+    assert "sees no GPU" in one_line(e) and "--strategy=cpu" in one_line(e)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(strategy="mirrored"),
+     "unknown --strategy='mirrored': use one of auto, tpu, gpu, cpu, multi_worker"),
+    (dict(strategy="cpu", cpu_devices=0), "--cpu_devices must be a positive integer, got 0"),
+    (dict(strategy="cpu", cpu_devices="2"), "--cpu_devices must be a positive integer, got '2'"),
+])
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy(**kwargs)
+    assert one_line(e) == message
+
+
+@pytest.mark.parametrize("tf_config, message", [
+    (None, "--strategy=multi_worker needs the TF_CONFIG environment variable"),
+    ("{not json", "invalid TF_CONFIG (JSONDecodeError"),
+    (json.dumps({"task": {"type": "worker", "index": 0}}), "invalid TF_CONFIG (KeyError: 'cluster')"),
+    (json.dumps({"cluster": {"worker": ["localhost:1"]}}), "invalid TF_CONFIG (KeyError: 'task')"),
+    (json.dumps({"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}),
+     "invalid TF_CONFIG (ValueError: task does not name one of the cluster's workers)"),
+])
+def test_bad_tf_config(monkeypatch, tf_config, message):
+    if tf_config is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy("multi_worker")
+    assert one_line(e).startswith(message)
+
+
+def test_multi_worker_on_cpu_has_one_replica_per_worker(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["localhost:1", "localhost:2"]},
+                                                "task": {"type": "worker", "index": 0}}))
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy("multi_worker", cpu_devices=2)
+    assert "--cpu_devices>1 does not apply to --strategy=multi_worker on CPU" in one_line(e)
+
+
+_WORKER = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    sys.path.insert(0, {root!r})
+    from trainers import data, distribute
+    strategy = distribute.create_strategy("multi_worker")
+    print("DESCRIBE", distribute.describe(strategy), flush=True)
+    spec = data.get_spec("digits")
+    out = {{}}
+    for name, training in (("train", True), ("test", False)):
+        fn = data.make_input_fn(spec, name, image_size=8, global_batch_size=6, training=training, seed=7,
+                                start_step=2 if training else 0)
+        batches = []
+        for _, batch in zip(range(4), data.distribute(strategy, fn)):
+            batches.append([strategy.gather(t, axis=0).numpy().tolist() for t in batch])
+        out[name] = batches
+    print("BATCHES", json.dumps(out), flush=True)
+""")
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_two_worker_processes_see_the_one_pipeline_global_batches():
+    workers = [f"localhost:{p}" for p in _free_ports(2)]
+    script = _WORKER.format(root=ROOT)
+    procs = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": {"worker": workers},
+                                                     "task": {"type": "worker", "index": index}}),
+                   TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+        procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outputs = []
+    for proc in procs:
+        try:
+            stdout, stderr = proc.communicate(timeout=240)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, stderr[-3000:]
+        outputs.append(stdout)
+    for stdout in outputs:
+        assert "DESCRIBE MultiWorkerMirroredStrategy: 2 replica(s) on 2 worker(s)" in stdout
+    results = [json.loads(line.split(" ", 1)[1]) for stdout in outputs for line in stdout.splitlines()
+               if line.startswith("BATCHES ")]
+    assert len(results) == 2 and results[0] == results[1]
+
+    spec = data.get_spec("digits")
+    for name, training in (("train", True), ("test", False)):
+        fn = data.make_input_fn(spec, name, image_size=8, global_batch_size=6, training=training, seed=7,
+                                start_step=2 if training else 0)
+        expected = [batch for _, batch in zip(range(4), fn(None))]
+        for got, want in zip(results[0][name], expected):
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(np.array(g), w.numpy(), rtol=0, atol=1e-6)

@@ -1,0 +1,112 @@
+"""Open a TFDS dataset by name, preparing it when it is not yet in the data_dir.
+
+TFDS prepares a dataset by downloading it (or reading files the user downloaded by hand, for
+imagenet2012) and writing it in its own format. Where that cannot happen (no network, no manual
+files) the user gets one line saying how to prepare it, and the data_dir is left as it was: TFDS
+only ever marks a version prepared by renaming a finished directory, and the folders this attempt
+created are removed.
+"""
+import os
+import shutil
+import socket
+import threading
+
+from absl import logging
+
+from trainers.datasets import DatasetError
+
+# Most TFDS sources, and TFDS's own mirror, live here: if its name does not resolve there is no network.
+_PROBE_HOST = "storage.googleapis.com"
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def open_tfds_builder(dataset, data_dir):
+    """The tfds builder for `dataset` (maybe not prepared yet), or DatasetError for an unknown name."""
+    import tensorflow_datasets as tfds
+    try:
+        builder = tfds.builder(dataset, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+        raise DatasetError(f"unknown dataset {dataset!r}: use a TFDS image classification dataset "
+                           f"(e.g. oxford_iiit_pet, oxford_flowers102, cifar10, cifar100, imagenet2012), "
+                           f"folder:PATH or digits") from None
+    except Exception as e:  # bad config or version in the name, unreadable data_dir, ...
+        raise DatasetError(f"cannot open TFDS dataset {dataset!r}: {_first_line(e)}") from None
+    return builder
+
+
+def ensure_prepared(builder, dataset, manual_dir):
+    """Prepares `builder` if needed (download, or the manual files), or DatasetError saying how to."""
+    if not builder.is_prepared():
+        _prepare(builder, dataset, manual_dir)
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+
+
+def _root(builder):
+    """The data_dir the user gave (or TFDS's default), above NAME/[CONFIG/]VERSION."""
+    return builder.data_dir[: -len(builder.info.full_name)].rstrip("/") or "/"
+
+
+def _how_to_prepare(builder, dataset, root):
+    if builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
+        return (f"download its files by hand (see https://www.tensorflow.org/datasets/catalog/"
+                f"{builder.name}; for imagenet2012: ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar), "
+                f"put them in a folder "
+                f"and pass --manual_dir=FOLDER (default {root}/downloads/manual), or run "
+                f"`tfds build {dataset} --manual_dir=FOLDER --data_dir={root}` and pass --data_dir={root}")
+    return (f"prepare it on a machine with network with `tfds build {dataset} --data_dir=DIR` "
+            f"and pass --data_dir=DIR (or copy DIR/{builder.name} into {root})")
+
+
+def _network_available(timeout=5.0):
+    """False when the download host's name does not resolve (offline), without waiting long."""
+    if any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        return True  # behind a proxy, local name resolution says nothing
+    result = []
+
+    def probe():
+        try:
+            socket.getaddrinfo(_PROBE_HOST, 443)
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(result and result[0])
+
+
+def _prepare(builder, dataset, manual_dir):
+    import tensorflow_datasets as tfds
+    root = _root(builder)
+    how = _how_to_prepare(builder, dataset, root)
+    where = f"{dataset} is not prepared in {root}"
+    if not builder.MANUAL_DOWNLOAD_INSTRUCTIONS and not _network_available():
+        # TFDS would retry the download for minutes before giving up.
+        raise DatasetError(f"{where} and cannot be downloaded (no network): {how}")
+    created = [p for p in _paths_an_attempt_creates(builder, root) if not os.path.exists(p)]
+    logging.info("Preparing %s in %s (download and conversion)", dataset, root)
+    try:
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+    except Exception as e:  # network, missing manual files, disk, ... all end the same way for the user
+        _remove(created)
+        reason = "its manual download files are missing" if builder.MANUAL_DOWNLOAD_INSTRUCTIONS else \
+            f"download failed: {_first_line(e)}"
+        raise DatasetError(f"{where} ({reason}): {how}") from None
+
+
+def _paths_an_attempt_creates(builder, root):
+    """Outermost first: the root itself, the dataset folder, and TFDS's download folders for it."""
+    downloads = os.path.join(root, "downloads")
+    return [root, os.path.join(root, builder.name), downloads, os.path.join(downloads, builder.name),
+            os.path.join(downloads, "extracted"), os.path.join(downloads, "manual")]
+
+
+def _remove(created):
+    for path in created:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
