@@ -1,0 +1,158 @@
+"""trainers.common: flags over presets, validation, and the CLI error contract (issue 4 item 8).
+
+Every bad input is one line on stderr, exit code 2, and leaves an existing workdir untouched.
+The in-process cases call `finetune.main(argv)`; one subprocess checks the real command line.
+"""
+
+import os
+
+import pytest
+from trainer_cli import TINY_MODEL, make_fake_tfds, run_cli
+
+from configs import finetune as finetune_config
+from configs import pretrain as pretrain_config
+from trainers import common, finetune
+
+
+@pytest.fixture(scope="module")
+def cifar_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tfds")
+    make_fake_tfds(path, "cifar10", per_class=2, test_per_class=1)
+    return str(path)
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """An existing run directory whose files must survive every failed command."""
+    path = tmp_path / "run"
+    path.mkdir()
+    (path / "config.json").write_text("old config\n")
+    (path / "results.json").write_text("old results\n")
+    return path
+
+
+def _snapshot(path):
+    return {
+        p: open(os.path.join(dirpath, p), "rb").read() for dirpath, _, files in os.walk(path) for p in files
+    }
+
+
+def _fails_cleanly(capsys, workdir, args, expect):
+    before = _snapshot(workdir)
+    code = finetune.main(["finetune", f"--workdir={workdir}", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and err[0].startswith("finetune: error: "), err
+    assert expect in err[0], err[0]
+    assert _snapshot(workdir) == before
+
+
+def test_unknown_dataset(capsys, workdir, tmp_path):
+    _fails_cleanly(
+        capsys, workdir, ["--dataset=no_such_dataset_xyz", f"--data_dir={tmp_path}"], "no_such_dataset_xyz"
+    )
+
+
+def test_dataset_not_prepared(capsys, workdir, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _fails_cleanly(capsys, workdir, ["--dataset=cifar10", f"--data_dir={empty}", *TINY_MODEL], "cifar10")
+
+
+def test_unknown_model(capsys, workdir, cifar_dir):
+    _fails_cleanly(
+        capsys,
+        workdir,
+        ["--dataset=cifar10", f"--data_dir={cifar_dir}", "--model=ViT-X_99"],
+        "known models: ViT-Ti_16",
+    )
+
+
+def test_missing_weights_file(capsys, workdir, cifar_dir, tmp_path):
+    args = ["--dataset=cifar10", f"--data_dir={cifar_dir}", *TINY_MODEL, f"--weights={tmp_path}/none.npz"]
+    _fails_cleanly(capsys, workdir, args, "no such file")
+
+
+def test_batch_not_divisible_by_replicas(capsys, workdir, cifar_dir):
+    args = ["--dataset=cifar10", f"--data_dir={cifar_dir}", *TINY_MODEL, "--cpu_devices=2", "--batch_size=15"]
+    _fails_cleanly(capsys, workdir, args, "not divisible by 2 replicas")
+
+
+@pytest.mark.parametrize(
+    "flag", ["--total_steps=-5", "--batch_size=0", "--warmup_steps=-1", "--accum_steps=0"]
+)
+def test_bad_numbers(capsys, workdir, cifar_dir, flag):
+    _fails_cleanly(
+        capsys, workdir, ["--dataset=cifar10", f"--data_dir={cifar_dir}", flag], flag.split("=")[0]
+    )
+
+
+def test_no_tpu(capsys, workdir, cifar_dir):
+    _fails_cleanly(capsys, workdir, ["--dataset=cifar10", f"--data_dir={cifar_dir}", "--strategy=tpu"], "TPU")
+
+
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        (["--decay_type=step"], "decay_type"),
+        (["--no_such_flag=1"], "no_such_flag"),
+        (["--eval_splits=test"], "name=split"),
+        (["--batch_size=lots"], "batch_size"),
+    ],
+)
+def test_bad_flags(capsys, workdir, cifar_dir, args, expect):
+    _fails_cleanly(capsys, workdir, ["--dataset=cifar10", f"--data_dir={cifar_dir}", *args], expect)
+
+
+def test_command_line_error_has_no_traceback(tmp_path):
+    proc = run_cli(
+        "finetune", ["--dataset=no_such_dataset_xyz", f"--workdir={tmp_path}/run", f"--data_dir={tmp_path}"]
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("finetune: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_flags_override_the_dataset_preset():
+    config = common.parse_flags(
+        [
+            "finetune",
+            "--dataset=cifar10",
+            "--total_steps=7",
+            "--nopre_logits",
+            "--base_lr=0.5",
+            "--eval_splits=val=test[:10]",
+        ],
+        finetune.get_config,
+    )
+    assert config.total_steps == 7 and config.warmup_steps == 500  # the cifar10 preset's warm-up
+    assert config.base_lr == 0.5 and config.pre_logits is False
+    assert common.parse_eval_splits(config.eval_splits) == {"val": "test[:10]"}
+    assert config.train_split == "train[:98%]"
+
+
+def test_presets_follow_the_paper():
+    pets = finetune_config.get_config("oxford_iiit_pet")
+    assert (pets.optimizer, pets.batch_size, pets.grad_norm_clip, pets.weight_decay) == ("sgd", 512, 1.0, 0.0)
+    assert (pets.image_size, pets.base_lr, pets.decay_type) == (384, 0.01, "cosine")
+    assert (pets.total_steps, pets.warmup_steps, pets.train_split) == (500, 100, "train[:90%]")
+    assert common.parse_eval_splits(pets.eval_splits) == {"minival": "train[90%:]", "test": "test"}
+    assert (
+        finetune_config.get_config("cifar100").total_steps,
+        finetune_config.get_config("cifar100").warmup_steps,
+    ) == (10_000, 500)
+    assert finetune_config.get_config("imagenet2012").total_steps == 20_000
+    pre = pretrain_config.get_config("imagenet2012")
+    assert (pre.optimizer, pre.batch_size, pre.weight_decay, pre.warmup_steps) == ("adam", 4096, 0.1, 10_000)
+    assert (pre.decay_type, pre.dropout_rate, pre.pre_logits) == ("linear", 0.1, True)
+
+
+def test_model_kwargs_apply_overrides_and_pre_logits():
+    config = pretrain_config.get_config("digits")
+    kwargs = common.model_kwargs(config, num_classes=10)
+    assert kwargs["hidden_size"] == 64 and kwargs["representation_size"] == 64
+    assert kwargs["include_preprocessing"] is False and kwargs["classifier_activation"] is None
+    config.pre_logits = False
+    assert common.model_kwargs(config, 10)["representation_size"] is None

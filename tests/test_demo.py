@@ -1,0 +1,69 @@
+"""trainers.demo: the whole `make demo` pipeline at a tiny step budget, end to end, in-process."""
+import json
+import os
+
+import pytest
+from trainer_cli import scalar_tags
+
+from trainers import demo
+
+STAGES = ("pretrain", "fewshot", "fewshot_random_init", "fewshot_pixels", "finetune", "finetune_10per_class",
+          "scratch", "scratch_10per_class")
+SMALL = dict(pretrain_steps=8, finetune_steps=4, few_finetune_steps=2, seeds=2)
+
+
+@pytest.mark.slow
+def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys):
+    workdir = str(tmp_path / "demo")
+    results = demo.run(workdir, small=True, **SMALL)
+    out = capsys.readouterr().out
+
+    expected = {"pretrain/test_accuracy", "finetune/test_accuracy", "finetune_10per_class/test_accuracy",
+                "scratch/test_accuracy", "scratch_10per_class/test_accuracy"}
+    for probe in ("fewshot", "fewshot_random_init", "fewshot_pixels"):
+        expected |= {f"{probe}/{k}shot_accuracy{s}" for k in (1, 5, 10) for s in ("", "_std")}
+    assert expected <= set(results)
+    for key in expected:
+        assert 0.0 <= results[key] <= 1.0, key
+    # The raw-pixel probe needs no training: on real digits it is far above chance (0.2) even here.
+    assert results["fewshot_pixels/10shot_accuracy"] > 0.7
+    with open(os.path.join(workdir, "results.json")) as f:
+        assert json.load(f) == results
+
+    # Every stage ran the real trainer in its own workdir, with TensorBoard logs.
+    for stage in STAGES:
+        assert os.path.exists(os.path.join(workdir, stage, "results.json")), stage
+    assert os.path.exists(os.path.join(workdir, "pretrain", "model.npz"))
+    pretrain_tags = scalar_tags(os.path.join(workdir, "pretrain", "eval"))
+    assert "test/accuracy" in pretrain_tags and "fewshot/digits_5-9/10shot_accuracy" in pretrain_tags
+    assert "fewshot/10shot_accuracy" in scalar_tags(os.path.join(workdir, "fewshot", "eval"))
+    # The pre-trained probe really used the pre-training run's pre-logits.
+    with open(os.path.join(workdir, "fewshot", "results.json")) as f:
+        probe = json.load(f)
+    assert probe["weights"].endswith(os.path.join("pretrain", "model.npz")) and probe["feature_dim"] == 64
+
+    # One table with every method, and the TensorBoard command.
+    for label in ("linear probe, pre-trained ViT features", "linear probe, raw pixels",
+                  "fine-tune the pre-trained ViT", "same ViT from scratch, same budget"):
+        assert label in out
+    assert f"tensorboard --logdir {workdir}" in out
+
+    # Same command again: every stage resumes as finished and the numbers are the same.
+    again = demo.run(workdir, small=True, **SMALL)
+    assert {k: v for k, v in again.items() if k != "wall_time_s"} == \
+        {k: v for k, v in results.items() if k != "wall_time_s"}
+
+
+def test_other_settings_on_the_same_workdir_are_refused(tmp_path, capsys):
+    workdir = tmp_path / "demo"
+    workdir.mkdir()
+    (workdir / "demo_settings.json").write_text(json.dumps({"pretrain_steps": 1}))
+    assert demo.main(["demo", f"--workdir={workdir}", "--small"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a demo run with other settings" in err and err.count("\n") == 1
+
+
+def test_bad_numbers_are_one_line_errors(tmp_path, capsys):
+    assert demo.main(["demo", f"--workdir={tmp_path / 'd'}", "--pretrain_steps=0"]) == 2
+    assert "--pretrain_steps must be positive" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "d")

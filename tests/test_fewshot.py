@@ -1,0 +1,176 @@
+"""trainers.fewshot: features of frozen models, the evaluator, the command line and its errors."""
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from trainer_cli import make_fake_tfds, read_results, run_cli, scalar_tags
+
+import keras_vit
+from keras_vit import weights as weights_lib
+from trainers import data, features, fewshot, linear_probe
+
+TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+            include_preprocessing=False)
+TINY_FLAGS = ["--model=ViT-Ti_16", "--image_size=8", "--patch_size=4", "--hidden_size=16", "--num_layers=1",
+              "--num_heads=2", "--mlp_dim=32"]
+
+
+def tiny_vit(**overrides):
+    keras.utils.set_random_seed(0)
+    return keras_vit.ViT(**{**TINY, "num_classes": 5, **overrides})
+
+
+@pytest.mark.parametrize("kwargs,dims", [
+    (dict(representation_size=12), 12),  # head + pre-logits: the pre-logits
+    (dict(), 16),  # head only: the class token
+    (dict(classifier="gap"), 16),
+    (dict(include_top=False, pooling="token", representation_size=12), 12),
+])
+def test_representation_is_what_the_head_sees(kwargs, dims):
+    model = tiny_vit(**kwargs)
+    images = np.random.default_rng(0).uniform(-1, 1, (3, 8, 8, 3)).astype("float32")
+    out = np.asarray(features.representation_model(model)(images))
+    assert out.shape == (3, dims)
+    if "representation_size" in kwargs and kwargs.get("include_top", True):
+        expected = model.get_layer("head").input
+        np.testing.assert_allclose(out, keras.Model(model.input, expected)(images), atol=1e-6)
+
+
+def test_extract_features_drops_padding_and_agrees_across_replicas():
+    spec = data.get_spec("digits:5-9")
+    model = tiny_vit(representation_size=12)
+    x1, y1 = fewshot.extract_features(model, spec, "test", image_size=8, batch_size=64)
+    assert x1.shape == (spec.num_examples["test"], 12) and len(y1) == len(x1)
+    assert set(np.unique(y1)) == set(range(5))
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    x2, y2 = fewshot.extract_features(model, spec, "test", image_size=8, batch_size=64, strategy=mirrored)
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_allclose(x1, x2, atol=1e-5)
+
+
+def test_evaluator_on_pixels_reports_every_shot_above_chance():
+    evaluator = fewshot.FewShotEvaluator(["digits:5-9"], image_size=8, batch_size=128, shots="1,5,10",
+                                         seeds=2)
+    results = evaluator.evaluate(fewshot.PIXELS)
+    assert sorted(results) == sorted(f"fewshot/digits_5-9/{k}shot_accuracy{s}" for k in (1, 5, 10)
+                                     for s in ("", "_std"))
+    assert results["fewshot/digits_5-9/1shot_accuracy"] > 0.4  # chance is 0.2
+    assert results["fewshot/digits_5-9/10shot_accuracy"] > 0.8
+    # Features are cached; a second call gives the same numbers.
+    assert evaluator.evaluate(fewshot.PIXELS) == results
+
+
+def test_evaluator_follows_a_model_that_keeps_training():
+    model = tiny_vit(representation_size=12)
+    evaluator = fewshot.FewShotEvaluator("digits:5-9", image_size=8, batch_size=128, shots=(2,), seeds=1)
+    before = evaluator.evaluate(model)
+    model.get_layer("pre_logits").kernel.assign(-model.get_layer("pre_logits").kernel)
+    model.get_layer("embedding").kernel.assign(model.get_layer("embedding").kernel * 3.0)
+    after = evaluator.evaluate(model)
+    assert before.keys() == after.keys()
+    assert before != after  # the new weights were used, not stale cached features
+
+
+def test_sweep_and_too_many_shots(tmp_path):
+    evaluator = fewshot.FewShotEvaluator("digits:5-9", image_size=8, batch_size=128, shots=(5,), seeds=1,
+                                         l2_reg="sweep")
+    results = evaluator.evaluate(fewshot.PIXELS)
+    assert results["fewshot/digits_5-9/5shot_accuracy"] > 0.6
+    assert evaluator.l2_used[("digits_5-9", 5)] in linear_probe.L2_SWEEP
+    too_many = fewshot.FewShotEvaluator("digits:5-9", image_size=8, batch_size=128, shots=(1, 500), seeds=1)
+    with pytest.raises(fewshot.FewShotError, match="500-shot .* use --shots no larger than 1[0-9][0-9]"):
+        too_many.evaluate(fewshot.PIXELS)
+
+
+def run_main(argv, capsys):
+    code = fewshot.main(["fewshot", *argv])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--dataset=digits:5-9", "--model=pixels", "--shots=1,500"], "500-shot needs 500 examples"),
+    (["--dataset=no_such_dataset_xyz", "--model=pixels"], "no_such_dataset_xyz"),
+    (["--dataset=digits:5-9", "--model=ViT-Q_99"], "unknown --model 'ViT-Q_99'"),
+    (["--dataset=digits:5-9", "--model=pixels", "--l2_reg=-1"], "--l2_reg must be a positive number"),
+    (["--dataset=digits:5-9", "--model=pixels", "--shots=a,b"], "--shots must be comma-separated"),
+])
+def test_errors_are_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    workdir = tmp_path / "run"
+    code, err = run_main(argv + [f"--workdir={workdir}", "--image_size=8"], capsys)
+    assert code == 2
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not os.path.exists(workdir / "results.json")
+
+
+def test_checkpoint_of_another_variant_is_a_one_line_error(tmp_path, capsys):
+    other = tiny_vit(hidden_size=24, representation_size=24)
+    path = str(tmp_path / "other.npz")
+    weights_lib.save_npz(other, path)
+    code, err = run_main(["--dataset=digits:5-9", *TINY_FLAGS, f"--weights={path}",
+                          f"--workdir={tmp_path / 'run'}"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "ViT-Ti_16" in err and "does not fit this model" in err and "hidden_size=24" in err
+
+
+def test_probes_of_pretrained_npz_use_its_pre_logits(tmp_path):
+    model = tiny_vit(representation_size=12)
+    path = str(tmp_path / "model.npz")
+    weights_lib.save_npz(model, path)
+    config = fewshot.get_config("digits:5-9")
+    config.update(dict(zip(("model", "image_size", "patch_size", "hidden_size", "num_layers", "num_heads",
+                            "mlp_dim"), ("ViT-Ti_16", 8, 4, 16, 1, 2, 32))))
+    config.update(weights=path, pre_logits=False, shots="1,3", seeds=2, workdir=str(tmp_path / "run"))
+    results = fewshot.run(config)
+    assert results["feature_dim"] == 12  # the file's pre-logits, not the 16-dim class token
+    assert {"1shot_accuracy", "3shot_accuracy_std"} <= set(results)
+    config.l2_reg = "sweep"
+    config.workdir = str(tmp_path / "sweep")
+    assert fewshot.run(config)["3shot_l2_reg"] in linear_probe.L2_SWEEP
+
+
+@pytest.fixture(scope="module")
+def cifar10_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tfds")
+    make_fake_tfds(path, "cifar10", per_class=12, test_per_class=8)
+    return str(path)
+
+
+@pytest.mark.slow
+def test_cli_on_tfds_data_with_a_trained_model(cifar10_dir, tmp_path):
+    from trainers import finetune
+
+    train = finetune.get_config("cifar10")
+    for flag in TINY_FLAGS:
+        name, value = flag[2:].split("=")
+        train[name] = type(train[name])(value)
+    train.update(data_dir=cifar10_dir, workdir=str(tmp_path / "train"), weights="none", total_steps=60,
+                 warmup_steps=5, batch_size=40, base_lr=0.05, steps_per_loop=20, eval_every=0,
+                 checkpoint_every=0, train_split="train", eval_splits="test=test", jit_compile="false")
+    finetune.run(train)
+
+    workdir = tmp_path / "fewshot"
+    proc = run_cli("fewshot", ["--dataset=cifar10", f"--data_dir={cifar10_dir}", *TINY_FLAGS,
+                               f"--weights={tmp_path / 'train' / 'model.npz'}", "--shots=1,2,5,10",
+                               "--seeds=3", "--batch_size=32", f"--workdir={workdir}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = read_results(workdir)
+    for k in (1, 2, 5, 10):
+        assert 0 <= results[f"{k}shot_accuracy_std"] < 0.5
+        assert results[f"{k}shot_accuracy"] > 0.1  # chance
+    assert results["10shot_accuracy"] > 0.3
+    assert results["test_examples"] == 80 and results["train_examples"] == 120
+    tags = scalar_tags(workdir / "eval")
+    assert {"fewshot/1shot_accuracy", "fewshot/10shot_accuracy", "fewshot/accuracy_by_shots"} <= set(tags)
+    assert [step for step, _ in tags["fewshot/accuracy_by_shots"]] == [1, 2, 5, 10]
+    with open(workdir / "config.json") as f:
+        assert json.load(f)["shots"] == "1,2,5,10"
+
+    # The real command line reports bad input as one line, exit code 2, nothing written.
+    bad = run_cli("fewshot", ["--dataset=cifar10", f"--data_dir={cifar10_dir}", "--model=pixels",
+                              "--image_size=8", "--shots=13", f"--workdir={tmp_path / 'bad'}"])
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "13-shot needs 13 examples" in bad.stderr.strip().splitlines()[-1]
+    assert not os.path.exists(tmp_path / "bad" / "results.json")

@@ -1,0 +1,146 @@
+"""trainers.loop: the compiled distributed step, schedules and optimizers (in-process)."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainers import loop
+
+GLOBAL_BATCH = 8
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 8)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32") + (x[:, 1] > 0).astype("int32")
+    return x, y
+
+
+def _run(
+    replicas=1,
+    accum_steps=1,
+    clip=0.05,
+    precision="float32",
+    base_lr=0.1,
+    optimizer="sgd",
+    weight_decay=0.0,
+    steps=(2, 2, 2),
+):
+    """Trains a small MLP; returns (per-call outputs, eval metrics, final weights, step)."""
+    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
+    keras.utils.set_random_seed(0)
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        with strategy.scope():
+            inputs = keras.Input((8,))
+            hidden = keras.layers.Dense(16, activation="relu")(inputs)
+            model = keras.Model(inputs, keras.layers.Dense(3, dtype="float32")(hidden))
+            schedule = loop.WarmupDecay(base_lr, total_steps=sum(steps), warmup_steps=2)
+            opt = loop.make_optimizer(
+                optimizer, schedule, weight_decay=weight_decay, loss_scaling=precision == "mixed_float16"
+            )
+            trainer = loop.Trainer(
+                strategy=strategy,
+                model=model,
+                optimizer=opt,
+                global_batch_size=GLOBAL_BATCH,
+                accum_steps=accum_steps,
+                grad_norm_clip=clip,
+            )
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    x, y = _data()
+    train = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(train))
+    outs = [trainer.train(iterator, n) for n in steps]
+    weights = np.ones(len(x), "float32")
+    weights[-5:] = 0.0  # padding rows must not count
+    evaluation = tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(GLOBAL_BATCH)
+    metrics = trainer.evaluate(strategy.experimental_distribute_dataset(evaluation))
+    return outs, metrics, [w.copy() for w in model.get_weights()], int(trainer.step.numpy())
+
+
+def test_two_replicas_match_one_with_binding_clip():
+    one = _run(replicas=1)
+    two = _run(replicas=2)
+    # The clip (0.05) is below every gradient norm, so a per-replica clip would differ.
+    assert all(o["grad_norm"] > 0.05 for o in one[0])
+    for a, b in zip(one[0], two[0]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+    for a, b in zip(one[2], two[2]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert one[3] == two[3] == 6
+    assert one[1]["examples"] == two[1]["examples"] == 59
+
+
+def test_clipping_changes_the_update():
+    clipped = _run(clip=0.05)[2]
+    unclipped = _run(clip=0)[2]
+    assert not np.allclose(clipped[0], unclipped[0])
+
+
+def test_gradient_accumulation_equals_the_full_batch():
+    full = _run(replicas=2)
+    accumulated = _run(replicas=2, accum_steps=2)
+    for a, b in zip(full[2], accumulated[2]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert full[0][-1]["loss"] == pytest.approx(accumulated[0][-1]["loss"], rel=1e-5)
+
+
+def test_eval_ignores_padding_weights():
+    _, metrics, _, _ = _run()
+    assert metrics["examples"] == 59
+    assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["loss"] > 0
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_trains_close_to_float32(precision):
+    reference = _run(replicas=2)
+    mixed = _run(replicas=2, precision=precision)
+    assert all(o["finite"] for o in mixed[0])
+    assert mixed[0][-1]["loss"] == pytest.approx(reference[0][-1]["loss"], rel=0.02)
+
+
+def test_adamw_decays_weights():
+    plain = _run(optimizer="adam", base_lr=0.01, clip=0)[2]
+    decayed = _run(optimizer="adam", base_lr=0.01, clip=0, weight_decay=0.5)[2]
+    assert np.abs(decayed[0]).sum() < np.abs(plain[0]).sum()
+
+
+def test_huge_learning_rate_is_reported_as_non_finite():
+    outs = _run(base_lr=1e38, clip=0, steps=(2, 2, 2))[0]
+    assert not all(o["finite"] for o in outs)
+
+
+def test_batch_not_divisible_is_refused():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+        opt = loop.make_optimizer("sgd", 0.1)
+        with pytest.raises(ValueError, match="not divisible"):
+            loop.Trainer(strategy=strategy, model=model, optimizer=opt, global_batch_size=6, accum_steps=2)
+
+
+def test_warmup_then_cosine_and_linear():
+    cosine = loop.WarmupDecay(1.0, total_steps=110, warmup_steps=10, decay_type="cosine")
+    linear = loop.WarmupDecay(1.0, total_steps=110, warmup_steps=10, decay_type="linear", linear_end=0.0)
+    # The optimizer passes its 0-based iteration; step i + 1 is being taken.
+    assert float(cosine(0)) == pytest.approx(0.1)
+    assert float(cosine(9)) == pytest.approx(1.0)
+    assert float(cosine(59)) == pytest.approx(0.5, abs=1e-6)
+    assert float(cosine(109)) == pytest.approx(0.0, abs=1e-6)
+    assert float(linear(59)) == pytest.approx(0.5, abs=1e-6)
+    assert float(linear(34)) == pytest.approx(0.75, abs=1e-6)
+    restored = loop.WarmupDecay.from_config(cosine.get_config())
+    assert float(restored(30)) == pytest.approx(float(cosine(30)))
+    assert float(cosine(30)) == pytest.approx(0.5 * (1 + math.cos(math.pi * 21 / 100)))
+
+
+def test_schedule_rejects_unknown_decay():
+    with pytest.raises(ValueError, match="decay_type"):
+        loop.WarmupDecay(1.0, 10, decay_type="step")

@@ -1,0 +1,122 @@
+"""Helpers for the trainer command-line tests: fake TFDS data, a tiny ViT, subprocess runs."""
+
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAKE_TFDS = os.path.join(os.path.dirname(ROOT), "shared", "tools", "fake_tfds.py")
+
+# A ViT small enough to train in seconds on 2 CPU cores: 16 patches of 8x8, width 32, 1 block.
+TINY_MODEL = [
+    "--model=ViT-Ti_16",
+    "--weights=none",
+    "--image_size=32",
+    "--patch_size=8",
+    "--hidden_size=32",
+    "--num_layers=1",
+    "--num_heads=2",
+    "--mlp_dim=64",
+]
+
+
+def make_fake_tfds(data_dir, dataset, per_class, test_per_class):
+    subprocess.run(
+        [
+            sys.executable,
+            FAKE_TFDS,
+            "--dataset",
+            dataset,
+            "--data_dir",
+            str(data_dir),
+            "--per_class",
+            str(per_class),
+            "--test_per_class",
+            str(test_per_class),
+        ],
+        check=True,
+        capture_output=True,
+        env=_env(),
+    )
+
+
+def _env(extra=None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("KERAS_BACKEND", "tensorflow")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env.pop("TF_CONFIG", None)
+    env.update(extra or {})
+    return env
+
+
+def command(module, args):
+    return [sys.executable, "-m", f"trainers.{module}", *args]
+
+
+def run_cli(module, args, env=None, timeout=300):
+    """Runs `python -m trainers.<module> args`; returns the CompletedProcess (text output)."""
+    return subprocess.run(
+        command(module, args), cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start_cli(module, args, env=None, log_path=None):
+    """Starts the trainer in the background with its output going to log_path."""
+    log = open(log_path, "w") if log_path else subprocess.DEVNULL
+    return subprocess.Popen(
+        command(module, args), cwd=ROOT, env=_env(env), stdout=log, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def read_results(workdir):
+    with open(os.path.join(workdir, "results.json")) as f:
+        return json.load(f)
+
+
+def scalar_tags(logdir):
+    """{tag: [(step, value), ...]} from every event file under logdir."""
+    tags = {}
+    for path in sorted(glob.glob(os.path.join(str(logdir), "events.out.tfevents.*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "scalars" or value.HasField("simple_value"):
+                    number = (
+                        value.simple_value
+                        if value.HasField("simple_value")
+                        else float(tf.make_ndarray(value.tensor))
+                    )
+                    tags.setdefault(value.tag, []).append((event.step, number))
+    return tags
+
+
+def plugin_tags(logdir, plugin):
+    found = set()
+    for path in glob.glob(os.path.join(str(logdir), "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == plugin:
+                    found.add(value.tag)
+    return found
+
+
+def checkpoint_steps(workdir):
+    return sorted(
+        int(p.rsplit("-", 1)[1].split(".")[0])
+        for p in glob.glob(os.path.join(str(workdir), "checkpoints", "ckpt-*.index"))
+    )

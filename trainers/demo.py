@@ -1,0 +1,226 @@
+"""The paper's story in miniature, on real data, on a CPU: `make demo`.
+
+    python -m trainers.demo --workdir=runs/demo
+
+Upstream, a small ViT is pre-trained on the UCI handwritten digits 0-4 (scikit-learn's 8x8
+scans, upsampled). Downstream, on the digits 5-9 it has never seen:
+  * 1-, 5- and 10-shot linear probes of its frozen pre-logits, against the same probes of a
+    randomly initialised ViT's features and of the raw pixels;
+  * fine-tuning from the pre-trained weights, with all training images and with 10 per class,
+    against the same ViT trained from scratch with the same budget.
+Every stage is a run of the trainers users run (trainers.pretrain, trainers.finetune,
+trainers.fewshot, through their run(config)), each in its own WORKDIR/<stage> with its
+TensorBoard logs. The table is printed and WORKDIR/results.json gets every number.
+Re-running the same command resumes (finished stages are not redone).
+"""
+
+import json
+import os
+import sys
+import time
+
+from absl import flags
+
+from configs import fewshot as fewshot_config
+from configs import finetune as finetune_config
+from configs import pretrain as pretrain_config
+from trainers import common
+
+UPSTREAM, DOWNSTREAM = "digits:0-4", "digits:5-9"
+SHOTS = (1, 5, 10)
+FEW_PER_CLASS = 10
+
+# The model: 8x8 digits upsampled to 16x16, 4x4 patches (16 tokens + class token).
+ARCHITECTURE = dict(model="ViT-Ti_16", image_size=16, patch_size=4, hidden_size=64, num_layers=4, num_heads=4,
+                    mlp_dim=128, classifier="token")
+# Step budgets (batch 64), measured to fit the 10-minute `make demo` on 2 CPU cores.
+FULL = dict(pretrain_steps=2400, finetune_steps=1500, few_finetune_steps=200, seeds=5)
+# --small: the whole pipeline end to end in well under a minute of training.
+SMALL = dict(pretrain_steps=40, finetune_steps=20, few_finetune_steps=10, seeds=2)
+
+
+def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps, seeds, jit_compile="false"):
+    """{stage name: (trainer module name, config)} in the order they run."""
+    pretrained = os.path.join(workdir, "pretrain", "model.npz")
+    stages = {}
+
+    pre = pretrain_config.get_config("digits")
+    pre.update(ARCHITECTURE)
+    pre.update(dataset=UPSTREAM, workdir=os.path.join(workdir, "pretrain"), pre_logits=True,
+               total_steps=pretrain_steps, warmup_steps=max(1, pretrain_steps // 10), base_lr=2e-3,
+               weight_decay=0.1, batch_size=64, steps_per_loop=_loop(pretrain_steps),
+               eval_every=_every(pretrain_steps), checkpoint_every=_every(pretrain_steps),
+               fewshot_datasets=DOWNSTREAM, fewshot_every=_every(pretrain_steps),
+               fewshot_shots=",".join(map(str, SHOTS)), fewshot_seeds=seeds, jit_compile=jit_compile)
+    stages["pretrain"] = ("pretrain", pre)
+
+    for name, weights, model in (("fewshot", pretrained, ARCHITECTURE["model"]),
+                                 ("fewshot_random_init", "none", ARCHITECTURE["model"]),
+                                 ("fewshot_pixels", "none", "pixels")):
+        fs = fewshot_config.get_config(DOWNSTREAM)
+        fs.update(ARCHITECTURE)
+        fs.update(dataset=DOWNSTREAM, workdir=os.path.join(workdir, name), weights=weights,
+                  pre_logits=weights == "none", shots=",".join(map(str, SHOTS)), seeds=seeds)
+        if model == "pixels":
+            fs.update(model="pixels", image_size=8)  # the scans' own 8x8 pixels, no resampling
+        stages[name] = ("fewshot", fs)
+
+    for name, weights, per_class, steps in (
+            ("finetune", pretrained, 0, finetune_steps),
+            ("finetune_10per_class", pretrained, FEW_PER_CLASS, few_finetune_steps),
+            ("scratch", "none", 0, finetune_steps),
+            ("scratch_10per_class", "none", FEW_PER_CLASS, few_finetune_steps)):
+        ft = finetune_config.get_config("digits")
+        ft.update(ARCHITECTURE)
+        ft.update(dataset=DOWNSTREAM, workdir=os.path.join(workdir, name), weights=weights,
+                  examples_per_class=per_class, total_steps=steps, warmup_steps=max(1, steps // 10),
+                  batch_size=64 if not per_class else 50, base_lr=0.03, steps_per_loop=_loop(steps),
+                  eval_every=_every(steps), checkpoint_every=_every(steps), jit_compile=jit_compile)
+        stages[name] = ("finetune", ft)
+    return stages
+
+
+def _every(steps):
+    return max(1, steps // 4)
+
+
+def _loop(steps):
+    return max(1, min(50, steps // 4))
+
+
+def run_stage(trainer, config):
+    if trainer == "pretrain":
+        from trainers import pretrain as module
+    elif trainer == "finetune":
+        from trainers import finetune as module
+    else:
+        from trainers import fewshot as module
+    return module.run(config)
+
+
+def collect(stage_results):
+    """The demo's results.json: stage/metric -> number."""
+    results = {}
+    for name, result in stage_results.items():
+        if name.startswith("fewshot"):
+            for k in SHOTS:
+                results[f"{name}/{k}shot_accuracy"] = result[f"{k}shot_accuracy"]
+                results[f"{name}/{k}shot_accuracy_std"] = result[f"{k}shot_accuracy_std"]
+        else:
+            results[f"{name}/test_accuracy"] = result["eval"]["test"]["accuracy"]
+    return results
+
+
+def table(results, settings, seconds):
+    """The printed summary: one row per method, one column per amount of downstream data."""
+    def cell(key):
+        if key not in results:
+            return f"{'':>13}"
+        std = results.get(key.replace("accuracy", "accuracy_std"))
+        return f"{results[key]:>7.3f} ± {std:.3f}" if std is not None else f"{results[key]:>13.3f}"
+
+    head = f"{'downstream: digits 5-9':<44}" + "".join(f"{f'{k}-shot':>13}" for k in SHOTS) + \
+        f"{f'{FEW_PER_CLASS}/class':>13}{'all images':>13}"
+    rows = [
+        ("linear probe, pre-trained ViT features", "fewshot", None),
+        ("linear probe, random-init ViT features", "fewshot_random_init", None),
+        ("linear probe, raw pixels", "fewshot_pixels", None),
+        ("fine-tune the pre-trained ViT", None, "finetune"),
+        ("same ViT from scratch, same budget", None, "scratch"),
+    ]
+    upstream = results["pretrain/test_accuracy"]
+    lines = [f"upstream: ViT pre-trained on digits 0-4, test accuracy {upstream:.3f}",
+             "", head, "-" * len(head)]
+    for label, probe, train in rows:
+        cells = [cell(f"{probe}/{k}shot_accuracy") if probe else " " * 13 for k in SHOTS]
+        cells += [cell(f"{train}_{FEW_PER_CLASS}per_class/test_accuracy"), cell(f"{train}/test_accuracy")] \
+            if train else [" " * 13] * 2
+        lines.append(f"{label:<44}" + "".join(cells))
+    lines += ["", f"probes: mean ± std over {settings['seeds']} draws of the k examples per class; "
+              f"fine-tuning: {settings['finetune_steps']} steps (all images), "
+              f"{settings['few_finetune_steps']} steps ({FEW_PER_CLASS}/class); "
+              f"pre-training: {settings['pretrain_steps']} steps; total {seconds / 60:.1f} min"]
+    return "\n".join(lines)
+
+
+def run(workdir, *, small=False, **overrides):
+    """Runs every stage (resuming finished ones), writes WORKDIR/results.json, returns it."""
+    settings = dict(SMALL if small else FULL)
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    for name, value in settings.items():
+        if int(value) <= 0:
+            raise common.UsageError(f"--{name} must be positive, got {value}.")
+    _check_workdir(workdir, settings)
+    start = time.time()
+    stage_results = {}
+    for name, (trainer, config) in stage_configs(workdir, **settings).items():
+        print(f"\n=== {name}: python -m trainers.{trainer} (workdir {config.workdir}) ===", flush=True)
+        tick = time.time()
+        stage_results[name] = run_stage(trainer, config)
+        print(f"=== {name} done in {time.time() - tick:.0f} s ===", flush=True)
+    results = collect(stage_results)
+    seconds = time.time() - start
+    results["wall_time_s"] = round(seconds, 1)
+    common.write_atomic(os.path.join(workdir, "results.json"),
+                        json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print("\n" + table(results, settings, seconds))
+    print(f"\nresults: {os.path.join(workdir, 'results.json')}\n"
+          f"TensorBoard: tensorboard --logdir {workdir}", flush=True)
+    return results
+
+
+def _check_workdir(workdir, settings):
+    """A workdir holds one demo configuration; resuming with other settings would mix runs."""
+    path = os.path.join(workdir, "demo_settings.json")
+    wanted = dict(settings, architecture=ARCHITECTURE)
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise common.UsageError(f"--workdir {workdir!r} exists and is not a directory.")
+    if os.path.exists(path):
+        with open(path) as f:
+            found = json.load(f)
+        if found != json.loads(json.dumps(wanted)):
+            raise common.UsageError(f"{workdir} holds a demo run with other settings ({path}); "
+                                    "remove it or choose another --workdir.")
+        return
+    os.makedirs(workdir, exist_ok=True)
+    common.write_atomic(path, json.dumps(wanted, indent=2, sort_keys=True) + "\n")
+
+
+def _flags():
+    values = flags.FlagValues()
+    flags.DEFINE_string("workdir", "runs/demo", "where every stage's run, the logs and results.json go",
+                        flag_values=values)
+    flags.DEFINE_bool("small", False, "a tiny step budget: checks the whole pipeline in about a minute",
+                      flag_values=values)
+    flags.DEFINE_integer("pretrain_steps", None, "upstream steps (default 2400; --small 40)",
+                         flag_values=values)
+    flags.DEFINE_integer("finetune_steps", None, "downstream steps with all images", flag_values=values)
+    flags.DEFINE_integer("few_finetune_steps", None, "downstream steps with 10 images per class",
+                         flag_values=values)
+    flags.DEFINE_integer("seeds", None, "draws of the k-shot examples per probe", flag_values=values)
+    return values
+
+
+def main(argv=None):
+    from trainers import data, distribute
+
+    argv = sys.argv if argv is None else argv
+    values = _flags()
+    try:
+        rest = values(argv)
+        if len(rest) > 1:
+            raise common.UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
+        run(values.workdir, small=values.small, pretrain_steps=values.pretrain_steps,
+            finetune_steps=values.finetune_steps, few_finetune_steps=values.few_finetune_steps,
+            seeds=values.seeds)
+    except (flags.Error, common.UsageError, data.DatasetError, distribute.StrategyError) as e:
+        print(f"demo: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    except common.TrainingError as e:
+        print(f"demo: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Frozen representations for linear probes: which tensor of a ViT is "the feature", and
+computing it over a whole split with any tf.distribute strategy.
+
+The feature is what the head sees: the tanh pre-logits when the model has a representation
+layer, else the pooled output of the encoder (the class token, or the mean of the patch tokens
+for classifier "gap"). "pixels" is the raw-image baseline: the resized image, flattened.
+"""
+import keras
+import numpy as np
+import tensorflow as tf
+
+from trainers import data
+
+PIXELS = "pixels"
+
+
+class IncompatibleModelError(ValueError):
+    """The model cannot give a representation (shown as a one-line message)."""
+
+
+def representation_model(model):
+    """A keras.Model from the model's input to its representation (B, D), sharing its weights.
+
+    Models built with include_top=False and a pooling already output it; otherwise the
+    sub-model ends at the input of the head, which is the pre-logits output when the model
+    has them and the pooled encoder output when not.
+    """
+    if hasattr(model, "representation_model"):
+        return model.representation_model()
+    if len(model.outputs) == 1 and len(model.outputs[0].shape) == 2 and not _has_layer(model, "head"):
+        return model
+    for name in ("head", "pre_logits"):
+        if _has_layer(model, name):
+            layer = model.get_layer(name)
+            tensor = layer.input if name == "head" else layer.output
+            return keras.Model(model.inputs, tensor, name=f"{model.name}_representation")
+    if _has_layer(model, "encoder_norm"):
+        tokens = model.get_layer("encoder_norm").output
+        classifier = getattr(model, "config", {}).get("classifier", "token") if hasattr(model, "config") \
+            else "token"
+        pooled = keras.ops.mean(tokens[:, 1:], axis=1) if classifier == "gap" else tokens[:, 0]
+        return keras.Model(model.inputs, pooled, name=f"{model.name}_representation")
+    raise IncompatibleModelError(
+        f"model {model.name!r} has no 'head', 'pre_logits' or 'encoder_norm' layer and does not output "
+        f"a pooled (batch, dims) representation; build it with include_top=False and pooling='token'")
+
+
+def _has_layer(model, name):
+    try:
+        model.get_layer(name)
+        return True
+    except ValueError:
+        return False
+
+
+class FeatureExtractor:
+    """Computes the representation of every example of a split, dropping the padding.
+
+    Built once per model (the compiled step is reused on every call, so calling it again after
+    more training steps costs no retracing).
+    """
+
+    def __init__(self, model, strategy=None):
+        self.strategy = strategy or tf.distribute.get_strategy()
+        if isinstance(model, str):
+            if model != PIXELS:
+                raise IncompatibleModelError(f"unknown feature mode {model!r}; pass a model or {PIXELS!r}")
+            self._forward = lambda images: tf.reshape(images, [tf.shape(images)[0], -1])
+        else:
+            represent = representation_model(model)
+            self._forward = lambda images: represent(images, training=False)
+
+        def replica_step(images, labels, weights):
+            return tf.cast(self._forward(images), tf.float32), labels, weights
+
+        @tf.function
+        def step(batch):
+            out = self.strategy.run(replica_step, args=tuple(batch))
+            # gather: the global batch on every host, so multi-worker and TPU pods agree.
+            return tuple(self.strategy.gather(t, axis=0) for t in out)
+
+        self._step = step
+
+    def __call__(self, spec, split, *, image_size, batch_size):
+        """(features float32 (n, d), labels int64 (n,)) of the whole `split`, in the split's order."""
+        input_fn = data.make_input_fn(spec, split, image_size=image_size, global_batch_size=batch_size,
+                                      training=False)
+        dataset = data.distribute(self.strategy, input_fn)
+        features, labels = [], []
+        for batch in dataset:
+            f, y, w = (t.numpy() for t in self._step(batch))
+            keep = w > 0
+            features.append(f[keep])
+            labels.append(y[keep])
+        if not features:
+            raise data.DatasetError(f"split {split!r} of {spec.name} is empty")
+        return np.concatenate(features), np.concatenate(labels).astype(np.int64)
+
+
+def extract_features(model, spec, split, *, image_size, batch_size, strategy=None):
+    """(features, labels) of `split` under the frozen `model` (or PIXELS)."""
+    return FeatureExtractor(model, strategy)(spec, split, image_size=image_size, batch_size=batch_size)

@@ -1,0 +1,162 @@
+"""Few-shot linear probes of a frozen model: the paper's measure of a representation.
+
+    python -m trainers.fewshot --dataset=cifar10 --model=ViT-B_16 --weights=imagenet21k --workdir=/tmp/fs
+    python -m trainers.fewshot --dataset=digits:5-9 --model=pixels --image_size=8 --workdir=/tmp/px
+
+For every k in --shots and every one of --seeds draws: k training images per class, their
+features (pre-logits if the model has them, else the pooled token; or raw pixels with
+--model=pixels) whitened with the k-shot set's statistics, a closed-form ridge regression onto
+{-1, 1}^K, accuracy on the test split. Features are computed once per split. Writes
+WORKDIR/results.json ({k}shot_accuracy, {k}shot_accuracy_std) and TensorBoard scalars under
+WORKDIR/eval. Defaults: configs/fewshot.py; every flag overrides.
+"""
+
+import json
+import os
+import sys
+import time
+
+from configs import fewshot as fewshot_config
+from trainers import common
+from trainers.features import PIXELS, IncompatibleModelError, extract_features  # noqa: F401 (public API)
+from trainers.fewshot_evaluator import FewShotEvaluator, parse_l2_reg, parse_shots
+from trainers.linear_probe import FewShotError, fit_ridge, sample_k_per_class  # noqa: F401 (public API)
+
+common.HELP.update({
+    "test_split": "split the probes are scored on",
+    "shots": "comma-separated training examples per class, e.g. 1,5,10,25",
+    "seeds": "random draws of the k-shot training set per shot count (mean and std reported)",
+    "l2_reg": "ridge regulariser: a positive number (default 2^10) or 'sweep' (chosen on held-out train)",
+})
+common.HELP["model"] = common.HELP["model"] + ", or pixels (raw pixels as features)"
+common.HELP["batch_size"] = "global batch size of the feature extraction"
+
+
+def get_config(dataset="cifar10"):
+    return fewshot_config.get_config(dataset)
+
+
+def validate(config):
+    """Checks that need only the config; raises UsageError/FewShotError before anything runs."""
+    import keras_vit
+
+    if not config.dataset:
+        raise common.UsageError("--dataset is required (a TFDS name, folder:PATH or digits).")
+    if not config.workdir:
+        raise common.UsageError("--workdir is required (where results.json and the logs go).")
+    if config.model != PIXELS and config.model not in keras_vit.VARIANTS:
+        raise common.UsageError(
+            f"unknown --model {config.model!r}; known: {PIXELS}, {', '.join(keras_vit.VARIANTS)}.")
+    for name in ("batch_size", "image_size", "seeds"):
+        if config[name] <= 0:
+            raise common.UsageError(f"--{name} must be positive, got {config[name]}.")
+    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "cpu_devices"):
+        if config[name] < 0:
+            raise common.UsageError(f"--{name} must not be negative, got {config[name]}.")
+    for name, values in common.CHOICES.items():
+        if name in config and config[name] not in values:
+            raise common.UsageError(f"--{name} must be one of {', '.join(values)}, got {config[name]!r}.")
+    parse_shots(config.shots)
+    parse_l2_reg(config.l2_reg)
+    if os.path.exists(config.workdir) and not os.path.isdir(config.workdir):
+        raise common.UsageError(f"--workdir {config.workdir!r} exists and is not a directory.")
+
+
+def build_feature_model(config, num_classes):
+    """The frozen model whose representation is probed (PIXELS for the raw-pixel baseline).
+
+    Unlike fine-tuning, a pre-logits layer in the weights file is kept: it is the
+    representation the paper probes.
+    """
+    if config.model == PIXELS:
+        return PIXELS
+    import keras
+
+    keras.utils.set_random_seed(config.seed)
+    if config.pre_logits or common.weights_arg(config) is None:
+        return common.build_model(config, num_classes)
+    import keras_vit
+
+    # Build with the file's representation_size: common.model_kwargs would drop the pre-logits.
+    weights = common.weights_arg(config)
+    if not os.path.exists(weights) and weights not in _registry():
+        raise common.UsageError(f"--weights {weights!r}: no such file (a registry name, a path or none).")
+    kwargs = common.model_kwargs(config, num_classes)
+    kwargs.pop("representation_size")
+    try:
+        return keras_vit.create_model(config.model, weights=weights, **kwargs)
+    except (ValueError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise common.UsageError(f"cannot use the features of {config.model} with --weights={config.weights}: "
+                                f"{first}") from None
+
+
+def _registry():
+    from keras_vit import checkpoints
+
+    return checkpoints.REGISTRY
+
+
+def run(config):
+    """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict."""
+    import tensorflow as tf
+
+    from trainers import distribute
+
+    validate(config)
+    strategy = distribute.create_strategy(config.strategy, tpu=config.tpu or None,
+                                          cpu_devices=config.cpu_devices or 1)
+    if config.batch_size % strategy.num_replicas_in_sync:
+        raise common.UsageError(f"--batch_size {config.batch_size} is not divisible by "
+                                f"{strategy.num_replicas_in_sync} replicas.")
+    start = time.time()
+    evaluator = FewShotEvaluator({"data": config.dataset}, data_dir=config.data_dir or None,
+                                 image_size=config.image_size, batch_size=config.batch_size,
+                                 shots=config.shots, seeds=config.seeds, l2_reg=config.l2_reg,
+                                 strategy=strategy, train_split=config.train_split,
+                                 test_split=config.test_split)
+    spec = evaluator.specs["data"]
+    with strategy.scope():
+        model = build_feature_model(config, spec.num_classes)
+        scores = evaluator.evaluate(model)
+
+    results = {"dataset": config.dataset, "model": config.model, "weights": config.weights,
+               "shots": list(evaluator.shots), "seeds": evaluator.seeds,
+               "wall_time_s": round(time.time() - start, 2)}
+    for k in evaluator.shots:
+        results[f"{k}shot_accuracy"] = scores[f"fewshot/data/{k}shot_accuracy"]
+        results[f"{k}shot_accuracy_std"] = scores[f"fewshot/data/{k}shot_accuracy_std"]
+        results[f"{k}shot_l2_reg"] = evaluator.l2_used[("data", k)]
+    results.update(evaluator.stats["data"])
+
+    os.makedirs(config.workdir, exist_ok=True)
+    common.write_atomic(os.path.join(config.workdir, "config.json"), common.config_to_json(config) + "\n")
+    writer = tf.summary.create_file_writer(os.path.join(config.workdir, "eval"))
+    with writer.as_default():
+        for k in evaluator.shots:
+            tf.summary.scalar(f"fewshot/{k}shot_accuracy", results[f"{k}shot_accuracy"], step=0)
+            # One curve over k: accuracy against the number of examples per class.
+            tf.summary.scalar("fewshot/accuracy_by_shots", results[f"{k}shot_accuracy"], step=k)
+    writer.flush()
+    common.write_atomic(os.path.join(config.workdir, "results.json"),
+                        json.dumps(results, indent=2, sort_keys=True) + "\n")
+    for k in evaluator.shots:
+        print(f"{k}-shot accuracy {results[f'{k}shot_accuracy']:.4f} "
+              f"+- {results[f'{k}shot_accuracy_std']:.4f}  (l2 {results[f'{k}shot_l2_reg']:g})", flush=True)
+    return results
+
+
+def _run_cli(config):
+    """run() with the probe's own input errors reported like every other usage error."""
+    try:
+        return run(config)
+    except (FewShotError, IncompatibleModelError) as e:
+        raise common.UsageError(str(e)) from None
+
+
+def main(argv=None):
+    return common.cli(_run_cli, get_config, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
