@@ -16,7 +16,9 @@ def base_config():
     c.manual_dir = ""  # where manually downloaded archives are (imagenet2012)
     c.train_split = "train"
     c.eval_splits = "test=test"  # name=split pairs, comma-separated
-    c.examples_per_class = 0  # > 0: train on the first N examples of each class only
+    c.examples_per_class = 0  # > 0: train on N examples of each class only (drawn with seed)
+    c.crop_min_area = 0.05  # training crops cover 5%-100% of the image (the paper's inception crop)
+    c.random_flip = True
     c.workdir = ""
     # Model.
     c.model = "ViT-B_16"  # an official name (keras_vit.VARIANTS)

@@ -139,6 +139,25 @@ def test_inception_crop_area_and_aspect_ratio():
             assert 0.7 <= w / h <= 1.4
 
 
+def test_crop_min_area_and_flip_shape_the_training_augmentation(digits):
+    spec = data.get_spec("digits:0-1")
+    one = spec.records("train")
+    one.payloads, one.labels, one.count = one.payloads[:1], one.labels[:1], 1
+    plain = augment.eval_image(augment.decode(one.payloads[0]), 16).numpy()
+    # A crop of the whole (square) image and no flip: training sees the evaluation image.
+    fn = data.InputFn(spec, "train", one, 16, 1, True, 0, 0, crop_min_area=1.0, random_flip=False)
+    for batch in take(fn, 3):
+        np.testing.assert_allclose(batch[0][0], plain, atol=1e-6)
+    # With flips on, some epochs see the mirrored image, and only it or the original.
+    fn = data.InputFn(spec, "train", one, 16, 1, True, 0, 0, crop_min_area=1.0, random_flip=True)
+    seen = [b[0][0] for b in take(fn, 8)]
+    mirrored = plain[:, ::-1]
+    assert all(np.allclose(x, plain, atol=1e-6) or np.allclose(x, mirrored, atol=1e-6) for x in seen)
+    assert any(np.allclose(x, mirrored, atol=1e-6) for x in seen)
+    with pytest.raises(data.DatasetError, match="crop_min_area must be in"):
+        data.make_input_fn(spec, "train", image_size=8, global_batch_size=1, training=True, crop_min_area=0)
+
+
 # ------------------------------------------------------------------------------------ resume, sharding
 
 @pytest.mark.parametrize("dataset", ["digits", "pets"])

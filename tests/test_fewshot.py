@@ -5,12 +5,11 @@ import os
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 from trainer_cli import make_fake_tfds, read_results, run_cli, scalar_tags
 
 import keras_vit
 from keras_vit import weights as weights_lib
-from trainers import data, features, fewshot, linear_probe
+from trainers import data, distribute, features, fewshot, linear_probe
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
             include_preprocessing=False)
@@ -45,7 +44,7 @@ def test_extract_features_drops_padding_and_agrees_across_replicas():
     x1, y1 = fewshot.extract_features(model, spec, "test", image_size=8, batch_size=64)
     assert x1.shape == (spec.num_examples["test"], 12) and len(y1) == len(x1)
     assert set(np.unique(y1)) == set(range(5))
-    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    mirrored = distribute.create_strategy("cpu", cpu_devices=2)
     x2, y2 = fewshot.extract_features(model, spec, "test", image_size=8, batch_size=64, strategy=mirrored)
     np.testing.assert_array_equal(y1, y2)
     np.testing.assert_allclose(x1, x2, atol=1e-5)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainers import loop
+from trainers import distribute, loop
 
 GLOBAL_BATCH = 8
 
@@ -30,7 +30,7 @@ def _run(
     steps=(2, 2, 2),
 ):
     """Trains a small MLP; returns (per-call outputs, eval metrics, final weights, step)."""
-    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
+    strategy = distribute.create_strategy("cpu", cpu_devices=replicas)
     keras.utils.set_random_seed(0)
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(precision)
@@ -118,7 +118,7 @@ def test_huge_learning_rate_is_reported_as_non_finite():
 
 
 def test_batch_not_divisible_is_refused():
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = distribute.create_strategy("cpu", cpu_devices=2)
     with strategy.scope():
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
         opt = loop.make_optimizer("sgd", 0.1)

@@ -34,22 +34,28 @@ def _to_unit_range(image):
     return tf.clip_by_value(image / 127.5 - 1.0, -1.0, 1.0)
 
 
-def inception_crop(image, seed):
-    """A random crop of `image` (h, w, c) with area and aspect ratio drawn as in the paper."""
+def inception_crop(image, seed, min_area=CROP_AREA_RANGE[0]):
+    """A random crop of `image` (h, w, c) covering min_area-100% of it, aspect ratio as in the paper."""
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4], tf.float32), seed=seed,
-        min_object_covered=0.0, area_range=CROP_AREA_RANGE, aspect_ratio_range=CROP_ASPECT_RATIO_RANGE,
+        min_object_covered=0.0, area_range=(min_area, CROP_AREA_RANGE[1]),
+        aspect_ratio_range=CROP_ASPECT_RATIO_RANGE,
         max_attempts=10, use_image_if_no_bounding_boxes=True)
     return tf.slice(image, begin, size)
 
 
-def train_image(image, seed, image_size):
-    """uint8 (h, w, 3) -> float32 (image_size, image_size, 3) in [-1, 1]: crop, resize, flip."""
+def train_image(image, seed, image_size, crop_min_area=CROP_AREA_RANGE[0], flip=True):
+    """uint8 (h, w, 3) -> float32 (image_size, image_size, 3) in [-1, 1]: crop, resize, flip.
+
+    crop_min_area and flip exist for images the paper's policy does not suit: on 8 x 8 digits a
+    5% crop is 2 x 2 pixels, and a mirrored digit is another shape.
+    """
     crop_seed = tf.random.experimental.stateless_fold_in(seed, 1, alg=_ALG)
     flip_seed = tf.random.experimental.stateless_fold_in(seed, 2, alg=_ALG)
-    image = inception_crop(image, crop_seed)
+    image = inception_crop(image, crop_seed, crop_min_area)
     image = tf.image.resize(tf.cast(image, tf.float32), [image_size, image_size], method="bilinear")
-    image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+    if flip:
+        image = tf.image.stateless_random_flip_left_right(image, flip_seed)
     return _to_unit_range(image)
 
 

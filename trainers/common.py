@@ -19,7 +19,9 @@ HELP = {
     "manual_dir": "directory with manually downloaded archives (imagenet2012)",
     "train_split": "TFDS split to train on, e.g. train[:90%]",
     "eval_splits": "comma-separated name=split pairs evaluated every --eval_every steps",
-    "examples_per_class": "train on the first N examples of each class (0 = all)",
+    "examples_per_class": "train on N examples of each class, drawn with --seed (0 = all)",
+    "crop_min_area": "smallest area of the random training crop, a fraction of the image (paper: 0.05)",
+    "random_flip": "random horizontal flips in training (off for digits: a mirrored digit is another shape)",
     "workdir": "where checkpoints, TensorBoard logs, config.json, results.json and model.npz go",
     "model": "official model name: ViT-Ti_16, ViT-S_16, ViT-B_16, ..., ViT-H_14, R50+ViT-B_16",
     "weights": "initial weights: registry name, path to .npz/.weights.h5/.keras, or none",
@@ -58,6 +60,10 @@ HELP = {
     "fewshot_seeds": "random draws of the few-shot training examples",
     "fewshot_l2_reg": "L2 regulariser of the closed-form few-shot probe",
     "fewshot_batch_size": "batch size for few-shot feature extraction",
+    "test_split": "split the few-shot probes are scored on",
+    "shots": "comma-separated training examples per class, e.g. 1,5,10,25",
+    "seeds": "random draws of the k-shot training set per shot count (mean and std reported)",
+    "l2_reg": "ridge regulariser: a positive number (default 2^10) or 'sweep' (chosen on held-out train)",
 }
 
 CHOICES = {
@@ -78,12 +84,16 @@ class TrainingError(RuntimeError):
     """The run started but cannot go on (e.g. the loss diverged): one line, exit code 1."""
 
 
-def parse_flags(argv, get_config):
-    """argv -> the resolved ConfigDict: the preset for --dataset, then every given flag."""
+def parse_flags(argv, get_config, help_overrides=None):
+    """argv -> the resolved ConfigDict: the preset for --dataset, then every given flag.
+
+    `help_overrides` replaces HELP entries whose meaning differs in one trainer.
+    """
     defaults = get_config()
     values = flags.FlagValues()
+    help_table = {**HELP, **(help_overrides or {})}
     for name, default in defaults.items():
-        help_text = HELP.get(name, name)
+        help_text = help_table.get(name, name)
         if name in CHOICES:
             flags.DEFINE_enum(name, None, CHOICES[name], help_text, flag_values=values)
         elif isinstance(default, bool):
@@ -267,7 +277,7 @@ def write_atomic(path, text):
         raise
 
 
-def cli(run, get_config, argv=None):
+def cli(run, get_config, argv=None, help_overrides=None):
     """The command line: flags -> run(config); errors are one line on stderr, no traceback.
 
     Exit codes: 0 done (or stopped by SIGTERM after saving a checkpoint), 2 bad input,
@@ -278,7 +288,7 @@ def cli(run, get_config, argv=None):
     argv = sys.argv if argv is None else argv
     program = _program(argv)
     try:
-        config = parse_flags(argv, get_config)
+        config = parse_flags(argv, get_config, help_overrides)
         run(config)
     except (UsageError, data.DatasetError, distribute.StrategyError) as e:
         print(f"{program}: error: {_one_line(e)}", file=sys.stderr)

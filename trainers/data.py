@@ -28,7 +28,8 @@ _FOREVER = 2 ** 62
 class InputFn:
     """Callable `(input_context | None) -> tf.data.Dataset` of per-replica batches (see make_input_fn)."""
 
-    def __init__(self, spec, split, records, image_size, global_batch_size, training, seed, start_step):
+    def __init__(self, spec, split, records, image_size, global_batch_size, training, seed, start_step,
+                 crop_min_area=augment.CROP_AREA_RANGE[0], random_flip=True):
         self.spec = spec
         self.split = split
         self.records = records
@@ -37,6 +38,8 @@ class InputFn:
         self.training = training
         self.seed = seed
         self.start_step = start_step
+        self.crop_min_area = crop_min_area
+        self.random_flip = random_flip
         self.num_examples = records.count
         # Evaluation: global batches in one pass (the last one padded).
         self.num_batches = None if training else math.ceil(records.count / global_batch_size)
@@ -107,7 +110,8 @@ class InputFn:
 
         def prepare(epoch, index, payload, label):
             image_seed = augment.example_seed(seed, epoch, index)
-            image = augment.train_image(self._load(payload), image_seed, image_size)
+            image = augment.train_image(self._load(payload), image_seed, image_size, self.crop_min_area,
+                                        self.random_flip)
             return image, label
 
         stream = stream.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -160,14 +164,16 @@ def _window_seed(seed, epoch, window):
 
 
 def make_input_fn(spec: DatasetSpec, split: str, *, image_size: int, global_batch_size: int, training: bool,
-                  seed: int = 0, start_step: int = 0, examples_per_class: int | None = None) -> InputFn:
+                  seed: int = 0, start_step: int = 0, examples_per_class: int | None = None,
+                  crop_min_area: float = augment.CROP_AREA_RANGE[0], random_flip: bool = True) -> InputFn:
     """An input function for `distribute(strategy, input_fn)` or direct use (`input_fn(None)`).
 
     training=True: an endless stream of (images float32 (b, S, S, 3) in [-1, 1], labels int32 (b,)) with
     inception crop + flip, starting `start_step` global batches in. training=False: one pass in natural
     order, resize only, as (images, labels, weights), padded to whole global batches with weight 0.
     b is the per-replica batch. examples_per_class=k: a fixed subset (seeded by `seed`) of exactly k
-    examples of every class.
+    examples of every class. crop_min_area (default 0.05, the paper's) and random_flip shape the
+    training augmentation.
     """
     for name, value, low in (("image_size", image_size, 1), ("global_batch_size", global_batch_size, 1),
                              ("start_step", start_step, 0)):
@@ -179,10 +185,12 @@ def make_input_fn(spec: DatasetSpec, split: str, *, image_size: int, global_batc
             raise DatasetError(f"examples_per_class must be a positive integer, got {examples_per_class!r}")
         records = examples_per_class_subset(records, int(examples_per_class), seed, spec.num_classes,
                                             spec.name, split)
+    if not 0.0 < crop_min_area <= 1.0:
+        raise DatasetError(f"crop_min_area must be in (0, 1], got {crop_min_area!r}")
     if records.count == 0:
         raise DatasetError(f"split {split!r} of {spec.name} has no examples: choose a non-empty split")
     return InputFn(spec, split, records, int(image_size), int(global_batch_size), bool(training), int(seed),
-                   int(start_step))
+                   int(start_step), float(crop_min_area), bool(random_flip))
 
 
 def distribute(strategy, input_fn):

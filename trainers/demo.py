@@ -34,7 +34,7 @@ FEW_PER_CLASS = 10
 ARCHITECTURE = dict(model="ViT-Ti_16", image_size=16, patch_size=4, hidden_size=64, num_layers=4, num_heads=4,
                     mlp_dim=128, classifier="token")
 # Step budgets (batch 64), measured to fit the 10-minute `make demo` on 2 CPU cores.
-FULL = dict(pretrain_steps=2400, finetune_steps=1500, few_finetune_steps=200, seeds=5)
+FULL = dict(pretrain_steps=1500, finetune_steps=800, few_finetune_steps=200, seeds=5)
 # --small: the whole pipeline end to end in well under a minute of training.
 SMALL = dict(pretrain_steps=40, finetune_steps=20, few_finetune_steps=10, seeds=2)
 

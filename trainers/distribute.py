@@ -44,7 +44,21 @@ def create_strategy(strategy: str = "auto", tpu: str | None = None,
     if strategy == "multi_worker":
         return _multi_worker_strategy(cpu_devices)
     _split_cpu(cpu_devices)
-    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(cpu_devices)])
+    return _cpu_strategy(cpu_devices)
+
+
+# One MirroredStrategy per set of CPU devices and process. Two strategies over the same devices
+# number their collective ops from the same keys, and TensorFlow's collective runtime then
+# aborts the second one ("Collective instance 100 expected type ..."): a notebook or the demo
+# that runs several trainings in one process must reuse the first.
+_CPU_STRATEGIES = {}
+
+
+def _cpu_strategy(cpu_devices):
+    if cpu_devices not in _CPU_STRATEGIES:
+        _CPU_STRATEGIES[cpu_devices] = tf.distribute.MirroredStrategy(
+            [f"/cpu:{i}" for i in range(cpu_devices)])
+    return _CPU_STRATEGIES[cpu_devices]
 
 
 def _tpu_chips_visible():

@@ -175,6 +175,8 @@ class _Driver:
             start_step=start_step,
             # only the training split is subsampled; evaluation sees the whole split
             examples_per_class=(self.config.examples_per_class or None) if training else None,
+            crop_min_area=self.config.crop_min_area,
+            random_flip=self.config.random_flip,
         )
         return fn
 

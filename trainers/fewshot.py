@@ -22,14 +22,10 @@ from trainers.features import PIXELS, IncompatibleModelError, extract_features  
 from trainers.fewshot_evaluator import FewShotEvaluator, parse_l2_reg, parse_shots
 from trainers.linear_probe import FewShotError, fit_ridge, sample_k_per_class  # noqa: F401 (public API)
 
-common.HELP.update({
-    "test_split": "split the probes are scored on",
-    "shots": "comma-separated training examples per class, e.g. 1,5,10,25",
-    "seeds": "random draws of the k-shot training set per shot count (mean and std reported)",
-    "l2_reg": "ridge regulariser: a positive number (default 2^10) or 'sweep' (chosen on held-out train)",
-})
-common.HELP["model"] = common.HELP["model"] + ", or pixels (raw pixels as features)"
-common.HELP["batch_size"] = "global batch size of the feature extraction"
+HELP_OVERRIDES = {
+    "model": common.HELP["model"] + ", or pixels (raw pixels as features)",
+    "batch_size": "global batch size of the feature extraction",
+}
 
 
 def get_config(dataset="cifar10"):
@@ -155,7 +151,7 @@ def _run_cli(config):
 
 
 def main(argv=None):
-    return common.cli(_run_cli, get_config, argv)
+    return common.cli(_run_cli, get_config, argv, help_overrides=HELP_OVERRIDES)
 
 
 if __name__ == "__main__":
