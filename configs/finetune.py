@@ -21,7 +21,7 @@ folder:PATH (one sub-folder per class under PATH/train and PATH/test): the Pets 
     python -m trainers.finetune --dataset=folder:/data/my_images --workdir=/tmp/mine
 digits (the bundled scikit-learn digits, 8x8 upsampled): a tiny ViT from scratch on CPU.
     python -m trainers.finetune --dataset=digits --workdir=/tmp/digits
-    Measured: test accuracy 0.77 after 1,500 steps, about 1.5 minutes on 2 CPU cores.
+    Measured: test accuracy 0.967 after its 1,500 steps, 34 s on 2 CPU cores.
 Any other TFDS image-classification dataset by name gets the Pets recipe with `train` and
 `test` splits; override with --train_split / --eval_splits.
 """

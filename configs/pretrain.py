@@ -16,7 +16,7 @@ folder:PATH: the same recipe on an image folder; set --total_steps / --warmup_st
     python -m trainers.pretrain --dataset=folder:/data/imgs --total_steps=10000 --warmup_steps=1000
 digits: a tiny ViT pre-trained from scratch on CPU (the demo's upstream run).
     python -m trainers.pretrain --dataset=digits --workdir=/tmp/digits_pre
-    Measured: test accuracy 0.40 after its 600 steps, 30 s on 2 CPU cores.
+    Measured: test accuracy 0.76 after its 600 steps, 30 s on 2 CPU cores.
 The result loads into fine-tuning and few-shot evaluation with --weights=WORKDIR/model.npz.
 """
 

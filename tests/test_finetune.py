@@ -240,3 +240,40 @@ def test_oxford_iiit_pet_preset_splits(tmp_path):
     assert results["eval"]["minival"]["examples"] == 15
     assert results["eval"]["test"]["accuracy"] > 0.1
     assert checkpoint_steps(workdir) == [40]
+
+
+def _write_folder_dataset(root):
+    """Two classes told apart by colour, 24 train and 6 test images each, plus one truncated JPEG."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 24), ("test", 6)):
+        for label, colour in (("blue", (20, 40, 220)), ("red", (220, 30, 30))):
+            folder = os.path.join(root, split, label)
+            os.makedirs(folder)
+            for i in range(count):
+                pixels = np.clip(np.array(colour) + rng.normal(0, 25, (40, 40, 3)), 0, 255)
+                Image.fromarray(pixels.astype("uint8")).save(os.path.join(folder, f"{i}.jpg"))
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((40, 40, 3), "uint8")).save(buffer, format="JPEG")
+    with open(os.path.join(root, "train", "red", "truncated.jpg"), "wb") as f:
+        f.write(buffer.getvalue()[: len(buffer.getvalue()) // 3])
+
+
+def test_folder_dataset_with_a_truncated_jpeg_skips_it_and_trains_on(tmp_path):
+    root = str(tmp_path / "images")
+    _write_folder_dataset(root)
+    workdir = str(tmp_path / "run")
+    proc = run_cli("finetune", TINY_MODEL + [
+        f"--dataset=folder:{root}", "--train_split=train", "--eval_splits=test=test", "--batch_size=16",
+        "--total_steps=20", "--warmup_steps=2", "--base_lr=0.1", "--steps_per_loop=5", "--eval_every=0",
+        "--checkpoint_every=0", f"--workdir={workdir}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = read_results(workdir)
+    assert results["skipped_images"] == 1
+    assert results["steps"] == 20
+    assert results["eval"]["test"]["examples"] == 12
+    assert results["eval"]["test"]["accuracy"] >= 0.9  # chance: 0.5
