@@ -21,8 +21,7 @@ digits: the bundled scikit-learn digits, with the architecture of configs/pretra
     preset, so --weights=<that run>/model.npz loads without more flags (its pre-logits included).
 """
 
-import ml_collections
-
+from configs import base_fields
 from configs import pretrain as pretrain_config
 
 ARCHITECTURE_FIELDS = ("model", "image_size", "patch_size", "hidden_size", "num_layers", "num_heads",
@@ -30,35 +29,16 @@ ARCHITECTURE_FIELDS = ("model", "image_size", "patch_size", "hidden_size", "num_
 
 
 def get_config(dataset="cifar10"):
-    c = ml_collections.ConfigDict()
+    # Data, model ("pixels": raw resized pixels, no model; pre_logits: with --weights=none add
+    # the layer, else the weights file decides), hardware: as the other trainers.
+    c = base_fields()
     c.dataset = dataset
-    c.data_dir = ""  # TFDS data_dir ("" = the TFDS default)
-    c.manual_dir = ""
-    c.train_split = "train"  # k-shot examples are drawn from here
-    c.test_split = "test"  # accuracy is measured here
-    c.workdir = ""
-    # Model: an official name, or "pixels" (raw resized pixels, no model).
-    c.model = "ViT-B_16"
-    c.weights = "none"  # registry name, path (.npz/.weights.h5/.keras) or "none" (random init)
-    c.image_size = 224
-    c.patch_size = 0  # 0 = the variant's; > 0 overrides (small custom models)
-    c.hidden_size = 0
-    c.num_layers = 0
-    c.num_heads = 0
-    c.mlp_dim = 0
-    c.classifier = "token"
-    c.pre_logits = False  # True: a pre-logits layer of the hidden size; else as the weights file says
-    c.dropout_rate = 0.0  # the model is only run in inference mode; kept for the shared model builder
+    c.test_split = "test"  # accuracy is measured here; k-shot examples come from train_split
     # The probes.
     c.shots = "1,5,10,25"
     c.seeds = 3
     c.l2_reg = "1024"  # a positive number, or "sweep"
     c.batch_size = 256  # feature-extraction batch (global)
-    c.seed = 0  # initialisation of a model without weights
-    # Hardware.
-    c.strategy = "auto"
-    c.tpu = ""
-    c.cpu_devices = 1
     if dataset.split(":")[0] == "digits":
         pre = pretrain_config.get_config("digits")
         for name in ARCHITECTURE_FIELDS:

@@ -26,7 +26,7 @@ Any other TFDS image-classification dataset by name gets the Pets recipe with `t
 `test` splits; override with --train_split / --eval_splits.
 """
 
-from configs import TRANSFER_SPLITS, base_config
+from configs import DIGITS, TRANSFER_SPLITS, base_config
 
 LONG = {"cifar10": (10_000, 500), "cifar100": (10_000, 500), "imagenet2012": (20_000, 500)}
 
@@ -62,21 +62,9 @@ def get_config(dataset="oxford_iiit_pet"):
 
 def _digits(c):
     """A ViT small enough to train from scratch on the 1,797 UCI digits on a laptop CPU."""
-    c.model = "ViT-Ti_16"
-    c.weights = "none"
-    c.image_size = 32
-    c.patch_size = 8
-    c.hidden_size = 64
-    c.num_layers = 2
-    c.num_heads = 4
-    c.mlp_dim = 128
-    # On 8 x 8 scans the paper's 5% crop is 2 x 2 pixels, and a mirrored digit is another shape.
-    c.crop_min_area = 0.5
-    c.random_flip = False
-    c.batch_size = 64
+    c.update(DIGITS)
     c.base_lr = 0.1
     c.total_steps = 1500
     c.warmup_steps = 50
-    c.steps_per_loop = 50
     c.eval_every = 500
     c.checkpoint_every = 500

@@ -20,7 +20,7 @@ digits: a tiny ViT pre-trained from scratch on CPU (the demo's upstream run).
 The result loads into fine-tuning and few-shot evaluation with --weights=WORKDIR/model.npz.
 """
 
-from configs import TRANSFER_SPLITS, base_config
+from configs import DIGITS, TRANSFER_SPLITS, base_config
 
 
 def get_config(dataset="imagenet2012"):
@@ -56,21 +56,10 @@ def get_config(dataset="imagenet2012"):
 
 
 def _digits(c):
-    c.model = "ViT-Ti_16"
-    c.image_size = 32
-    c.patch_size = 8
-    c.hidden_size = 64
-    c.num_layers = 2
-    c.num_heads = 4
-    c.mlp_dim = 128
-    # On 8 x 8 scans the paper's 5% crop is 2 x 2 pixels, and a mirrored digit is another shape.
-    c.crop_min_area = 0.5
-    c.random_flip = False
-    c.batch_size = 64
+    c.update(DIGITS)
     c.base_lr = 1e-3
     c.total_steps = 600
     c.warmup_steps = 100
     c.dropout_rate = 0.0
-    c.steps_per_loop = 50
     c.eval_every = 200
     c.checkpoint_every = 200
