@@ -215,15 +215,16 @@ class ViT(keras.Model):
         return keras.Model(self.input, pooled, name=f"{self.name}_repr")
 
 
-def _resolve_weights(variant, weights, cache_dir=None):
-    """What the weights decide about the model: native size, classes, pre-logits."""
+def _read_weights(variant, weights, cache_dir=None):
+    """What the weights decide about the model (native size, classes, pre-logits), and the
+    params of a local file, read once."""
     if weights is None:
-        return {}
+        return {}, None
     if not isinstance(weights, str):
         raise ValueError(
             f"weights must be None, a registry name or a file path, got {type(weights).__name__}.")
     from keras_vit import weights as weights_lib  # weights.py reads files; import it on demand.
-    return weights_lib.describe(weights, variant=variant, cache_dir=cache_dir)
+    return weights_lib.read_checkpoint(weights, variant=variant, cache_dir=cache_dir)
 
 
 def create_model(variant, weights=None, image_size=None, num_classes=None, cache_dir=None, **kwargs):
@@ -241,7 +242,7 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown model {variant!r}; known models: {', '.join(VARIANTS)}.")
-    info = _resolve_weights(variant, weights, cache_dir)
+    info, params = _read_weights(variant, weights, cache_dir)
     config = dict(VARIANTS[variant])
     for key in ("representation_size", "classifier"):
         if info.get(key) is not None:
@@ -253,7 +254,7 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
     model = ViT(**config)
     if weights is not None:
         from keras_vit import weights as weights_lib
-        weights_lib.load_weights(model, weights, variant=variant, cache_dir=cache_dir)
+        weights_lib.load_weights(model, weights, variant=variant, cache_dir=cache_dir, params=params)
     return model
 
 

@@ -21,7 +21,7 @@ from keras_vit.keras_layout import export_params
 from keras_vit.npz_layout import POSEMB, CheckpointError
 
 __all__ = ["REGISTRY", "Checkpoint", "CheckpointError", "describe", "export_params", "fetch",
-           "load_weights", "read_params", "save_npz", "save_weights"]
+           "load_weights", "read_checkpoint", "read_params", "save_npz", "save_weights"]
 
 logger = logging.getLogger("keras_vit")
 CACHE_SUBDIR = "models"
@@ -37,18 +37,34 @@ def describe(weights, variant=None, cache_dir=None):
     classifier="token"|"gap"). A registry name needs `variant` and no download; a local file
     is read for its shapes.
     """
+    return read_checkpoint(weights, variant, cache_dir)[0]
+
+
+def read_checkpoint(weights, variant=None, cache_dir=None):
+    """(describe(...)'s dict, the file's params or None for a registry name).
+
+    For building a model and then loading it without reading a large local file twice:
+    pass the params on to `load_weights(..., params=...)`.
+    """
     del cache_dir  # registry entries describe themselves; nothing is downloaded
     if _is_registry_name(weights):
-        return checkpoints.lookup(weights, variant).describe()
-    found = npz_layout.architecture(read_params(_local_path(weights)))
+        return checkpoints.lookup(weights, variant).describe(), None
+    params = read_params(_local_path(weights))
+    found = npz_layout.architecture(params)
     if found["image_size"] is None:
         raise CheckpointError(f"{weights}: position embeddings are not a square patch grid; "
                               "it is not a ViT checkpoint keras_vit can read")
-    return {key: found[key] for key in _DESCRIBE_KEYS}
+    return {key: found[key] for key in _DESCRIBE_KEYS}, params
 
 
-def load_weights(model, weights, variant=None, cache_dir=None):
-    """Loads `weights` (registry name or file path) into a keras_vit `model`, in place."""
+def load_weights(model, weights, variant=None, cache_dir=None, params=None):
+    """Loads `weights` (registry name or file path) into a keras_vit `model`, in place.
+
+    `params`: that local file's contents as `read_checkpoint` returned them, if already read.
+    """
+    if params is not None and not _is_registry_name(weights):
+        assign_params(model, params, _local_path(weights))
+        return
     if _is_registry_name(weights):
         entry = checkpoints.lookup(weights, variant or _variant_of(model))
         path = fetch(entry, cache_dir)

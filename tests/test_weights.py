@@ -221,14 +221,17 @@ def test_keras_weight_files_load_and_describe(tmp_path, tiny_params):
                                         resize_to_grid=(8, 8)), atol=1e-5, rtol=1e-5)
 
 
-def test_constructor_builds_the_checkpoints_model(tmp_path):
+def test_constructor_builds_the_checkpoints_model(tmp_path, monkeypatch):
     params = synth.vit_jax_params(7, image_size=64, num_classes=21, representation_size=384,
                                   **synth.S32)
     path = synth.save(tmp_path / "s32.npz", params)
     assert weights.describe(path) == dict(image_size=(64, 64), num_classes=21,
                                           representation_size=384, classifier="token")
-    model = keras_vit.ViT_S32(weights=path, classifier_activation=None,
-                              include_preprocessing=False)
+    reads = []
+    read_params = weights.read_params
+    monkeypatch.setattr(weights, "read_params", lambda p: reads.append(p) or read_params(p))
+    model = keras_vit.ViT_S32(weights=path, classifier_activation=None, include_preprocessing=False)
+    assert len(reads) == 1  # a large file is read once, for both its shapes and its weights
     x = images(64)
     np.testing.assert_allclose(run(model, x), reference_numpy.vit_forward(params, x, num_heads=6),
                                atol=1e-5, rtol=1e-5)
