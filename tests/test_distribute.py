@@ -1,7 +1,6 @@
 """Strategies from flags, their one-line errors, and two worker processes feeding the same global batches."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -9,6 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
+from trainer_cli import free_ports
 
 from trainers import data, distribute
 
@@ -121,19 +121,9 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("localhost", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 @pytest.mark.slow
 def test_two_worker_processes_see_the_one_pipeline_global_batches():
-    workers = [f"localhost:{p}" for p in _free_ports(2)]
+    workers = [f"localhost:{p}" for p in free_ports(2)]
     script = _WORKER.format(root=ROOT)
     procs = []
     for index in range(2):

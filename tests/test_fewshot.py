@@ -38,6 +38,16 @@ def test_representation_is_what_the_head_sees(kwargs, dims):
         np.testing.assert_allclose(out, keras.Model(model.input, expected)(images), atol=1e-6)
 
 
+def test_representation_of_other_keras_models():
+    inputs = keras.Input((8, 8, 3))
+    hidden = keras.layers.Dense(6, name="features")(keras.layers.Flatten()(inputs))
+    classifier = keras.Model(inputs, keras.layers.Dense(5, name="head")(hidden))
+    assert features.representation_model(classifier).output_shape == (None, 6)
+    maps = keras.Model(inputs, keras.layers.Conv2D(4, 3)(inputs), name="maps")
+    with pytest.raises(features.IncompatibleModelError, match="no 'head' or 'pre_logits' layer"):
+        features.representation_model(maps)
+
+
 def test_extract_features_drops_padding_and_agrees_across_replicas():
     spec = data.get_spec("digits:5-9")
     model = tiny_vit(representation_size=12)

@@ -225,15 +225,23 @@ def weights_arg(config):
     return None if config.weights.lower() in ("", "none") else config.weights
 
 
-def build_model(config, num_classes):
-    """The model for this config; bad model or weights arguments become UsageError."""
+def build_model(config, num_classes, pre_logits_from_weights=False):
+    """The model for this config; bad model or weights arguments become UsageError.
+
+    pre_logits_from_weights: the weights file decides whether the model has a pre-logits
+    layer (few-shot probes keep a pre-training run's representation); otherwise
+    --pre_logits does (fine-tuning drops the checkpoint's, as vit_jax does).
+    """
     import keras_vit
 
     weights = weights_arg(config)
     if weights and not _is_registry_name(weights) and not os.path.exists(weights):
         raise UsageError(f"--weights {weights!r}: no such file (give a registry name, a path, or none).")
+    kwargs = model_kwargs(config, num_classes)
+    if pre_logits_from_weights and weights:
+        del kwargs["representation_size"]
     try:
-        model = keras_vit.create_model(config.model, weights=weights, **model_kwargs(config, num_classes))
+        model = keras_vit.create_model(config.model, weights=weights, **kwargs)
     except (ValueError, OSError) as e:
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UsageError(f"cannot build {config.model} with --weights={config.weights}: {first_line}") \

@@ -25,7 +25,7 @@ def representation_model(model):
     sub-model ends at the input of the head, which is the pre-logits output when the model
     has them and the pooled encoder output when not.
     """
-    if hasattr(model, "representation_model"):
+    if hasattr(model, "representation_model"):  # keras_vit.ViT knows its own (gap: no class token)
         return model.representation_model()
     if len(model.outputs) == 1 and len(model.outputs[0].shape) == 2 and not _has_layer(model, "head"):
         return model
@@ -34,14 +34,8 @@ def representation_model(model):
             layer = model.get_layer(name)
             tensor = layer.input if name == "head" else layer.output
             return keras.Model(model.inputs, tensor, name=f"{model.name}_representation")
-    if _has_layer(model, "encoder_norm"):
-        tokens = model.get_layer("encoder_norm").output
-        classifier = getattr(model, "config", {}).get("classifier", "token") if hasattr(model, "config") \
-            else "token"
-        pooled = keras.ops.mean(tokens[:, 1:], axis=1) if classifier == "gap" else tokens[:, 0]
-        return keras.Model(model.inputs, pooled, name=f"{model.name}_representation")
     raise IncompatibleModelError(
-        f"model {model.name!r} has no 'head', 'pre_logits' or 'encoder_norm' layer and does not output "
+        f"model {model.name!r} has no 'head' or 'pre_logits' layer and does not output "
         f"a pooled (batch, dims) representation; build it with include_top=False and pooling='token'")
 
 

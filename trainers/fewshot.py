@@ -69,28 +69,7 @@ def build_feature_model(config, num_classes):
     import keras
 
     keras.utils.set_random_seed(config.seed)
-    if config.pre_logits or common.weights_arg(config) is None:
-        return common.build_model(config, num_classes)
-    import keras_vit
-
-    # Build with the file's representation_size: common.model_kwargs would drop the pre-logits.
-    weights = common.weights_arg(config)
-    if not os.path.exists(weights) and weights not in _registry():
-        raise common.UsageError(f"--weights {weights!r}: no such file (a registry name, a path or none).")
-    kwargs = common.model_kwargs(config, num_classes)
-    kwargs.pop("representation_size")
-    try:
-        return keras_vit.create_model(config.model, weights=weights, **kwargs)
-    except (ValueError, OSError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise common.UsageError(f"cannot use the features of {config.model} with --weights={config.weights}: "
-                                f"{first}") from None
-
-
-def _registry():
-    from keras_vit import checkpoints
-
-    return checkpoints.REGISTRY
+    return common.build_model(config, num_classes, pre_logits_from_weights=not config.pre_logits)
 
 
 def run(config):
