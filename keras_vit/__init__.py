@@ -1,5 +1,5 @@
 """keras-vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3."""
-from keras_vit import layers
+from keras_vit import initializers, layers
 from keras_vit.models import (
     CONSTRUCTORS,
     VARIANTS,
@@ -23,5 +23,5 @@ __version__ = "0.1.0"
 __all__ = [
     "CONSTRUCTORS", "R50_ViT_B16", "VARIANTS", "ViT", "ViT_B8", "ViT_B16", "ViT_B32", "ViT_H14",
     "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16", "create_model", "decode_predictions",
-    "layers", "preprocess_input",
+    "initializers", "layers", "preprocess_input",
 ]

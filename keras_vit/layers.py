@@ -6,6 +6,8 @@ part of the weight format: `keras_vit.weights` maps official checkpoint keys ont
 import keras
 from keras import ops
 
+from keras_vit import initializers
+
 # Both constants decide whether official weights reproduce official outputs.
 LAYER_NORM_EPSILON = 1e-6
 GELU_APPROXIMATE = True  # Flax's nn.gelu defaults to the tanh approximation.
@@ -22,24 +24,27 @@ class PatchEmbedding(keras.layers.Layer):
     """Cuts an image into P x P patches and projects each to `hidden_size` dims.
 
     A P x P convolution with stride P. Input (B, H, W, C), output (B, H/P * W/P, D),
-    patches in row-major order.
+    patches in row-major order. The kernel starts as Flax's nn.Conv default (LeCun
+    truncated normal, fan_in = P * P * C), the bias at zero.
     """
 
-    def __init__(self, patch_size, hidden_size, kernel_initializer="lecun_normal",
-                 bias_initializer="zeros", **kwargs):
+    def __init__(self, patch_size, hidden_size, kernel_initializer=None, bias_initializer="zeros",
+                 **kwargs):
         super().__init__(**kwargs)
         self.patch_size = patch_size
         self.hidden_size = hidden_size
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_initializer = keras.initializers.get(
+            kernel_initializer or initializers.LecunNormal())
         self.bias_initializer = keras.initializers.get(bias_initializer)
 
     def build(self, input_shape):
         patch = _pair(self.patch_size)
         self.kernel = self.add_weight(
             name="kernel", shape=(*patch, input_shape[-1], self.hidden_size),
-            initializer=self.kernel_initializer)
+            initializer=initializers.for_weight(self.kernel_initializer, num_input_axes=3))
         self.bias = self.add_weight(
-            name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer)
+            name="bias", shape=(self.hidden_size,),
+            initializer=initializers.for_weight(self.bias_initializer))
 
     def grid_size(self, height, width):
         patch = _pair(self.patch_size)
@@ -79,7 +84,8 @@ class ClassToken(keras.layers.Layer):
 
     def build(self, input_shape):
         self.token = self.add_weight(
-            name="token", shape=(1, 1, input_shape[-1]), initializer=self.initializer)
+            name="token", shape=(1, 1, input_shape[-1]),
+            initializer=initializers.for_weight(self.initializer))
 
     def call(self, tokens):
         batch = ops.shape(tokens)[0]
@@ -152,7 +158,7 @@ class PositionEmbedding(keras.layers.Layer):
         super().__init__(**kwargs)
         self.grid_size = _pair(grid_size)
         self.num_prefix_tokens = num_prefix_tokens
-        # The official initialiser: normal with stddev 0.02.
+        # The official initialiser: a plain (untruncated) normal with stddev 0.02.
         self.initializer = keras.initializers.get(
             initializer or keras.initializers.RandomNormal(stddev=0.02))
 
@@ -163,7 +169,8 @@ class PositionEmbedding(keras.layers.Layer):
                 f"PositionEmbedding for a {self.grid_size} grid expects {length} tokens, "
                 f"got {input_shape[1]}.")
         self.pos_embedding = self.add_weight(
-            name="pos_embedding", shape=(1, length, input_shape[-1]), initializer=self.initializer)
+            name="pos_embedding", shape=(1, length, input_shape[-1]),
+            initializer=initializers.for_weight(self.initializer))
 
     def call(self, tokens):
         return tokens + ops.cast(self.pos_embedding, tokens.dtype)
@@ -190,17 +197,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head dot-product self-attention with the official kernel layout.
 
     query/key/value kernels are (D, heads, D/heads), the output kernel (heads, D/heads, D).
+    As in Flax's DenseGeneral, the kernels start Xavier-uniform with the fans of the kernel
+    read as a matrix (query/key/value: fan_in = D, fan_out = heads * D/heads; out: the
+    reverse), the biases at zero.
+
     The plain call uses the fused `keras.ops.dot_product_attention`; with
     `return_attention_scores=True` it computes the softmax explicitly and also returns the
     attention probabilities (B, heads, N, N).
     """
 
-    def __init__(self, num_heads, dropout_rate=0.0, kernel_initializer="glorot_uniform",
-                 bias_initializer="zeros", **kwargs):
+    def __init__(self, num_heads, dropout_rate=0.0, kernel_initializer=None, bias_initializer="zeros",
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.dropout_rate = dropout_rate
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_initializer = keras.initializers.get(
+            kernel_initializer or initializers.XavierUniform())
         self.bias_initializer = keras.initializers.get(bias_initializer)
 
     def build(self, input_shape):
@@ -208,18 +220,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if hidden % self.num_heads:
             raise ValueError(f"hidden size {hidden} is not divisible by {self.num_heads} heads.")
         head_dim = hidden // self.num_heads
-        projection = dict(
-            kernel_initializer=keras.initializers.get(self.kernel_initializer),
-            bias_initializer=keras.initializers.get(self.bias_initializer),
-            dtype=self.dtype_policy)
+
+        def initialisers(num_input_axes):
+            # Each kernel and bias gets its own instance: a shared one gives equal weights.
+            return dict(
+                kernel_initializer=initializers.for_weight(self.kernel_initializer, num_input_axes),
+                bias_initializer=initializers.for_weight(self.bias_initializer))
+
         for name in ("query", "key", "value"):
             layer = keras.layers.EinsumDense(
                 "btd,dhk->bthk", output_shape=(None, self.num_heads, head_dim), bias_axes="hk",
-                name=name, **projection)
+                name=name, dtype=self.dtype_policy, **initialisers(1))
             layer.build(input_shape)
             setattr(self, name, layer)
         self.out = keras.layers.EinsumDense(
-            "bthk,hkd->btd", output_shape=(None, hidden), bias_axes="d", name="out", **projection)
+            "bthk,hkd->btd", output_shape=(None, hidden), bias_axes="d", name="out",
+            dtype=self.dtype_policy, **initialisers(2))
         self.out.build((input_shape[0], input_shape[1], self.num_heads, head_dim))
         self.dropout = keras.layers.Dropout(self.dropout_rate)
 
@@ -258,26 +274,33 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MlpBlock(keras.layers.Layer):
-    """Dense(mlp_dim) - GELU (tanh) - Dropout - Dense(D) - Dropout."""
+    """Dense(mlp_dim) - GELU (tanh) - Dropout - Dense(D) - Dropout.
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, kernel_initializer="glorot_uniform",
-                 bias_initializer=None, **kwargs):
+    Kernels start Xavier-uniform, biases normal(1e-6), as the official MlpBlock.
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, kernel_initializer=None, bias_initializer=None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = mlp_dim
         self.dropout_rate = dropout_rate
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_initializer = keras.initializers.get(
+            kernel_initializer or initializers.XavierUniform())
         # The official MLP biases start at normal(1e-6), not at zero.
         self.bias_initializer = keras.initializers.get(
             bias_initializer or keras.initializers.RandomNormal(stddev=1e-6))
 
+    def _dense(self, units, name):
+        # Each kernel and bias gets its own instance: a shared one gives equal weights.
+        return keras.layers.Dense(
+            units, name=name, dtype=self.dtype_policy,
+            kernel_initializer=initializers.for_weight(self.kernel_initializer, num_input_axes=1),
+            bias_initializer=initializers.for_weight(self.bias_initializer))
+
     def build(self, input_shape):
-        dense = dict(
-            kernel_initializer=keras.initializers.get(self.kernel_initializer),
-            bias_initializer=keras.initializers.get(self.bias_initializer),
-            dtype=self.dtype_policy)
-        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **dense)
+        self.dense_0 = self._dense(self.mlp_dim, "Dense_0")
         self.dense_0.build(input_shape)
-        self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", **dense)
+        self.dense_1 = self._dense(input_shape[-1], "Dense_1")
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
         self.dropout = keras.layers.Dropout(self.dropout_rate)
 

@@ -6,6 +6,8 @@ names follow the official checkpoint keys (conv_root, gn_root, block1/unit1/conv
 import keras
 from keras import ops
 
+from keras_vit import initializers
+
 GROUP_NORM_GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6
 # The official StdConv standardises its kernel with this epsilon (not the GroupNorm one).
@@ -14,20 +16,25 @@ WEIGHT_STANDARDIZATION_EPSILON = 1e-5
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class StdConv2D(keras.layers.Layer):
-    """A bias-free 2D convolution whose kernel is standardised per output channel."""
+    """A bias-free 2D convolution whose kernel is standardised per output channel.
 
-    def __init__(self, filters, kernel_size, strides=1, kernel_initializer="he_normal", **kwargs):
+    The kernel starts as the official StdConv's (Flax's nn.Conv default: LeCun truncated
+    normal, fan_in = k * k * C).
+    """
+
+    def __init__(self, filters, kernel_size, strides=1, kernel_initializer=None, **kwargs):
         super().__init__(**kwargs)
         self.filters = filters
         self.kernel_size = kernel_size
         self.strides = strides
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_initializer = keras.initializers.get(
+            kernel_initializer or initializers.LecunNormal())
 
     def build(self, input_shape):
         size = (self.kernel_size, self.kernel_size)
         self.kernel = self.add_weight(
             name="kernel", shape=(*size, input_shape[-1], self.filters),
-            initializer=self.kernel_initializer)
+            initializer=initializers.for_weight(self.kernel_initializer, num_input_axes=3))
 
     def call(self, inputs):
         kernel = ops.cast(self.kernel, "float32")
