@@ -9,11 +9,15 @@
     python -m keras_vit.convert SRC.npz DST.npz
         any official layout to the vit_jax one.
 
-The output is written atomically. Bad input exits with status 2 and a one-line message.
+Either path may be on any TensorFlow file system (gs://...). The output is written
+atomically; it must not be the input. Bad input exits with status 2 and a one-line message.
 """
 import argparse
 import os
+import posixpath
 import sys
+
+from keras_vit import fileio
 
 USAGE_ERROR = 2
 
@@ -21,8 +25,11 @@ USAGE_ERROR = 2
 def convert(src, dst, model_name=None):
     """Converts `src` to `dst` (by their extensions); returns a one-line summary."""
     # Argument checks first: they must not wait for (or print the logs of) TensorFlow.
-    if not os.path.isfile(src):
+    if not fileio.isfile(src):
         raise ValueError(f"{src}: no such file; pass an existing checkpoint")
+    if _same_file(src, dst):
+        raise ValueError(f"{dst} is the input file; write the output to another path "
+                         "(the input was left as it is)")
     if not dst.endswith((".weights.h5", ".npz")):
         raise ValueError(f"{dst}: the output must end in .weights.h5 or .npz")
     if dst.endswith(".weights.h5") and not model_name:
@@ -43,6 +50,19 @@ def convert(src, dst, model_name=None):
     return (f"wrote {dst}: {len(params)} arrays in the vit_jax layout "
             f"(hidden {found['hidden_size']}, {found['num_layers']} layers, "
             f"image {found['image_size']})")
+
+
+def _same_file(src, dst):
+    if fileio.is_remote(src) or fileio.is_remote(dst):
+        return _normalized(src) == _normalized(dst)
+    if os.path.realpath(src) == os.path.realpath(dst):
+        return True
+    return os.path.exists(dst) and os.path.samefile(src, dst)  # hard links
+
+
+def _normalized(path):
+    scheme, _, rest = path.partition("://")
+    return f"{scheme.lower()}://{posixpath.normpath(rest)}" if rest else path
 
 
 def _build(model_name, src):
@@ -67,7 +87,7 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         print(convert(args.src, args.dst, args.model))
-    except ValueError as err:
+    except (ValueError, ImportError) as err:  # ImportError: a gs:// path without TensorFlow
         print(f"error: {err}", file=sys.stderr)
         return USAGE_ERROR
     return 0

@@ -2,8 +2,8 @@
 import keras
 from keras import ops
 
+from keras_vit import initializers, resnet
 from keras_vit import layers as vit_layers
-from keras_vit import resnet
 
 # The official variants (vit_jax/configs/models.py). Parameter counts at 224 px with a
 # 1000-class head are in tests/test_models.py.
@@ -117,7 +117,9 @@ class ViT(keras.Model):
         if pooling:
             x = vit_layers.TokenPooling(pooling, prefix, name=f"{pooling}_pool", dtype=policy)(x)
         if pooling and representation_size:
+            # Flax's nn.Dense default (LeCun normal, zero bias), not Keras' glorot_uniform.
             x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits",
+                                   kernel_initializer=initializers.LecunNormal(num_input_axes=1),
                                    dtype=policy)(x)
         if include_top:
             # The official head starts at zero; logits and softmax stay float32 under

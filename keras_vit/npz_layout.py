@@ -12,6 +12,8 @@ import zipfile
 
 import numpy as np
 
+from keras_vit import fileio
+
 POSEMB = "Transformer/posembed_input/pos_embedding"
 # Linen numbers sub-modules per type, pre-linen Flax numbered them in creation order.
 _LINEN_TO_VIT_JAX = {"LayerNorm_0": "LayerNorm_0", "MultiHeadDotProductAttention_0":
@@ -25,26 +27,32 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message is one line naming the file."""
 
 
-def read_npz(path):
-    """All arrays of an .npz as a dict; never unpickles. CheckpointError if it is not one."""
+def read_npz(path, source=None):
+    """All arrays of an .npz (local or remote) as a dict; never unpickles.
+
+    CheckpointError if it is not one; `source` names the file in messages (default: path).
+    """
+    source = source or path
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with fileio.open(path, "rb") as f:
+            data = np.load(f, allow_pickle=False)
             if not isinstance(data, np.lib.npyio.NpzFile):
                 raise ValueError("a single .npy array, not an .npz archive")
-            arrays = {key: data[key] for key in data.files}
+            with data:
+                arrays = {key: data[key] for key in data.files}
     except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file; check the path") from None
+        raise CheckpointError(f"{source}: no such file; check the path") from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise CheckpointError(f"{path}: not a readable .npz checkpoint ({reason}); "
+        raise CheckpointError(f"{source}: not a readable .npz checkpoint ({reason}); "
                               "download it again or convert it with keras_vit.convert") from None
     if not arrays:
-        raise CheckpointError(f"{path}: the .npz archive is empty; it is not a checkpoint")
+        raise CheckpointError(f"{source}: the .npz archive is empty; it is not a checkpoint")
     for key, value in arrays.items():
         # NpzFile hands back raw bytes for members that are not .npy arrays.
         if not isinstance(value, np.ndarray) or value.dtype.kind not in "fiu":
             kind = value.dtype if isinstance(value, np.ndarray) else "a non-array member"
-            raise CheckpointError(f"{path}: not a readable .npz checkpoint ({key!r} is {kind}, "
+            raise CheckpointError(f"{source}: not a readable .npz checkpoint ({key!r} is {kind}, "
                                   "not numbers); download it again or convert it with "
                                   "keras_vit.convert")
     return arrays

@@ -2,20 +2,26 @@
 
 `load_weights(model, weights)` accepts a registry name (downloaded once into the Keras
 cache), an official `.npz` in the vit_jax or big_vision layout, or a keras_vit `.weights.h5`
-or `.keras` file. Every source becomes a dict in the vit_jax layout, which is checked key by
-key and shape by shape against the model before anything is assigned, then adapted the way
-the official fine-tuning code adapts it: position embeddings resized with
+or `.keras` file, on the local disk or on any TensorFlow file system (gs://...). Every
+source becomes a dict in the vit_jax layout, which is checked key by key and shape by shape
+against the model before anything is assigned, then adapted the way the official
+fine-tuning code adapts it: position embeddings resized with
 `scipy.ndimage.zoom(order=1)` on the patch grid, a new zero head when the class count differs,
 pre-logits kept when the model has them.
 """
+import hashlib
+import http.client
 import logging
 import os
 import tempfile
+import time
+import urllib.error
+import urllib.request
 
 import numpy as np
 import scipy.ndimage
 
-from keras_vit import checkpoints, keras_layout, npz_layout
+from keras_vit import checkpoints, fileio, keras_layout, npz_layout
 from keras_vit.checkpoints import REGISTRY, Checkpoint
 from keras_vit.keras_layout import export_params
 from keras_vit.npz_layout import POSEMB, CheckpointError
@@ -25,6 +31,10 @@ __all__ = ["REGISTRY", "Checkpoint", "CheckpointError", "describe", "export_para
 
 logger = logging.getLogger("keras_vit")
 CACHE_SUBDIR = "models"
+_DOWNLOAD_CHUNK = 1 << 20
+_DOWNLOAD_TIMEOUT_S = 60
+# A temporary download file untouched this long belongs to a process that was killed.
+_ABANDONED_AFTER_S = 3600
 _DESCRIBE_KEYS = ("image_size", "num_classes", "representation_size", "classifier")
 # Keys a checkpoint may carry that a model legitimately does without.
 _OPTIONAL_KEYS = ("head/kernel", "head/bias", "pre_logits/kernel", "pre_logits/bias", "cls")
@@ -49,7 +59,7 @@ def read_checkpoint(weights, variant=None, cache_dir=None):
     del cache_dir  # registry entries describe themselves; nothing is downloaded
     if _is_registry_name(weights):
         return checkpoints.lookup(weights, variant).describe(), None
-    params = read_params(_local_path(weights))
+    params = read_params(_checkpoint_path(weights))
     found = npz_layout.architecture(params)
     if found["image_size"] is None:
         raise CheckpointError(f"{weights}: position embeddings are not a square patch grid; "
@@ -63,61 +73,134 @@ def load_weights(model, weights, variant=None, cache_dir=None, params=None):
     `params`: that local file's contents as `read_checkpoint` returned them, if already read.
     """
     if params is not None and not _is_registry_name(weights):
-        assign_params(model, params, _local_path(weights))
+        assign_params(model, params, _checkpoint_path(weights))
         return
     if _is_registry_name(weights):
         entry = checkpoints.lookup(weights, variant or _variant_of(model))
-        path = fetch(entry, cache_dir)
-        params = read_params(path)
-        _verify_download(entry, params, path)
+        path, params = _fetch(entry, cache_dir)
         source = f"{weights} ({path})"
     else:
-        source = _local_path(weights)
+        source = _checkpoint_path(weights)
         params = read_params(source)
     assign_params(model, params, source)
 
 
-def read_params(path):
-    """{official key: array} in the vit_jax layout, from any supported file."""
-    path = str(path)
+def read_params(path, source=None):
+    """{official key: array} in the vit_jax layout, from any supported file, local or remote.
+
+    `source`: how error messages name the file (default: `path`).
+    """
+    path = os.fspath(path)
+    source = source or path
     if path.endswith(".npz"):
-        return npz_layout.to_vit_jax_layout(npz_layout.read_npz(path))
+        return npz_layout.to_vit_jax_layout(npz_layout.read_npz(path, source))
     if path.endswith((".h5", ".keras")):
-        return keras_layout.read_keras_weights(path)
-    raise CheckpointError(f"{path}: unknown file type; pass an official .npz checkpoint, a "
+        # h5py needs a real file: a remote one is copied to a local temporary file first.
+        # Only arrays are read (never a model config), so nothing in the file is executed.
+        with fileio.local_copy(path) as local:
+            try:
+                return keras_layout.read_keras_weights(local)
+            except CheckpointError as err:
+                raise CheckpointError(str(err).replace(local, source)) from None
+    raise CheckpointError(f"{source}: unknown file type; pass an official .npz checkpoint, a "
                           "keras_vit .weights.h5 or a .keras file")
 
 
 def fetch(entry, cache_dir=None):
-    """Local path of a registry entry, downloading it into the Keras cache on first use."""
-    import keras
+    """Path of a registry entry in the cache, downloading it there first when needed.
 
-    cache_dir = _cache_dir(cache_dir)
-    target = os.path.join(cache_dir, CACHE_SUBDIR, entry.file_name)
+    The download goes to a temporary file that is renamed into the cache only once complete
+    and verified (sha256 if the entry has one, else its architecture against the entry). A
+    cached file that fails the same checks (e.g. cut short by an older version) is replaced.
+    """
+    return _fetch(entry, cache_dir)[0]
+
+
+def _fetch(entry, cache_dir):
+    """(cached path, its params), downloading when the cache has no good copy."""
+    directory = fileio.join(_cache_dir(cache_dir), CACHE_SUBDIR)
+    target = fileio.join(directory, entry.file_name)
+    if fileio.exists(target):
+        try:
+            return target, _read_verified(entry, target, target)
+        except CheckpointError as err:
+            logger.warning("keras_vit: downloading %s again: the cached copy failed its check (%s)",
+                           entry.url, err)
+    _remove_abandoned_downloads(directory, entry.file_name)
+    params = fileio.write_atomic(target, lambda tmp: _download(entry, tmp, target))
+    return target, params
+
+
+def _download(entry, tmp, target):
+    """Fills the local file `tmp` from the entry's URL; its params once it passes the checks."""
+    print(f"Downloading {entry.url} to {target}", flush=True)  # as keras.utils.get_file does
     try:
-        return keras.utils.get_file(fname=entry.file_name, origin=entry.url,
-                                    file_hash=entry.sha256, hash_algorithm="sha256",
-                                    cache_dir=cache_dir, cache_subdir=CACHE_SUBDIR)
-    except ValueError as err:
-        if "hash" not in str(err):
-            raise
-        if os.path.exists(target):
-            os.remove(target)  # never leave a file that failed its check in the cache
-        raise CheckpointError(f"{entry.url}: the download does not have the published sha256 "
-                              f"{entry.sha256} and was deleted; retry, or download it by hand "
-                              f"and check it before putting it at {target}") from None
-    except Exception as err:  # get_file raises a bare Exception for network failures
+        with urllib.request.urlopen(entry.url, timeout=_DOWNLOAD_TIMEOUT_S) as response, \
+                open(tmp, "wb") as out:
+            expected = response.headers.get("Content-Length")
+            received = 0
+            while chunk := response.read(_DOWNLOAD_CHUNK):
+                out.write(chunk)
+                received += len(chunk)
+        if expected is not None and received != int(expected):
+            raise OSError(f"the connection closed after {received} of {expected} bytes")
+    except (OSError, ValueError, http.client.HTTPException) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(f"could not download {entry.url} ({reason}); download it by hand "
                               f"and put it at {target}, or pass its local path as weights"
                               ) from None
+    return _read_verified(entry, tmp, entry.url, target)
+
+
+def _read_verified(entry, path, source, target=None):
+    """The params of `path` if it is the entry's file: its sha256, else its architecture."""
+    target = target or path
+    if entry.sha256 and _sha256(path) != entry.sha256:
+        raise CheckpointError(f"{source}: the file does not have the published sha256 "
+                              f"{entry.sha256} and was not kept; retry, or download it by hand "
+                              f"and check it before putting it at {target}")
+    params = read_params(path, source)
+    found = npz_layout.architecture(params)
+    expected = entry.describe()
+    for key in _DESCRIBE_KEYS:
+        if found[key] != expected[key]:
+            raise CheckpointError(f"{source}: {key} is {found[key]} but {entry.name} {entry.variant} "
+                                  f"has {expected[key]}; the file is not the published one and "
+                                  "was not kept; check the registry entry's URL")
+    return params
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with fileio.open(path, "rb") as f:
+        while chunk := f.read(_DOWNLOAD_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _remove_abandoned_downloads(directory, file_name):
+    """Deletes temporary files of downloads killed with their process: never read, only space."""
+    if fileio.is_remote(directory) or not os.path.isdir(directory):
+        return
+    cutoff = time.time() - _ABANDONED_AFTER_S
+    for name in os.listdir(directory):
+        if name.startswith(fileio.TEMP_PREFIX) and name.endswith(f"-{file_name}"):
+            path = os.path.join(directory, name)
+            try:
+                if os.path.getmtime(path) < cutoff:
+                    os.remove(path)
+            except OSError:
+                pass  # another process removed or renamed it meanwhile
 
 
 def _cache_dir(cache_dir):
-    """The directory get_file will really use (it silently falls back to /tmp otherwise)."""
+    """The cache root: cache_dir, else $KERAS_HOME, else ~/.keras (/tmp if not writable)."""
     # Keras reads KERAS_HOME once at import; read it here so a later setting counts too.
     base = cache_dir or os.environ.get("KERAS_HOME") or os.path.join("~", ".keras")
-    base = os.path.expanduser(os.fspath(base))
+    base = os.fspath(base)
+    if fileio.is_remote(base):
+        return base
+    base = os.path.expanduser(base)
     try:
         os.makedirs(base, exist_ok=True)
     except OSError:
@@ -125,17 +208,6 @@ def _cache_dir(cache_dir):
     if not os.access(base, os.W_OK):
         base = os.path.join(tempfile.gettempdir(), ".keras")
     return base
-
-
-def _verify_download(entry, params, path):
-    """No sha256 is published: check the file is the model the registry says it is."""
-    found = npz_layout.architecture(params)
-    expected = entry.describe()
-    for key in _DESCRIBE_KEYS:
-        if found[key] != expected[key]:
-            raise CheckpointError(f"{path}: {key} is {found[key]} but {entry.name} {entry.variant} "
-                                  f"has {expected[key]}; the file is not the published one, "
-                                  "delete it and load again to re-download")
 
 
 def assign_params(model, params, source):
@@ -225,16 +297,19 @@ def _log_head(params, head_kernel, keep_head, model_keys):
 
 
 def save_npz(model, path):
-    """Writes a keras_vit model's weights as an official vit_jax-layout .npz, atomically."""
+    """Writes a keras_vit model's weights as an official vit_jax-layout .npz, atomically.
+
+    `path` may be local or on any TensorFlow file system (gs://...).
+    """
     params = export_params(model) if not isinstance(model, dict) else model
-    _atomic_write(path, lambda tmp: _write_npz(tmp, params), suffix=".npz")
+    fileio.write_atomic(path, lambda tmp: _write_npz(tmp, params))
 
 
 def save_weights(model, path):
-    """model.save_weights, but atomic: readers never see a half-written file."""
+    """model.save_weights, but atomic (readers never see a half-written file), local or remote."""
     if not str(path).endswith(".weights.h5"):
         raise ValueError(f"{path}: a Keras weights file must end in .weights.h5")
-    _atomic_write(path, model.save_weights, suffix=".weights.h5")
+    fileio.write_atomic(path, model.save_weights)
 
 
 def _write_npz(tmp, params):
@@ -242,30 +317,16 @@ def _write_npz(tmp, params):
         np.savez(f, **params)
 
 
-def _atomic_write(path, write, suffix):
-    path = os.path.abspath(str(path))
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def _is_registry_name(weights):
     return isinstance(weights, str) and weights in REGISTRY
 
 
-def _local_path(weights):
-    """The path `weights` names, or a one-line error for a missing file / unknown name."""
+def _checkpoint_path(weights):
+    """The path `weights` names (local or remote), or a one-line error for a missing file / unknown name."""
     path = os.fspath(weights)
-    if os.path.isfile(path):
+    if fileio.isfile(path):
         return path
-    looks_like_path = os.sep in path or path.endswith((".npz", ".h5", ".keras"))
+    looks_like_path = os.sep in path or fileio.is_remote(path) or path.endswith((".npz", ".h5", ".keras"))
     if looks_like_path:
         raise CheckpointError(f"{path}: no such checkpoint file; check the path, or pass a "
                               f"registry name ({', '.join(checkpoints.names())})")

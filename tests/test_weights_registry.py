@@ -1,7 +1,9 @@
-"""The checkpoint registry and the download path, offline: file:// URLs through get_file."""
+"""The checkpoint registry and the download path, offline: file:// URLs."""
 import dataclasses
 import hashlib
 import os
+import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -121,7 +123,7 @@ def test_wrong_sha256_fails_and_leaves_nothing_in_the_cache(published, monkeypat
     with pytest.raises(CheckpointError, match="does not have the published sha256 0000") as err:
         weights.load_weights(model, "test-release")  # variant found from the model
     assert "\n" not in str(err.value)
-    assert not (published["keras_home"] / "models" / "test-release_Ti_16.npz").exists()
+    assert os.listdir(published["keras_home"] / "models") == []  # no file, no temporary file
 
 
 def test_failed_download_says_where_to_put_the_file(published, monkeypatch):
@@ -144,3 +146,98 @@ def test_unhashed_download_is_verified_structurally(published, monkeypatch):
     with pytest.raises(CheckpointError, match="num_classes is 5 but test-release ViT-Ti_16 has "
                                               "1000; the file is not the published one"):
         weights.load_weights(model, "test-release")
+
+
+class _CutOff:
+    """A download response that fails after its first chunk, as a dropped connection does."""
+
+    def __init__(self, response, failure):
+        self.response, self.failure, self.headers = response, failure, response.headers
+        self.chunks = 0
+
+    def read(self, size):
+        self.chunks += 1
+        if self.chunks == 1:
+            return self.response.read(size)
+        if self.failure == "reset":
+            raise ConnectionResetError("connection reset by peer")
+        return b""  # the server closed the connection early, without an error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.response.close()
+
+
+@pytest.mark.parametrize("failure", ["reset", "closed early"])
+def test_download_cut_short_is_not_kept_and_the_next_load_downloads_again(published, monkeypatch,
+                                                                          failure):
+    unhashed = dataclasses.replace(published["entry"], sha256=None)  # only the length can tell
+    monkeypatch.setitem(REGISTRY, "test-release", {"ViT-Ti_16": unhashed})
+    real_urlopen = urllib.request.urlopen
+    monkeypatch.setattr(urllib.request, "urlopen",
+                        lambda url, timeout=None: _CutOff(real_urlopen(url, timeout=timeout), failure))
+    model = keras_vit.ViT(image_size=32, num_classes=5, **synth.TI16)
+    with pytest.raises(CheckpointError, match="could not download file://") as err:
+        weights.load_weights(model, "test-release")
+    assert "\n" not in str(err.value)
+    assert os.listdir(published["keras_home"] / "models") == []
+
+    monkeypatch.setattr(urllib.request, "urlopen", real_urlopen)
+    weights.load_weights(model, "test-release")
+    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(),
+                                  published["params"]["head/kernel"])
+    assert os.listdir(published["keras_home"] / "models") == ["test-release_Ti_16.npz"]
+
+
+@pytest.mark.parametrize("sha256", ["published", None])
+def test_partial_file_in_the_cache_is_downloaded_again(published, monkeypatch, caplog, sha256):
+    # What an older version left when killed mid-download: the first half, under the final name.
+    if sha256 is None:
+        entry = dataclasses.replace(published["entry"], sha256=None)
+        monkeypatch.setitem(REGISTRY, "test-release", {"ViT-Ti_16": entry})
+    complete = open(published["source"], "rb").read()
+    cached = published["keras_home"] / "models" / "test-release_Ti_16.npz"
+    os.makedirs(cached.parent)
+    cached.write_bytes(complete[: len(complete) // 2])
+    model = keras_vit.ViT_Ti16(weights="test-release", classifier_activation=None)
+    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(),
+                                  published["params"]["head/kernel"])
+    assert cached.read_bytes() == complete
+    assert "downloading file://" in caplog.text and "failed its check" in caplog.text
+
+
+def test_changed_file_in_the_cache_is_replaced_when_a_sha256_is_published(published):
+    # Readable, the right architecture, other values: only the sha256 can tell.
+    cached = published["keras_home"] / "models" / "test-release_Ti_16.npz"
+    os.makedirs(cached.parent)
+    synth.save(cached, synth.vit_jax_params(12, **TI16_32PX))
+    model = keras_vit.ViT_Ti16(weights="test-release", classifier_activation=None)
+    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(),
+                                  published["params"]["head/kernel"])
+
+
+def test_download_removes_temporary_files_of_killed_downloads_only(published):
+    models = published["keras_home"] / "models"
+    os.makedirs(models)
+    abandoned = models / ".tmp-0badf00d-test-release_Ti_16.npz"
+    in_progress = models / ".tmp-12345678-test-release_Ti_16.npz"  # another process, still writing
+    for path in (abandoned, in_progress):
+        path.write_bytes(b"partial")
+    two_hours_ago = time.time() - 7200
+    os.utime(abandoned, (two_hours_ago, two_hours_ago))
+    weights.fetch(published["entry"])
+    assert sorted(os.listdir(models)) == sorted([in_progress.name, "test-release_Ti_16.npz"])
+
+
+def test_cache_on_a_remote_file_system(published):
+    import tensorflow as tf
+
+    cache = f"ram://keras-cache-{os.getpid()}"
+    try:
+        path = weights.fetch(published["entry"], cache_dir=cache)
+        assert path == f"{cache}/models/test-release_Ti_16.npz" and tf.io.gfile.exists(path)
+        assert weights.fetch(published["entry"], cache_dir=cache) == path  # a cache hit
+    finally:
+        tf.io.gfile.rmtree(cache)
