@@ -44,7 +44,9 @@ def base_config():
     c.crop_min_area = 0.05  # training crops cover 5%-100% of the image (the paper's inception crop)
     c.random_flip = True
     # Optimisation.
+    c.loss = "softmax"  # or "sigmoid": per-class binary cross-entropy (multi-label upstream data)
     c.optimizer = "sgd"
+    c.momentum_dtype = "float32"  # sgd only; vit_jax stores it in bfloat16
     c.base_lr = 0.01
     c.weight_decay = 0.0
     c.decay_type = "cosine"

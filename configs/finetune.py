@@ -2,8 +2,16 @@
 
 All presets: SGD with momentum 0.9, global batch 512, gradient global-norm clip 1, no weight
 decay, linear warm-up then cosine decay, resolution 384, a new zero-initialised head, and
-ImageNet-21k pre-trained ViT-B/16 weights. `base_lr` 0.01 (the paper swept 0.001-0.03 and
-picked the best on minival). Per dataset:
+ImageNet-21k pre-trained ViT-B/16 weights. `base_lr` 0.01, or "sweep": the paper's protocol
+(appendix B.1.1, Table 4: learning rates {0.001, 0.003, 0.01, 0.03}, chosen on minival):
+
+    python -m trainers.finetune --dataset=oxford_iiit_pet --base_lr=sweep --workdir=/tmp/pets_sweep
+
+runs one fine-tune per rate in `sweep_lrs` on the train split into WORKDIR/lr_<rate>, takes
+the rate with the best `minival` accuracy (ties: the smaller rate), retrains with it on the
+train split plus minival (`train[:90%]+train[90%:]`) into WORKDIR/final, evaluated on the
+other eval splits, and writes the summary to WORKDIR/results.json (trainers/sweep.py). It
+needs a `minival` entry in `eval_splits` and one more to report. Per dataset:
 
 oxford_iiit_pet, oxford_flowers102: 500 steps, warm-up 100; train `train[:90%]`, minival
     `train[90%:]`, test `test`.
@@ -22,9 +30,14 @@ folder:PATH (one sub-folder per class under PATH/train and PATH/test): the Pets 
 digits (the bundled scikit-learn digits, 8x8 upsampled): a tiny ViT from scratch on CPU.
     python -m trainers.finetune --dataset=digits --workdir=/tmp/digits
     Measured: test accuracy 0.967 after its 1,500 steps, 34 s on 2 CPU cores.
+    No minival split: to sweep, add one, e.g. --base_lr=sweep --train_split=train[:80%]
+    --eval_splits=minival=train[80%:],test=test. Measured so: chose 0.03 (minival 0.951),
+    test accuracy 0.956, 7 min on 2 shared CPU cores.
 Any other TFDS image-classification dataset by name gets the Pets recipe with `train` and
 `test` splits; override with --train_split / --eval_splits.
 """
+
+import ml_collections
 
 from configs import DIGITS, TRANSFER_SPLITS, base_config
 
@@ -38,7 +51,9 @@ def get_config(dataset="oxford_iiit_pet"):
     c.weights = "imagenet21k"
     c.image_size = 384
     c.optimizer = "sgd"
-    c.base_lr = 0.01
+    # A number, or "sweep" (see above): the field takes both, so it is typed object.
+    c.base_lr = ml_collections.FieldReference(0.01, field_type=object)
+    c.sweep_lrs = "0.001,0.003,0.01,0.03"  # the paper's grid, appendix B.1.1 / Table 4
     c.weight_decay = 0.0
     c.decay_type = "cosine"
     c.batch_size = 512

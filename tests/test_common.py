@@ -145,8 +145,8 @@ def test_presets_follow_the_paper():
     ) == (10_000, 500)
     assert finetune_config.get_config("imagenet2012").total_steps == 20_000
     pre = pretrain_config.get_config("imagenet2012")
-    assert (pre.optimizer, pre.batch_size, pre.weight_decay, pre.warmup_steps) == ("adam", 4096, 0.1, 10_000)
-    assert (pre.decay_type, pre.dropout_rate, pre.pre_logits) == ("linear", 0.1, True)
+    assert (pre.optimizer, pre.batch_size, pre.weight_decay, pre.warmup_steps) == ("adam", 4096, 0.3, 10_000)
+    assert (pre.decay_type, pre.dropout_rate, pre.pre_logits, pre.base_lr) == ("cosine", 0.1, True, 3e-3)
 
 
 def test_model_kwargs_apply_overrides_and_pre_logits():

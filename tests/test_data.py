@@ -305,6 +305,8 @@ def test_folder_skips_and_counts_unreadable_images(folder):
     assert spec.num_examples["train"] == 12 and spec.num_examples["test"] == 6
     assert spec.num_examples["train[:50%]"] == 6
     assert np.array_equal(np.bincount(spec.records("train").labels), [4, 4, 4])
+    # Every class folder has a 0.JPG, 1.png, ...: other images of the same name, not one multi-label image.
+    assert not spec.multi_label
     train = data.make_input_fn(spec, "train", image_size=16, global_batch_size=5, training=True)
     assert all(b[0].shape == (5, 16, 16, 3) for b in take(train, 6))  # several epochs, no crash
     test = data.make_input_fn(spec, "test", image_size=16, global_batch_size=4, training=False)

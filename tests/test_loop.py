@@ -1,13 +1,11 @@
 """trainers.loop: the compiled distributed step, schedules and optimizers (in-process)."""
 
-import math
-
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainers import distribute, loop
+from trainers import distribute, loop, optimizers
 
 GLOBAL_BATCH = 8
 
@@ -28,8 +26,12 @@ def _run(
     optimizer="sgd",
     weight_decay=0.0,
     steps=(2, 2, 2),
+    loss="softmax",
 ):
-    """Trains a small MLP; returns (per-call outputs, eval metrics, final weights, step)."""
+    """Trains a small MLP; returns (per-call outputs, eval metrics, final weights, step).
+
+    loss="sigmoid" trains on multi-hot labels (which of the first three inputs are positive).
+    """
     strategy = distribute.create_strategy("cpu", cpu_devices=replicas)
     keras.utils.set_random_seed(0)
     previous = keras.mixed_precision.global_policy()
@@ -39,8 +41,8 @@ def _run(
             inputs = keras.Input((8,))
             hidden = keras.layers.Dense(16, activation="relu")(inputs)
             model = keras.Model(inputs, keras.layers.Dense(3, dtype="float32")(hidden))
-            schedule = loop.WarmupDecay(base_lr, total_steps=sum(steps), warmup_steps=2)
-            opt = loop.make_optimizer(
+            schedule = optimizers.WarmupDecay(base_lr, total_steps=sum(steps), warmup_steps=2)
+            opt = optimizers.make_optimizer(
                 optimizer, schedule, weight_decay=weight_decay, loss_scaling=precision == "mixed_float16"
             )
             trainer = loop.Trainer(
@@ -50,10 +52,13 @@ def _run(
                 global_batch_size=GLOBAL_BATCH,
                 accum_steps=accum_steps,
                 grad_norm_clip=clip,
+                loss=loss,
             )
     finally:
         keras.mixed_precision.set_global_policy(previous)
     x, y = _data()
+    if loss == "sigmoid":
+        y = (x[:, :3] > 0).astype("float32")
     train = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(train))
     outs = [trainer.train(iterator, n) for n in steps]
@@ -76,6 +81,27 @@ def test_two_replicas_match_one_with_binding_clip():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     assert one[3] == two[3] == 6
     assert one[1]["examples"] == two[1]["examples"] == 59
+
+
+def test_sigmoid_on_multi_hot_labels_is_the_same_over_replicas_and_accumulation():
+    one = _run(loss="sigmoid")
+    accumulated = _run(replicas=2, accum_steps=2, loss="sigmoid")
+    for a, b in zip(one[0], accumulated[0]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    for a, b in zip(one[2], accumulated[2]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert one[1].keys() == {"loss", "prec@1", "examples"} and one[1]["examples"] == 59
+    assert one[1]["prec@1"] == pytest.approx(accumulated[1]["prec@1"])
+    assert 0.0 <= one[1]["prec@1"] <= 1.0 and one[1]["loss"] > 0
+
+
+def test_unknown_loss_is_refused():
+    strategy = distribute.create_strategy("cpu", cpu_devices=1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+        with pytest.raises(ValueError, match="loss must be one of softmax, sigmoid"):
+            loop.Trainer(strategy=strategy, model=model, optimizer=optimizers.make_optimizer("sgd", 0.1),
+                         global_batch_size=2, loss="hinge")
 
 
 def test_clipping_changes_the_update():
@@ -121,26 +147,7 @@ def test_batch_not_divisible_is_refused():
     strategy = distribute.create_strategy("cpu", cpu_devices=2)
     with strategy.scope():
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
-        opt = loop.make_optimizer("sgd", 0.1)
+        opt = optimizers.make_optimizer("sgd", 0.1)
         with pytest.raises(ValueError, match="not divisible"):
             loop.Trainer(strategy=strategy, model=model, optimizer=opt, global_batch_size=6, accum_steps=2)
 
-
-def test_warmup_then_cosine_and_linear():
-    cosine = loop.WarmupDecay(1.0, total_steps=110, warmup_steps=10, decay_type="cosine")
-    linear = loop.WarmupDecay(1.0, total_steps=110, warmup_steps=10, decay_type="linear", linear_end=0.0)
-    # The optimizer passes its 0-based iteration; step i + 1 is being taken.
-    assert float(cosine(0)) == pytest.approx(0.1)
-    assert float(cosine(9)) == pytest.approx(1.0)
-    assert float(cosine(59)) == pytest.approx(0.5, abs=1e-6)
-    assert float(cosine(109)) == pytest.approx(0.0, abs=1e-6)
-    assert float(linear(59)) == pytest.approx(0.5, abs=1e-6)
-    assert float(linear(34)) == pytest.approx(0.75, abs=1e-6)
-    restored = loop.WarmupDecay.from_config(cosine.get_config())
-    assert float(restored(30)) == pytest.approx(float(cosine(30)))
-    assert float(cosine(30)) == pytest.approx(0.5 * (1 + math.cos(math.pi * 21 / 100)))
-
-
-def test_schedule_rejects_unknown_decay():
-    with pytest.raises(ValueError, match="decay_type"):
-        loop.WarmupDecay(1.0, 10, decay_type="step")

@@ -4,14 +4,17 @@ Every field of a trainer's preset (configs/<trainer>.py) is a flag of the same n
 default to "not given"; a given flag overrides the preset that `--dataset` selects.
 """
 
+import inspect
 import json
 import os
 import sys
-import tempfile
 
 import keras
 import ml_collections
 from absl import flags
+
+from configs.pretrain import RECIPES
+from trainers import optimizers
 
 HELP = {
     "dataset": "TFDS name (oxford_iiit_pet, cifar10, imagenet2012, ...), folder:PATH, or digits",
@@ -35,8 +38,16 @@ HELP = {
     "pre_logits": "add the tanh pre-logits layer (size = hidden size) before the head",
     "dropout_rate": "dropout rate in the encoder",
     "new_head": "start from a zero head even if the weights have one of the right size (the paper's recipe)",
-    "optimizer": "sgd (momentum 0.9) or adam (beta 0.9, 0.999; decoupled weight decay)",
-    "base_lr": "peak learning rate, reached after the warm-up",
+    "loss": "softmax (cross-entropy, one label per image) or sigmoid (per-class binary cross-entropy, "
+    "multi-label data; a new head starts with bias -10; evaluation reports prec@1)",
+    "optimizer": "sgd (optax-style momentum 0.9: m = 0.9 m + g, w -= lr m) or adam (beta 0.9, 0.999; "
+    "decoupled weight decay)",
+    "recipe": "pre-training recipe, a row of the paper's Table 3: imagenet2012, imagenet21k or jft "
+    "(default: the dataset's; sets lr, decay, weight decay, dropout, loss and steps)",
+    "momentum_dtype": "storage of the sgd momentum: float32, or bfloat16 (vit_jax's option: half the memory)",
+    "base_lr": "peak learning rate, reached after the warm-up; fine-tuning also takes 'sweep': one run "
+    "per --sweep_lrs rate, the best on minival retrained on train+minival (the paper's protocol)",
+    "sweep_lrs": "comma-separated learning rates that --base_lr=sweep tries",
     "weight_decay": "decoupled weight decay (multiplied by the learning rate)",
     "decay_type": "learning-rate decay after the warm-up: cosine or linear",
     "total_steps": "optimizer steps in all",
@@ -68,8 +79,11 @@ HELP = {
 
 CHOICES = {
     "classifier": ("token", "gap"),
-    "optimizer": ("sgd", "adam"),
-    "decay_type": ("cosine", "linear"),
+    "loss": ("softmax", "sigmoid"),
+    "optimizer": optimizers.OPTIMIZERS,
+    "momentum_dtype": optimizers.MOMENTUM_DTYPES,
+    "recipe": tuple(RECIPES),
+    "decay_type": optimizers.DECAY_TYPES,
     "strategy": ("auto", "tpu", "gpu", "cpu", "multi_worker"),
     "mixed_precision": ("none", "bfloat16", "float16"),
     "jit_compile": ("auto", "true", "false"),
@@ -94,7 +108,11 @@ def parse_flags(argv, get_config, help_overrides=None):
     help_table = {**HELP, **(help_overrides or {})}
     for name, default in defaults.items():
         help_text = help_table.get(name, name)
-        if name in CHOICES:
+        if name == "base_lr":
+            # A number; "sweep" too where the preset has the grid to sweep (fine-tuning).
+            parser = _LearningRateParser(sweepable="sweep_lrs" in defaults)
+            flags.DEFINE(parser, name, None, help_text, flag_values=values)
+        elif name in CHOICES:
             flags.DEFINE_enum(name, None, CHOICES[name], help_text, flag_values=values)
         elif isinstance(default, bool):
             flags.DEFINE_bool(name, None, help_text, flag_values=values)
@@ -114,11 +132,50 @@ def parse_flags(argv, get_config, help_overrides=None):
         raise UsageError(str(e)) from None
     if len(rest) > 1:
         raise UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
-    config = get_config(values.dataset) if values.dataset is not None else defaults
+    # The preset depends on the given flags that get_config takes (--dataset; for pre-training
+    # also --recipe and --model, which pick a row of the paper's Table 3).
+    preset_args = {
+        name: values[name].value
+        for name in inspect.signature(get_config).parameters
+        if name in defaults and values[name].value is not None
+    }
+    config = get_config(**preset_args) if preset_args else defaults
     for name in defaults:
         if values[name].value is not None:
             config[name] = values[name].value
     return config
+
+
+def parse_base_lr(value, sweepable=True):
+    """--base_lr as given (a flag's text or a config value) -> a float, or "sweep" where allowed."""
+    try:
+        return _read_base_lr(value, sweepable)
+    except ValueError as e:
+        raise UsageError(f"--base_lr={value}: {e}.") from None
+
+
+def _read_base_lr(value, sweepable):
+    if isinstance(value, str) and value.strip().lower() == "sweep":
+        if not sweepable:
+            raise ValueError("sweep is a fine-tuning option (python -m trainers.finetune); give a number")
+        return "sweep"
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError("must be a number or 'sweep'" if sweepable else "must be a number") from None
+
+
+class _LearningRateParser(flags.ArgumentParser):
+    """absl parser of --base_lr; a bad value reads "flag --base_lr=VALUE: must be a number or 'sweep'"."""
+
+    def __init__(self, sweepable):
+        self.sweepable = sweepable
+
+    def parse(self, argument):
+        return _read_base_lr(argument, self.sweepable)
+
+    def flag_type(self):
+        return "float or 'sweep'" if self.sweepable else "float"
 
 
 def _program(argv):
@@ -233,9 +290,10 @@ def build_model(config, num_classes, pre_logits_from_weights=False):
     --pre_logits does (fine-tuning drops the checkpoint's, as vit_jax does).
     """
     import keras_vit
+    from keras_vit import fileio
 
     weights = weights_arg(config)
-    if weights and not _is_registry_name(weights) and not os.path.exists(weights):
+    if weights and not _is_registry_name(weights) and not fileio.exists(weights):
         raise UsageError(f"--weights {weights!r}: no such file (give a registry name, a path, or none).")
     kwargs = model_kwargs(config, num_classes)
     if pre_logits_from_weights and weights:
@@ -251,7 +309,25 @@ def build_model(config, num_classes, pre_logits_from_weights=False):
         # head happens to have the right number of classes.
         for variable in model.get_layer("head").weights:
             variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
+    if config.get("loss", "softmax") == "sigmoid":
+        _start_new_head_for_sigmoid(model.get_layer("head"))
     return model
+
+
+# big_vision's init_head_bias for sigmoid runs: a new head predicts sigmoid(-10) ~ 4.5e-5 for
+# every class, so the first steps do not spend their gradient pushing thousands of negatives down.
+SIGMOID_HEAD_BIAS = -10.0
+
+
+def _start_new_head_for_sigmoid(head):
+    """Sets the bias of a new head to SIGMOID_HEAD_BIAS; a head loaded from weights is kept.
+
+    A new head is all zeros (from scratch, a checkpoint of another class count, --new_head);
+    a trained one never is.
+    """
+    if any(bool(keras.ops.any(keras.ops.not_equal(variable, 0))) for variable in head.weights):
+        return
+    head.bias.assign(keras.ops.full(head.bias.shape, SIGMOID_HEAD_BIAS, head.bias.dtype))
 
 
 def _is_registry_name(weights):
@@ -266,23 +342,6 @@ def config_to_json(config):
         indent=2,
         sort_keys=True,
     )
-
-
-def write_atomic(path, text):
-    """Writes text to path so that readers see the old file or the new one, never half of it."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def cli(run, get_config, argv=None, help_overrides=None):

@@ -10,6 +10,9 @@ numbers with stateless ops. Two consequences the trainers rely on:
   global batch, its own contiguous slice [i * b_host, (i + 1) * b_host) (element-level sharding before
   decoding), so the global batch at step t holds the same images in the same order whether it is fed
   by one pipeline to 1 or 2 replicas, or by 2 worker processes.
+
+Labels are int32 class indices (b,), or, for a multi-label dataset (`spec.multi_label`), float32 multi-hot
+vectors (b, num_classes); the records carry class-index rows until then, which are far smaller.
 """
 import math
 
@@ -17,7 +20,14 @@ import numpy as np
 import tensorflow as tf
 
 from trainers import augment
-from trainers.datasets import DatasetError, DatasetSpec, Records, examples_per_class_subset, get_spec  # noqa: F401
+from trainers.datasets import (  # noqa: F401
+    NO_LABEL,
+    DatasetError,
+    DatasetSpec,
+    Records,
+    examples_per_class_subset,
+    get_spec,
+)
 
 # Records per shuffle window of a streamed TFDS split (encoded, ~110 kB each for ImageNet). Splits up
 # to this size are shuffled uniformly; in-memory splits always are.
@@ -66,6 +76,9 @@ class InputFn:
     def _load(self, payload):
         return augment.decode(tf.io.read_file(payload) if self.records.payload_is_path else payload)
 
+    def _target(self, label):
+        return multi_hot(label, self.spec.num_classes) if self.spec.multi_label else label
+
     def _ordered_stream(self):
         """The global training stream of (epoch, index, payload, label) from the resume position on."""
         records, seed, count = self.records, self.seed, self.records.count
@@ -86,7 +99,12 @@ class InputFn:
         # (all of them when the split is smaller) is put in a stateless random order seeded by
         # (seed, epoch, window). Unlike Dataset.shuffle, that does not depend on TensorFlow's global seed.
         window = min(count, SHUFFLE_BUFFER)
-        base = records.stream().enumerate().batch(window)
+        base = records.stream().enumerate()
+        if self.spec.multi_label:  # class-index vectors of different lengths: padded to the window's longest
+            base = base.padded_batch(window, padding_values=(tf.constant(0, tf.int64), (
+                tf.constant(b""), tf.constant(NO_LABEL, tf.int32))))
+        else:
+            base = base.batch(window)
 
         def epoch(e):
             def permute(w, block):
@@ -112,7 +130,7 @@ class InputFn:
             image_seed = augment.example_seed(seed, epoch, index)
             image = augment.train_image(self._load(payload), image_seed, image_size, self.crop_min_area,
                                         self.random_flip)
-            return image, label
+            return image, self._target(label)
 
         stream = stream.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return stream.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
@@ -124,16 +142,18 @@ class InputFn:
         else:
             stream = records.stream()
         real = shard.keep(stream.enumerate()).map(
-            lambda i, example: (augment.eval_image(self._load(example[0]), image_size), example[1],
-                                tf.constant(1.0, tf.float32)),
+            lambda i, example: (augment.eval_image(self._load(example[0]), image_size),
+                                self._target(example[1]), tf.constant(1.0, tf.float32)),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         # Pad the pass to whole global batches: every replica then runs the same number of steps with the
         # same static shape (TPU), and weight 0 keeps the padding out of the metrics.
         total = self.num_batches * self.global_batch_size
         pad = shard.count_in(records.count, total)
+        no_label = tf.zeros([self.spec.num_classes], tf.float32) if self.spec.multi_label else \
+            tf.constant(0, tf.int32)
         padding = tf.data.Dataset.from_tensors(
-            (tf.zeros([image_size, image_size, 3], tf.float32), tf.constant(0, tf.int32),
-             tf.constant(0.0, tf.float32))).repeat(pad)
+            (tf.zeros([image_size, image_size, 3], tf.float32), no_label, tf.constant(0.0, tf.float32))
+        ).repeat(pad)
         return real.concatenate(padding).batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
@@ -155,6 +175,11 @@ class _HostShard:
         return int(sum(1 for p in range(start, stop) if self.mine(p)))
 
 
+def multi_hot(class_indices, num_classes):
+    """int class indices (NO_LABEL pads) -> float32 (num_classes,) with 1 at every listed class."""
+    return tf.minimum(tf.reduce_sum(tf.one_hot(class_indices, num_classes, dtype=tf.float32), axis=0), 1.0)
+
+
 def _epoch_seed(seed, epoch):
     return tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
 
@@ -171,8 +196,9 @@ def make_input_fn(spec: DatasetSpec, split: str, *, image_size: int, global_batc
     training=True: an endless stream of (images float32 (b, S, S, 3) in [-1, 1], labels int32 (b,)) with
     inception crop + flip, starting `start_step` global batches in. training=False: one pass in natural
     order, resize only, as (images, labels, weights), padded to whole global batches with weight 0.
-    b is the per-replica batch. examples_per_class=k: a fixed subset (seeded by `seed`) of exactly k
-    examples of every class. crop_min_area (default 0.05, the paper's) and random_flip shape the
+    b is the per-replica batch. Labels of a multi-label dataset are float32 multi-hot (b, num_classes).
+    examples_per_class=k: a fixed subset (seeded by `seed`) of exactly k examples of every class
+    (single-label datasets only). crop_min_area (default 0.05, the paper's) and random_flip shape the
     training augmentation.
     """
     for name, value, low in (("image_size", image_size, 1), ("global_batch_size", global_batch_size, 1),
@@ -183,6 +209,9 @@ def make_input_fn(spec: DatasetSpec, split: str, *, image_size: int, global_batc
     if examples_per_class is not None:
         if not isinstance(examples_per_class, (int, np.integer)) or examples_per_class < 1:
             raise DatasetError(f"examples_per_class must be a positive integer, got {examples_per_class!r}")
+        if spec.multi_label:
+            raise DatasetError(multi_label_refusal(spec, "--examples_per_class",
+                                                   "leave it at 0 (train on every example)"))
         records = examples_per_class_subset(records, int(examples_per_class), seed, spec.num_classes,
                                             spec.name, split)
     if not 0.0 < crop_min_area <= 1.0:
@@ -191,6 +220,11 @@ def make_input_fn(spec: DatasetSpec, split: str, *, image_size: int, global_batc
         raise DatasetError(f"split {split!r} of {spec.name} has no examples: choose a non-empty split")
     return InputFn(spec, split, records, int(image_size), int(global_batch_size), bool(training), int(seed),
                    int(start_step), float(crop_min_area), bool(random_flip))
+
+
+def multi_label_refusal(spec, what, fix):
+    """The one-line error for something that needs exactly one label per image."""
+    return f"{what} needs one label per image, but {spec.name} has images with several labels: {fix}"
 
 
 def distribute(strategy, input_fn):

@@ -3,8 +3,14 @@
 `get_spec(name)` resolves a dataset once and returns a `DatasetSpec`; `spec.records(split)` gives a
 split's examples in a fixed natural order, either held in memory (folders, digits, few-shot subsets)
 or streamed from a prepared TFDS data_dir. Splits accept TFDS slicing everywhere ("train[:90%]").
+
+A dataset is multi-label (`spec.multi_label`) when an image can carry several classes: a TFDS label
+that is a Sequence of ClassLabel (voc's `labels`), or a folder whose class folders share images. Its
+labels are the class indices of each image, padded with -1 (`NO_LABEL`) to a common width; the
+pipeline turns them into multi-hot vectors.
 """
 import dataclasses
+import hashlib
 import os
 from collections.abc import Callable
 
@@ -21,6 +27,8 @@ DIGITS_TEST_FRACTION = 0.2
 _LAYOUT_SEED = 0
 # Few-shot subsets of a TFDS split are held in memory up to this size (encoded bytes).
 IN_MEMORY_LIMIT_BYTES = 256 << 20
+# Pads the class-index rows of a multi-label dataset; tf.one_hot maps it to a zero row.
+NO_LABEL = -1
 
 
 class DatasetError(ValueError):
@@ -32,16 +40,28 @@ class Records:
     """A split's examples in their natural order: in memory (payloads + labels) or a TFDS stream."""
     count: int
     payloads: np.ndarray | None = None      # object array of encoded image bytes, or of file paths
-    labels: np.ndarray | None = None        # int32
+    labels: np.ndarray | None = None        # int32 (n,), or (n, L) class indices padded with NO_LABEL
     payload_is_path: bool = False
-    stream: Callable[[], tf.data.Dataset] | None = None  # () -> dataset of (encoded bytes, int32 label)
+    # () -> dataset of (encoded bytes, int32 label), the label a scalar or a (variable-length) index vector
+    stream: Callable[[], tf.data.Dataset] | None = None
 
     def read_labels(self):
         """All labels in natural order (one pass over a TFDS split, images left encoded)."""
         if self.labels is not None:
             return self.labels
         labels = self.stream().map(lambda image, label: label)
+        if labels.element_spec.shape.rank:
+            return pad_label_lists(list(labels.as_numpy_iterator()))
         return np.fromiter(labels.as_numpy_iterator(), dtype=np.int32, count=self.count)
+
+
+def pad_label_lists(label_lists):
+    """[[3], [0, 5], []] -> int32 [[3, -1], [0, 5], [-1, -1]]: per-image class indices, one row each."""
+    width = max([1] + [len(labels) for labels in label_lists])
+    rows = np.full((len(label_lists), width), NO_LABEL, np.int32)
+    for row, labels in zip(rows, label_lists):
+        row[: len(labels)] = labels
+    return rows
 
 
 class SplitCounts(dict):
@@ -74,6 +94,7 @@ class DatasetSpec:
     manual_dir: str | None = None
     skipped: int = 0                         # unreadable images found and left out
     skipped_files: list = dataclasses.field(default_factory=list)
+    multi_label: bool = False                # several labels per image: multi-hot targets, --loss=sigmoid
     reader: object = dataclasses.field(default=None, repr=False, compare=False)
 
     def records(self, split: str) -> Records:
@@ -139,9 +160,18 @@ class _MemoryReader:
         parts = [(self._splits[name][0][start:stop], self._splits[name][1][start:stop])
                  for name, start, stop in _absolute_slices(split, self.sizes(), self._dataset)]
         payloads = np.concatenate([p for p, _ in parts]) if parts else np.array([], dtype=object)
-        labels = np.concatenate([label for _, label in parts]).astype(np.int32)
+        labels = _concatenate_labels([label for _, label in parts])
         return Records(count=len(labels), payloads=payloads, labels=labels,
                        payload_is_path=self._payload_is_path)
+
+
+def _concatenate_labels(parts):
+    """Joins the labels of split slices; multi-label rows are padded to the widest slice first."""
+    if parts[0].ndim == 1:
+        return np.concatenate(parts).astype(np.int32)
+    width = max(part.shape[1] for part in parts)
+    return np.concatenate([np.pad(part, ((0, 0), (0, width - part.shape[1])), constant_values=NO_LABEL)
+                           for part in parts]).astype(np.int32)
 
 
 # ------------------------------------------------------------------------------------------------ TFDS
@@ -182,23 +212,37 @@ def _tfds_spec(dataset, data_dir, manual_dir):
     from trainers.tfds_prepare import ensure_prepared, open_tfds_builder
     builder = open_tfds_builder(dataset, data_dir)
     features = builder.info.features
-    image_key, label_key = "image", "label"
+    image_key, label_keys = "image", ("label", "labels")
     keys = builder.info.supervised_keys
     if isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(k, str) for k in keys):
-        image_key, label_key = keys
-    names = set(features.keys())
-    if not (image_key in names and isinstance(features[image_key], tfds.features.Image)
-            and label_key in names and isinstance(features[label_key], tfds.features.ClassLabel)):
+        image_key, label_keys = keys[0], (keys[1],)
+    label_key, label, multi_label = _class_label(features, label_keys)
+    if not (image_key in features.keys() and isinstance(features[image_key], tfds.features.Image)
+            and label is not None):
         raise DatasetError(f"{dataset} is not an image classification dataset (it needs an image feature "
                            f"and a class label): use e.g. oxford_iiit_pet, cifar10, folder:PATH or digits")
     ensure_prepared(builder, dataset, manual_dir)
-    label = features[label_key]
     reader = _TfdsReader(builder, image_key, label_key, dataset)
     counts = {name: int(info.num_examples) for name, info in builder.info.splits.items()}
     root = builder.data_dir[: -len(builder.info.full_name)].rstrip("/")
     return DatasetSpec(name=dataset, num_classes=int(label.num_classes),
                        num_examples=SplitCounts(reader.count, counts), class_names=list(label.names),
-                       source="tfds", data_dir=root, manual_dir=manual_dir, reader=reader)
+                       source="tfds", data_dir=root, manual_dir=manual_dir, multi_label=multi_label,
+                       reader=reader)
+
+
+def _class_label(features, keys):
+    """(key, ClassLabel, multi_label) of the first key that is a ClassLabel or a Sequence of one (voc's
+    `labels`: every class present in the image); (None, None, False) when there is none."""
+    import tensorflow_datasets as tfds
+    for key in keys:
+        feature = features[key] if key in features.keys() else None
+        if isinstance(feature, tfds.features.ClassLabel):
+            return key, feature, False
+        if isinstance(feature, tfds.features.Sequence) and isinstance(feature.feature,
+                                                                      tfds.features.ClassLabel):
+            return key, feature.feature, True
+    return None, None, False
 
 
 # ---------------------------------------------------------------------------------------------- folder
@@ -240,7 +284,7 @@ def _folder_spec(dataset, path):
                            f"--dataset=folder:PATH expects {layout}")
     class_names = _class_folders(train_dir)
     index = {name: i for i, name in enumerate(class_names)}
-    splits, skipped = {}, []
+    examples, skipped = {}, []
     for split in _class_folders(path):
         classes = _class_folders(os.path.join(path, split))
         if not classes:
@@ -253,11 +297,15 @@ def _folder_spec(dataset, path):
                  for f in _list_images(os.path.join(path, split, c))]
         ok = _readable([f for f, _ in files])
         skipped += [f for (f, _), good in zip(files, ok) if not good]
-        files = [item for item, good in zip(files, ok) if good]
+        examples[split] = _merge_copies([item for item, good in zip(files, ok) if good])
+    multi_label = any(len(labels) > 1 for split in examples.values() for _, labels in split)
+    splits = {}
+    for split, items in examples.items():
         # A fixed shuffle makes slices such as train[90%:] a sample of every class, not the last classes.
-        order = np.random.default_rng(_LAYOUT_SEED).permutation(len(files))
-        splits[split] = (np.array([files[i][0] for i in order], dtype=object),
-                         np.array([files[i][1] for i in order], dtype=np.int32))
+        items = [items[i] for i in np.random.default_rng(_LAYOUT_SEED).permutation(len(items))]
+        classes = [labels for _, labels in items]
+        splits[split] = (np.array([path for path, _ in items], dtype=object),
+                         pad_label_lists(classes) if multi_label else np.array(classes, np.int32).reshape(-1))
     if not len(splits.get("train", ((), ()))[1]):
         raise DatasetError(f"{train_dir} has no readable images ({', '.join(IMAGE_EXTENSIONS)}): "
                            f"--dataset=folder:PATH expects {layout}")
@@ -267,7 +315,38 @@ def _folder_spec(dataset, path):
     return DatasetSpec(name=dataset, num_classes=len(class_names),
                        num_examples=SplitCounts(reader.count, reader.sizes()), class_names=class_names,
                        source="folder", data_dir=path, skipped=len(skipped), skipped_files=skipped,
-                       reader=reader)
+                       multi_label=multi_label, reader=reader)
+
+
+def _merge_copies(files):
+    """[(path, class)] -> [(path, [classes])]: one example per image, with every class folder it is in.
+
+    The same image in several class folders of a split (the same file name and the same bytes: a copy,
+    a hard link or a symbolic link) is one example carrying all those classes. Files that only share a
+    name (folders numbered 0001.jpg, ... per class) stay separate examples; only those of equal size
+    are read and compared. The order is that of the first copy of each image.
+    """
+    same_name_and_size = {}
+    for i, (path, _) in enumerate(files):
+        same_name_and_size.setdefault((os.path.basename(path), os.path.getsize(path)), []).append(i)
+    first_copy = list(range(len(files)))
+    for group in same_name_and_size.values():
+        if len(group) > 1:
+            seen = {}
+            for i in group:
+                first_copy[i] = seen.setdefault(_file_digest(files[i][0]), i)
+    examples = {}
+    for i, (path, label) in enumerate(files):
+        examples.setdefault(first_copy[i], (path, []))[1].append(label)
+    return [(path, sorted(labels)) for path, labels in examples.values()]
+
+
+def _file_digest(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.digest()
 
 
 # ---------------------------------------------------------------------------------------------- digits

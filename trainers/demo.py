@@ -15,7 +15,6 @@ Re-running the same command resumes (finished stages are not redone).
 """
 
 import json
-import os
 import sys
 import time
 
@@ -24,6 +23,7 @@ from absl import flags
 from configs import fewshot as fewshot_config
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
+from keras_vit import fileio
 from trainers import common
 
 UPSTREAM, DOWNSTREAM = "digits:0-4", "digits:5-9"
@@ -41,12 +41,12 @@ SMALL = dict(pretrain_steps=40, finetune_steps=20, few_finetune_steps=10, seeds=
 
 def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps, seeds, jit_compile="false"):
     """{stage name: (trainer module name, config)} in the order they run."""
-    pretrained = os.path.join(workdir, "pretrain", "model.npz")
+    pretrained = fileio.join(workdir, "pretrain", "model.npz")
     stages = {}
 
     pre = pretrain_config.get_config("digits")
     pre.update(ARCHITECTURE)
-    pre.update(dataset=UPSTREAM, workdir=os.path.join(workdir, "pretrain"), pre_logits=True,
+    pre.update(dataset=UPSTREAM, workdir=fileio.join(workdir, "pretrain"), pre_logits=True,
                total_steps=pretrain_steps, warmup_steps=max(1, pretrain_steps // 10), base_lr=2e-3,
                weight_decay=0.1, batch_size=64, steps_per_loop=_loop(pretrain_steps),
                eval_every=_every(pretrain_steps), checkpoint_every=_every(pretrain_steps),
@@ -59,7 +59,7 @@ def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps
                                  ("fewshot_pixels", "none", "pixels")):
         fs = fewshot_config.get_config(DOWNSTREAM)
         fs.update(ARCHITECTURE)
-        fs.update(dataset=DOWNSTREAM, workdir=os.path.join(workdir, name), weights=weights,
+        fs.update(dataset=DOWNSTREAM, workdir=fileio.join(workdir, name), weights=weights,
                   pre_logits=weights == "none", shots=",".join(map(str, SHOTS)), seeds=seeds)
         if model == "pixels":
             fs.update(model="pixels", image_size=8)  # the scans' own 8x8 pixels, no resampling
@@ -72,7 +72,7 @@ def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps
             ("scratch_10per_class", "none", FEW_PER_CLASS, few_finetune_steps)):
         ft = finetune_config.get_config("digits")
         ft.update(ARCHITECTURE)
-        ft.update(dataset=DOWNSTREAM, workdir=os.path.join(workdir, name), weights=weights,
+        ft.update(dataset=DOWNSTREAM, workdir=fileio.join(workdir, name), weights=weights,
                   examples_per_class=per_class, total_steps=steps, warmup_steps=max(1, steps // 10),
                   batch_size=64 if not per_class else 50, base_lr=0.03, steps_per_loop=_loop(steps),
                   eval_every=_every(steps), checkpoint_every=_every(steps), jit_compile=jit_compile)
@@ -161,29 +161,29 @@ def run(workdir, *, small=False, **overrides):
     results = collect(stage_results)
     seconds = time.time() - start
     results["wall_time_s"] = round(seconds, 1)
-    common.write_atomic(os.path.join(workdir, "results.json"),
+    fileio.write_atomic(fileio.join(workdir, "results.json"),
                         json.dumps(results, indent=2, sort_keys=True) + "\n")
     print("\n" + table(results, settings, seconds))
-    print(f"\nresults: {os.path.join(workdir, 'results.json')}\n"
+    print(f"\nresults: {fileio.join(workdir, 'results.json')}\n"
           f"TensorBoard: tensorboard --logdir {workdir}", flush=True)
     return results
 
 
 def _check_workdir(workdir, settings):
     """A workdir holds one demo configuration; resuming with other settings would mix runs."""
-    path = os.path.join(workdir, "demo_settings.json")
+    path = fileio.join(workdir, "demo_settings.json")
     wanted = dict(settings, architecture=ARCHITECTURE)
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
+    if fileio.exists(workdir) and not fileio.isdir(workdir):
         raise common.UsageError(f"--workdir {workdir!r} exists and is not a directory.")
-    if os.path.exists(path):
-        with open(path) as f:
+    if fileio.exists(path):
+        with fileio.open(path) as f:
             found = json.load(f)
         if found != json.loads(json.dumps(wanted)):
             raise common.UsageError(f"{workdir} holds a demo run with other settings ({path}); "
                                     "remove it or choose another --workdir.")
         return
-    os.makedirs(workdir, exist_ok=True)
-    common.write_atomic(path, json.dumps(wanted, indent=2, sort_keys=True) + "\n")
+    fileio.makedirs(workdir)
+    fileio.write_atomic(path, json.dumps(wanted, indent=2, sort_keys=True) + "\n")
 
 
 def _flags():

@@ -9,15 +9,13 @@ train/ and eval/ (TensorBoard event files).
 """
 
 import json
-import os
-import shutil
-import signal
 import time
 
 import keras
 import tensorflow as tf
 
-from trainers import common, loop
+from keras_vit import fileio
+from trainers import common, loop, optimizers, preemption
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -29,7 +27,8 @@ def run(config, *, evaluators=()):
     made once the strategy exists (and before anything is written, so they may raise UsageError),
     run during training and at the end, logged to TensorBoard and included in the results
     (pre-training's few-shot probes).
-    If SIGTERM arrives, a checkpoint is saved and the returned dict has "preempted": True.
+    If SIGTERM arrives (on any worker), a checkpoint is saved and the returned dict has
+    "preempted": True (trainers/preemption.py).
     """
     from trainers import data, distribute
 
@@ -46,8 +45,9 @@ def run(config, *, evaluators=()):
     spec = data.get_spec(
         config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
     )
+    _check_labels(config, spec)
     workdir = config.workdir
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
+    if fileio.exists(workdir) and not fileio.isdir(workdir):
         raise common.UsageError(f"--workdir {workdir!r} exists and is not a directory.")
 
     keras.utils.set_random_seed(config.seed)
@@ -59,12 +59,13 @@ def run(config, *, evaluators=()):
     try:
         with strategy.scope():
             model = common.build_model(config, spec.num_classes)
-            schedule = loop.WarmupDecay(
+            schedule = optimizers.WarmupDecay(
                 config.base_lr, config.total_steps, config.warmup_steps, config.decay_type
             )
-            optimizer = loop.make_optimizer(
+            optimizer = optimizers.make_optimizer(
                 config.optimizer,
                 schedule,
+                momentum_dtype=config.momentum_dtype,
                 weight_decay=config.weight_decay,
                 loss_scaling=config.mixed_precision == "float16",
             )
@@ -76,6 +77,7 @@ def run(config, *, evaluators=()):
                 accum_steps=config.accum_steps,
                 grad_norm_clip=config.grad_norm_clip,
                 jit_compile=_use_jit(config.jit_compile, strategy),
+                loss=config.loss,
             )
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
@@ -86,6 +88,23 @@ def run(config, *, evaluators=()):
     chief = is_chief(strategy)
     driver = _Driver(config, strategy, spec, trainer, schedule, eval_splits, evaluators, chief)
     return driver.run()
+
+
+def _check_labels(config, spec):
+    """A multi-label dataset needs the sigmoid loss and all of its examples."""
+    from trainers import data
+
+    if not spec.multi_label:
+        return
+    if config.loss != "sigmoid":
+        raise common.UsageError(
+            f"{spec.name} has images with several labels: train it with --loss=sigmoid "
+            f"(softmax cross-entropy takes one label per image)."
+        )
+    if config.examples_per_class:
+        raise common.UsageError(
+            data.multi_label_refusal(spec, "--examples_per_class", "leave it at 0 (train on every example)")
+        )
 
 
 def _use_jit(setting, strategy):
@@ -128,7 +147,6 @@ class _Driver:
             chief,
         )
         self.workdir = config.workdir
-        self.stop_requested = False
         self.saved_step = None
 
     # -- set-up -------------------------------------------------------------------------
@@ -140,16 +158,16 @@ class _Driver:
             last_loss=self.trainer.last_loss,
             rng=self.trainer.rng_state,
         )
-        directory = os.path.join(self.workdir, CHECKPOINT_DIR)
+        directory = fileio.join(self.workdir, CHECKPOINT_DIR)
         if not self.chief:
             # Every worker must take part in a save; only the chief's copy is kept.
             task = self.strategy.cluster_resolver.task_id
-            directory = os.path.join(self.workdir, f".worker_{task}_tmp", CHECKPOINT_DIR)
+            directory = fileio.join(self.workdir, f".worker_{task}_tmp", CHECKPOINT_DIR)
         self.checkpoint = checkpoint
         self.manager = tf.train.CheckpointManager(
             checkpoint, directory, max_to_keep=self.config.keep_checkpoints
         )
-        latest = tf.train.latest_checkpoint(os.path.join(self.workdir, CHECKPOINT_DIR))
+        latest = tf.train.latest_checkpoint(fileio.join(self.workdir, CHECKPOINT_DIR))
         if latest:
             checkpoint.restore(latest).assert_existing_objects_matched()
             self.saved_step = int(self.trainer.step.numpy())
@@ -160,7 +178,7 @@ class _Driver:
         self.manager.save(checkpoint_number=step)
         self.saved_step = step
         if not self.chief:
-            shutil.rmtree(os.path.dirname(self.manager.directory), ignore_errors=True)
+            fileio.rmtree(fileio.dirname(self.manager.directory))
 
     def _input(self, split, training, start_step=0):
         from trainers import data
@@ -182,8 +200,8 @@ class _Driver:
 
     def _writers(self):
         if self.chief:
-            self.train_writer = tf.summary.create_file_writer(os.path.join(self.workdir, "train"))
-            self.eval_writer = tf.summary.create_file_writer(os.path.join(self.workdir, "eval"))
+            self.train_writer = tf.summary.create_file_writer(fileio.join(self.workdir, "train"))
+            self.eval_writer = tf.summary.create_file_writer(fileio.join(self.workdir, "eval"))
         else:
             self.train_writer = self.eval_writer = tf.summary.create_noop_writer()
 
@@ -194,9 +212,9 @@ class _Driver:
         config, trainer = self.config, self.trainer
         start_time = time.time()
         if self.chief:
-            os.makedirs(self.workdir, exist_ok=True)
-            common.write_atomic(
-                os.path.join(self.workdir, "config.json"), common.config_to_json(config) + "\n"
+            fileio.makedirs(self.workdir)
+            fileio.write_atomic(
+                fileio.join(self.workdir, "config.json"), common.config_to_json(config) + "\n"
             )
         self._checkpoint_manager()
         self._writers()
@@ -212,9 +230,9 @@ class _Driver:
             data.distribute(self.strategy, self._input(config.train_split, True, start_step=step))
         )
 
-        previous_handler = _install_sigterm(self)
-        try:
-            while step < total and not self.stop_requested:
+        # SIGTERM: every worker saves the same step at a loop boundary and the run returns.
+        with preemption.Preemption(self.strategy, self._save) as preempted:
+            while step < total:
                 end = self._next_boundary(step)
                 tick = time.perf_counter()
                 out = trainer.train(iterator, end - step)
@@ -236,16 +254,13 @@ class _Driver:
                 for every, name, fn in self.evaluators:
                     if every and step % every == 0 and step < total:
                         self._run_evaluator(step, name, fn)
-            if self.stop_requested and step < total:
-                self._save()
-                print(
-                    f"SIGTERM: saved a checkpoint at step {step}; rerun the same command to resume.",
-                    flush=True,
-                )
-                return {"preempted": True, "steps": step}
-        finally:
-            if previous_handler is not None:
-                signal.signal(signal.SIGTERM, previous_handler)
+                if step < total and preempted.saved_checkpoint():
+                    print(
+                        f"preempted (SIGTERM): saved a checkpoint at step {step}; "
+                        "rerun the same command to resume.",
+                        flush=True,
+                    )
+                    return {"preempted": True, "steps": step}
 
         if self.saved_step != step:
             self._save()
@@ -284,17 +299,18 @@ class _Driver:
             "replicas": self.strategy.num_replicas_in_sync,
         }
         results.update(extra)
+        metric = self.trainer.metric_name
         for name, m in metrics.items():
             print(
-                f"final {name}: accuracy {m['accuracy']:.4f}  loss {m['loss']:.4f}  ({m['examples']} images)",
+                f"final {name}: {metric} {m[metric]:.4f}  loss {m['loss']:.4f}  ({m['examples']} images)",
                 flush=True,
             )
         if self.chief:
             from keras_vit import weights as weights_lib
 
-            weights_lib.save_npz(self.trainer.model, os.path.join(self.workdir, "model.npz"))
-            common.write_atomic(
-                os.path.join(self.workdir, "results.json"),
+            weights_lib.save_npz(self.trainer.model, fileio.join(self.workdir, "model.npz"))
+            fileio.write_atomic(
+                fileio.join(self.workdir, "results.json"),
                 json.dumps(results, indent=2, sort_keys=True) + "\n",
             )
         self.train_writer.flush()
@@ -342,15 +358,14 @@ class _Driver:
         return metrics
 
     def _write_eval(self, step, metrics):
+        metric = self.trainer.metric_name  # "accuracy" (softmax) or "prec@1" (sigmoid)
         with self.eval_writer.as_default(step=step):
             for name, m in metrics.items():
-                tf.summary.scalar(f"{name}/accuracy", m["accuracy"])
+                tf.summary.scalar(f"{name}/{metric}", m[metric])
                 tf.summary.scalar(f"{name}/loss", m["loss"])
         print(
             f"step {step}  "
-            + "  ".join(
-                f"{n}: accuracy {m['accuracy']:.4f} loss {m['loss']:.4f}" for n, m in metrics.items()
-            ),
+            + "  ".join(f"{n}: {metric} {m[metric]:.4f} loss {m['loss']:.4f}" for n, m in metrics.items()),
             flush=True,
         )
 
@@ -362,19 +377,6 @@ class _Driver:
                 tf.summary.scalar(tag, value)
         print(f"step {step}  {name}: " + "  ".join(f"{k} {v:.4f}" for k, v in scalars.items()), flush=True)
         return scalars
-
-
-def _install_sigterm(driver):
-    """SIGTERM (a preempted TPU VM) asks the loop to stop at the next loop boundary."""
-
-    def handler(signum, frame):
-        driver.stop_requested = True
-        print("SIGTERM received: saving a checkpoint at the end of this loop call.", flush=True)
-
-    try:
-        return signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread (e.g. a notebook worker thread): no handler
-        return None
 
 
 def _duration(seconds):

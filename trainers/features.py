@@ -77,6 +77,9 @@ class FeatureExtractor:
 
     def __call__(self, spec, split, *, image_size, batch_size):
         """(features float32 (n, d), labels int64 (n,)) of the whole `split`, in the split's order."""
+        if spec.multi_label:
+            raise data.DatasetError(data.multi_label_refusal(
+                spec, "a linear probe", "probe a single-label dataset (e.g. cifar10, oxford_iiit_pet)"))
         input_fn = data.make_input_fn(spec, split, image_size=image_size, global_batch_size=batch_size,
                                       training=False)
         dataset = data.distribute(self.strategy, input_fn)

@@ -12,11 +12,11 @@ WORKDIR/eval. Defaults: configs/fewshot.py; every flag overrides.
 """
 
 import json
-import os
 import sys
 import time
 
 from configs import fewshot as fewshot_config
+from keras_vit import fileio
 from trainers import common
 from trainers.features import PIXELS, IncompatibleModelError, extract_features  # noqa: F401 (public API)
 from trainers.fewshot_evaluator import FewShotEvaluator, parse_l2_reg, parse_shots
@@ -54,7 +54,7 @@ def validate(config):
             raise common.UsageError(f"--{name} must be one of {', '.join(values)}, got {config[name]!r}.")
     parse_shots(config.shots)
     parse_l2_reg(config.l2_reg)
-    if os.path.exists(config.workdir) and not os.path.isdir(config.workdir):
+    if fileio.exists(config.workdir) and not fileio.isdir(config.workdir):
         raise common.UsageError(f"--workdir {config.workdir!r} exists and is not a directory.")
 
 
@@ -76,7 +76,7 @@ def run(config):
     """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict."""
     import tensorflow as tf
 
-    from trainers import distribute
+    from trainers import data, distribute
 
     validate(config)
     strategy = distribute.create_strategy(config.strategy, tpu=config.tpu or None,
@@ -91,6 +91,9 @@ def run(config):
                                  strategy=strategy, train_split=config.train_split,
                                  test_split=config.test_split)
     spec = evaluator.specs["data"]
+    if spec.multi_label:
+        raise common.UsageError(data.multi_label_refusal(
+            spec, "a few-shot probe", "probe a single-label dataset (e.g. cifar10, oxford_iiit_pet)"))
     with strategy.scope():
         model = build_feature_model(config, spec.num_classes)
         scores = evaluator.evaluate(model)
@@ -104,16 +107,16 @@ def run(config):
         results[f"{k}shot_l2_reg"] = evaluator.l2_used[("data", k)]
     results.update(evaluator.stats["data"])
 
-    os.makedirs(config.workdir, exist_ok=True)
-    common.write_atomic(os.path.join(config.workdir, "config.json"), common.config_to_json(config) + "\n")
-    writer = tf.summary.create_file_writer(os.path.join(config.workdir, "eval"))
+    fileio.makedirs(config.workdir)
+    fileio.write_atomic(fileio.join(config.workdir, "config.json"), common.config_to_json(config) + "\n")
+    writer = tf.summary.create_file_writer(fileio.join(config.workdir, "eval"))
     with writer.as_default():
         for k in evaluator.shots:
             tf.summary.scalar(f"fewshot/{k}shot_accuracy", results[f"{k}shot_accuracy"], step=0)
             # One curve over k: accuracy against the number of examples per class.
             tf.summary.scalar("fewshot/accuracy_by_shots", results[f"{k}shot_accuracy"], step=k)
     writer.flush()
-    common.write_atomic(os.path.join(config.workdir, "results.json"),
+    fileio.write_atomic(fileio.join(config.workdir, "results.json"),
                         json.dumps(results, indent=2, sort_keys=True) + "\n")
     for k in evaluator.shots:
         print(f"{k}-shot accuracy {results[f'{k}shot_accuracy']:.4f} "

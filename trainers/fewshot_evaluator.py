@@ -66,6 +66,11 @@ class FewShotEvaluator:
         if int(seeds) < 1:
             raise linear_probe.FewShotError(f"--seeds must be at least 1, got {seeds}")
         self.specs = {key: data.get_spec(name, data_dir=data_dir) for key, name in datasets.items()}
+        for spec in self.specs.values():
+            # Refused here, before training starts, not at the first probe after hours of it.
+            if spec.multi_label:
+                raise linear_probe.FewShotError(data.multi_label_refusal(
+                    spec, "a few-shot probe", "probe a single-label dataset"))
         self.image_size = image_size
         self.batch_size = batch_size
         self.shots = parse_shots(shots)

@@ -1,15 +1,18 @@
 """Fine-tune a ViT on an image-classification dataset: the paper's transfer recipe.
 
     python -m trainers.finetune --dataset=oxford_iiit_pet --workdir=/tmp/pets
+    python -m trainers.finetune --dataset=oxford_iiit_pet --base_lr=sweep --workdir=/tmp/pets_sweep
 
 Defaults come from configs/finetune.py (per dataset); every flag overrides. Re-running the
-same command on the same workdir resumes from its last checkpoint.
+same command on the same workdir resumes from its last checkpoint. --base_lr=sweep runs the
+paper's protocol (trainers/sweep.py): one fine-tune per --sweep_lrs rate, the best on minival,
+retrained on train + minival.
 """
 
 import sys
 
 from configs import finetune as finetune_config
-from trainers import common, experiment
+from trainers import common, experiment, sweep
 
 
 def get_config(dataset="oxford_iiit_pet"):
@@ -17,8 +20,14 @@ def get_config(dataset="oxford_iiit_pet"):
 
 
 def run(config):
-    """Fine-tunes per `config` (configs.finetune.get_config(...) with changes); returns results."""
-    return experiment.run(config)
+    """Fine-tunes per `config` (configs.finetune.get_config(...) with changes); returns results.
+
+    With config.base_lr = "sweep": the learning-rate sweep, and its summary as the results.
+    """
+    base_lr = common.parse_base_lr(config.base_lr)
+    if base_lr == "sweep":
+        return sweep.run(config)
+    return experiment.run(sweep.with_changes(config, base_lr=base_lr))
 
 
 def main(argv=None):

@@ -4,101 +4,50 @@ One call of `Trainer.train` runs `num_steps` optimizer steps inside a single `tf
 (`strategy.run` per step), which is what keeps a TPU busy. Each step:
 
 * splits the per-replica batch into `accum_steps` micro-batches and sums their gradients;
-* scales the loss by 1 / global batch size (sum of per-example cross-entropies), so the
+* scales the loss by 1 / global batch size (sum of per-example losses), so the
   all-reduced SUM of the replicas' gradients is exactly the gradient of the global mean,
   whatever the replica count;
 * all-reduces the gradients itself and clips their global norm *after* the reduction.
   Keras 3 optimizers under a `tf.distribute` strategy would clip each replica's partial
   gradient and then all-reduce again, so the optimizer is told not to aggregate (see
-  `make_optimizer`).
-"""
+  `trainers.optimizers.make_optimizer`).
 
-import math
+Losses: "softmax" is the cross-entropy of the softmax against the class index (int labels (b,)).
+"sigmoid" is big_vision's sigmoid_xent for multi-label data: per example, the sum over classes of
+the binary cross-entropy of sigmoid(logit) against a multi-hot target (float labels (b, classes));
+int labels become one-hot targets. Evaluation reports the top-1 hit rate: "accuracy" under softmax,
+"prec@1" under sigmoid (whether the top-scoring class is one of the image's labels; the same number
+as accuracy when every image has one label).
+"""
 
 import keras
 import tensorflow as tf
 
-
-class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warm-up from 0 to `base_lr`, then cosine or linear decay until `total_steps`.
-
-    The shape of vit_jax's `create_learning_rate_schedule`: linear decay ends at
-    `linear_end`, cosine at 0. The optimizer passes its 0-based iteration; the step being
-    taken is iteration + 1, so the first step does not have a learning rate of zero.
-    """
-
-    def __init__(self, base_lr, total_steps, warmup_steps=0, decay_type="cosine", linear_end=1e-5):
-        if decay_type not in ("cosine", "linear"):
-            raise ValueError(f"decay_type must be 'cosine' or 'linear', got {decay_type!r}.")
-        self.base_lr = float(base_lr)
-        self.total_steps = int(total_steps)
-        self.warmup_steps = int(warmup_steps)
-        self.decay_type = decay_type
-        self.linear_end = float(linear_end)
-
-    def __call__(self, step):
-        step = tf.cast(step, tf.float32) + 1.0
-        decay_steps = max(1, self.total_steps - self.warmup_steps)
-        progress = tf.clip_by_value((step - self.warmup_steps) / decay_steps, 0.0, 1.0)
-        if self.decay_type == "cosine":
-            lr = self.base_lr * 0.5 * (1.0 + tf.cos(math.pi * progress))
-        else:
-            lr = self.linear_end + (self.base_lr - self.linear_end) * (1.0 - progress)
-        if self.warmup_steps:
-            lr = lr * tf.minimum(1.0, step / self.warmup_steps)
-        return lr
-
-    def get_config(self):
-        return dict(
-            base_lr=self.base_lr,
-            total_steps=self.total_steps,
-            warmup_steps=self.warmup_steps,
-            decay_type=self.decay_type,
-            linear_end=self.linear_end,
-        )
+LOSSES = ("softmax", "sigmoid")
+METRIC_NAMES = {"softmax": "accuracy", "sigmoid": "prec@1"}
 
 
-def _no_aggregation(grads_and_vars):
-    return list(grads_and_vars)
+def per_example_loss(loss, labels, logits):
+    """float32 (b,): `loss` ("softmax" or "sigmoid") of each example, computed from logits in float32."""
+    logits = tf.cast(logits, tf.float32)
+    multi_hot = labels.shape.rank == 2
+    if loss == "softmax":
+        if multi_hot:
+            raise ValueError("multi-hot labels (several classes per image) need loss='sigmoid'.")
+        return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    if loss != "sigmoid":
+        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
+    targets = tf.cast(labels, tf.float32) if multi_hot else tf.one_hot(labels, tf.shape(logits)[-1])
+    # max(x, 0) - x * z + log(1 + exp(-|x|)): finite for logits of any size.
+    return tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=logits), axis=-1)
 
 
-def make_optimizer(
-    name, learning_rate, *, momentum=0.9, beta_1=0.9, beta_2=0.999, weight_decay=0.0, loss_scaling=False
-):
-    """An optimizer that applies gradients the Trainer has already all-reduced.
-
-    "sgd": SGD with momentum (the paper's fine-tuning). "adam": Adam; with weight decay it
-    is decoupled (AdamW: w -= lr * wd * w each step), which is what flax.optim.Adam's
-    `weight_decay`, used for the paper's pre-training, does. Biases and norms are decayed
-    too, as there. `loss_scaling` wraps it in a dynamic LossScaleOptimizer (float16).
-    """
-    if name == "sgd":
-        inner = keras.optimizers.SGD(learning_rate, momentum=momentum, weight_decay=weight_decay or None)
-    elif name == "adam":
-        if weight_decay:
-            inner = keras.optimizers.AdamW(
-                learning_rate, weight_decay=weight_decay, beta_1=beta_1, beta_2=beta_2, epsilon=1e-8
-            )
-        else:
-            inner = keras.optimizers.Adam(learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=1e-8)
-    else:
-        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {name!r}.")
-    # Keras 3's TensorFlow optimizer all-reduces (SUM) the gradients it is given whenever it
-    # runs in a replica context. Ours are reduced already; summing again would multiply them
-    # by the replica count. If this hook ever disappears, fail loudly instead of training wrong.
-    if not hasattr(inner, "_all_reduce_sum_gradients"):
-        raise RuntimeError(
-            "This Keras version's optimizer has no _all_reduce_sum_gradients; "
-            "the trainer cannot stop it from re-aggregating gradients."
-        )
-    inner._all_reduce_sum_gradients = _no_aggregation
-    if loss_scaling:
-        return keras.optimizers.LossScaleOptimizer(inner)
-    return inner
-
-
-def _per_example_loss(labels, logits):
-    return keras.losses.sparse_categorical_crossentropy(labels, tf.cast(logits, tf.float32), from_logits=True)
+def top1_hits(labels, logits):
+    """float32 (b,): 1 where the top-scoring class is the label (int (b,)) or one of them (multi-hot)."""
+    top = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    if labels.shape.rank == 2:
+        return tf.cast(tf.gather(labels, top, batch_dims=1) > 0, tf.float32)
+    return tf.cast(tf.equal(top, tf.cast(labels, tf.int32)), tf.float32)
 
 
 class Trainer:
@@ -117,7 +66,13 @@ class Trainer:
         accum_steps=1,
         grad_norm_clip=None,
         jit_compile=False,
+        loss="softmax",
     ):
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
+        self.loss = loss
+        # The name of the evaluation's top-1 metric in `evaluate`'s result.
+        self.metric_name = METRIC_NAMES[loss]
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
@@ -167,7 +122,7 @@ class Trainer:
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             logits = self.model(images, training=True)
-            loss = tf.reduce_sum(_per_example_loss(labels, logits)) / self.global_batch_size
+            loss = tf.reduce_sum(per_example_loss(self.loss, labels, logits)) / self.global_batch_size
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
         return loss, tape.gradient(scaled, variables)
 
@@ -178,7 +133,7 @@ class Trainer:
         else:
             micro = tf.shape(images)[0] // self.accum_steps
             images = tf.reshape(images, tf.concat([[self.accum_steps, micro], tf.shape(images)[1:]], 0))
-            labels = tf.reshape(labels, [self.accum_steps, micro])
+            labels = tf.reshape(labels, tf.concat([[self.accum_steps, micro], tf.shape(labels)[1:]], 0))
             loss = tf.constant(0.0)
             grads = [tf.zeros_like(v) for v in variables]
             for i in tf.range(self.accum_steps):
@@ -233,11 +188,9 @@ class Trainer:
     def _replica_eval(self, images, labels, weights):
         logits = tf.cast(self.model(images, training=False), tf.float32)
         weights = tf.cast(weights, tf.float32)
-        loss = tf.reduce_sum(_per_example_loss(labels, logits) * weights)
-        correct = tf.cast(
-            tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(labels, tf.int32)), tf.float32
-        )
-        return loss, tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
+        loss = tf.reduce_sum(per_example_loss(self.loss, labels, logits) * weights)
+        hits = tf.reduce_sum(top1_hits(labels, logits) * weights)
+        return loss, hits, tf.reduce_sum(weights)
 
     def _eval_loop(self, dataset):
         strategy = self.strategy
@@ -248,8 +201,11 @@ class Trainer:
         return totals
 
     def evaluate(self, dataset):
-        """One pass over a distributed (images, labels, weights) dataset; padding has weight 0."""
-        loss, correct, count = (float(v) for v in self._eval_fn(dataset).numpy())
+        """One pass over a distributed (images, labels, weights) dataset; padding has weight 0.
+
+        Returns {"loss", metric_name ("accuracy" or "prec@1"), "examples"}.
+        """
+        loss, hits, count = (float(v) for v in self._eval_fn(dataset).numpy())
         if count == 0:
             raise ValueError("the evaluation split has no examples.")
-        return {"loss": loss / count, "accuracy": correct / count, "examples": int(count)}
+        return {"loss": loss / count, self.metric_name: hits / count, "examples": int(count)}

@@ -13,8 +13,8 @@ from configs import pretrain as pretrain_config
 from trainers import common, experiment
 
 
-def get_config(dataset="imagenet2012"):
-    return pretrain_config.get_config(dataset)
+def get_config(dataset="imagenet2012", recipe=None, model=None):
+    return pretrain_config.get_config(dataset, recipe=recipe, model=model)
 
 
 def run(config):

@@ -1,0 +1,32 @@
+"""trainers.flag_table: the README's flag table is the one the presets and help table give."""
+
+import os
+
+from trainers import flag_table
+
+
+def test_readme_flag_table_is_the_generated_one():
+    with open(flag_table.README, encoding="utf-8") as f:
+        table = flag_table.readme_table(f.read())
+    assert table is not None, "README.md lost its flag-table markers"
+    assert table == flag_table.markdown(), "run: python -m trainers.flag_table --write"
+
+
+def test_every_preset_field_has_help_and_appears_once():
+    table = flag_table.markdown()
+    from configs import finetune, pretrain
+    from trainers import common
+
+    for name in set(finetune.get_config()) | set(pretrain.get_config()):
+        assert name in common.HELP, f"--{name} has no help text in trainers.common.HELP"
+        assert table.count(f"| `--{name}` |") == 1
+
+
+def test_write_replaces_only_the_table(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{flag_table.BEGIN}\nstale\n{flag_table.END}\noutro\n")
+    flag_table.write_readme(str(readme))
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("outro\n")
+    assert flag_table.readme_table(text) == flag_table.markdown()
+    assert os.listdir(tmp_path) == ["README.md"]  # no temporary file left behind

@@ -1,0 +1,130 @@
+"""SIGTERM (a preempted VM, a scheduler): save a checkpoint at a loop boundary and stop the run.
+
+One process (--strategy=cpu, gpu, tpu, or multi_worker with one worker): the signal sets a flag, and
+at the next loop boundary the run saves and stops.
+
+Several worker processes (--strategy=multi_worker): a signal often reaches only some workers, and a
+worker that stopped alone would leave the others waiting forever in the next all-reduce. There,
+tf.distribute's PreemptionCheckpointHandler coordinates the stop: the signalled worker posts on the
+cluster's coordination service the boundary to save at (the one after the next loop call), waits until
+every worker has read it, and then every worker saves that same step and stops.
+"""
+
+import signal
+import tempfile
+
+import tensorflow as tf
+
+
+class Preemption:
+    """Watches for SIGTERM during one run's training loop (a context manager).
+
+    `save()` writes this worker's checkpoint of the current step (the chief's real one, or a non-chief
+    worker's temporary copy). Call `saved_checkpoint()` at every loop boundary, on every worker.
+    """
+
+    def __init__(self, strategy, save):
+        self.save = save
+        self.signalled = False
+        self._previous = None
+        self._cluster = _cluster_handler(strategy) if _worker_count(strategy) > 1 else None
+
+    def __enter__(self):
+        try:
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        except ValueError:  # not the main thread (e.g. a notebook's worker thread): no handler
+            self._previous = None
+        if self._cluster is not None:
+            self._cluster.run = self
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+        if self._cluster is not None:
+            self._cluster.run = None
+        return False
+
+    def _on_sigterm(self, signum, frame):
+        # Only a flag: the save happens in the main loop, between compiled loop calls.
+        self.signalled = True
+
+    def saved_checkpoint(self):
+        """True once this run has saved the checkpoint of the current step because of a SIGTERM (here
+        or, with several workers, on any worker): the run must then stop."""
+        if self._cluster is None:
+            if self.signalled:
+                self.save()
+            return self.signalled
+        return self._cluster.saved_checkpoint()
+
+
+def _worker_count(strategy):
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 1
+    jobs = strategy.cluster_resolver.cluster_spec().as_dict()
+    return sum(len(jobs.get(job, ())) for job in ("chief", "worker"))
+
+
+class _Saved(Exception):
+    """Raised by the handler's exit_fn: every worker has saved, the run returns."""
+
+
+class _ClusterHandler:
+    """The process's PreemptionCheckpointHandler, adapted to the trainer; `run` is the Preemption
+    of the run under way (None between runs).
+
+    How it is made to fit:
+    - termination_watcher_fn reads the run's SIGTERM flag (the handler polls it every second), so
+      SIGTERM is the signal everywhere: left to itself, on a Google Cloud GPU VM the handler would watch
+      the metadata server's maintenance events instead. (On a Google Cloud CPU VM TensorFlow makes
+      the handler do nothing at all, so there a multi-worker run ignores SIGTERM.)
+    - save_fn is the run's own save, so checkpoints keep their layout (the chief's in
+      WORKDIR/checkpoints, the others' in a temporary folder they delete) and their number (the step).
+    - exit_fn raises instead of ending the process (by default sys.exit(42)), so that the command
+      prints its line and exits 0 like a single process.
+    - grace_period=0: save at the first step all workers can agree on, then stop.
+    - The handler counts its calls to agree on a step, restores that count from the checkpoint
+      manager it is given and adds it to that manager's checkpoint. The trainer's manager would not
+      do: the chief would restore the count from WORKDIR/checkpoints and the other workers from their
+      empty temporary folders, and after a resume they would save at different steps. An empty
+      checkpoint in an empty folder makes every worker count from 0: once per loop boundary, the
+      same sequence on every worker, so the counts agree.
+    - One handler per process, shared by the runs it makes (a sweep makes several): its keys on the
+      coordination service have fixed names and can be posted once per cluster, and its watcher
+      threads outlive a run.
+    """
+
+    def __init__(self, strategy):
+        self.run = None
+        config = tf.distribute.experimental.TerminationConfig(
+            termination_watcher_fn=lambda: self.run is not None and self.run.signalled,
+            exit_fn=_raise_saved,
+            grace_period=0,
+            save_fn=lambda: self.run.save(),
+        )
+        with tempfile.TemporaryDirectory() as empty:
+            manager = tf.train.CheckpointManager(tf.train.Checkpoint(), empty, max_to_keep=1)
+            self.handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+                strategy.cluster_resolver, manager, termination_config=config
+            )
+
+    def saved_checkpoint(self):
+        try:
+            self.handler.save_checkpoint_if_preempted()
+        except _Saved:
+            return True
+        return False
+
+
+def _raise_saved():
+    raise _Saved()
+
+
+_HANDLER = []
+
+
+def _cluster_handler(strategy):
+    if not _HANDLER:
+        _HANDLER.append(_ClusterHandler(strategy))
+    return _HANDLER[0]

@@ -1,0 +1,222 @@
+"""The paper's fine-tuning protocol: choose the learning rate on minival, retrain on train + minival.
+
+Dosovitskiy et al. 2021, appendix B.1.1: one fine-tune per rate of a small grid (Table 4: 0.001,
+0.003, 0.01, 0.03) on the training split minus a held-out `minival` split; the rate with the best
+minival accuracy (ties: the smaller rate); then one fine-tune with it on the whole training split
+(train + minival), reported on the test split. `trainers.finetune` runs this for --base_lr=sweep.
+
+WORKDIR layout: lr_<rate>/ per rate and final/ (each an ordinary fine-tuning workdir),
+results.json (the summary), sweep/ (TensorBoard: a run per rate with its base_lr as a
+hyperparameter and its minival accuracy, and the choice). A re-run reuses every sub-run that
+has its results.json and resumes the others from their checkpoints.
+"""
+
+import json
+import math
+import os
+
+import ml_collections
+import tensorflow as tf
+
+from keras_vit import fileio
+from trainers import common, experiment, loop
+
+MINIVAL = "minival"
+FINAL = "final"
+# Where and how a sub-run executes, not what it computes: these may differ when a sweep is re-run
+# (e.g. resumed on other hardware) without making its finished sub-runs stale.
+EXECUTION_FIELDS = frozenset({
+    "workdir", "data_dir", "manual_dir", "strategy", "tpu", "cpu_devices", "jit_compile", "steps_per_loop",
+    "eval_every", "checkpoint_every", "keep_checkpoints", "sweep_lrs",
+})
+
+
+def parse_sweep_lrs(text):
+    """'0.001,0.003' -> [0.001, 0.003]: positive, distinct, sorted."""
+    rates = []
+    for item in filter(None, (p.strip() for p in str(text).split(","))):
+        try:
+            rate = float(item)
+        except ValueError:
+            raise common.UsageError(f"--sweep_lrs entry {item!r} is not a number; "
+                                    "give rates like 0.001,0.003,0.01,0.03.") from None
+        if not 0 < rate < math.inf:
+            raise common.UsageError(f"--sweep_lrs entries must be positive numbers, got {item}.")
+        if rate in rates:
+            raise common.UsageError(f"--sweep_lrs lists {item} twice.")
+        rates.append(rate)
+    if not rates:
+        raise common.UsageError("--sweep_lrs is empty; give the rates to try, e.g. 0.001,0.003,0.01,0.03.")
+    return sorted(rates)
+
+
+def choose_rate(minival_accuracy):
+    """{rate: accuracy or None (diverged)} -> the best rate; ties go to the smaller rate."""
+    scored = {rate: acc for rate, acc in minival_accuracy.items() if acc is not None}
+    if not scored:
+        raise common.TrainingError("the loss diverged at every rate of --sweep_lrs; try smaller rates.")
+    return min(scored, key=lambda rate: (-scored[rate], rate))
+
+
+def with_changes(config, **changes):
+    """A new ConfigDict with `config`'s values and `changes` (base_lr may go from "sweep" to a float)."""
+    fields = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    fields.update(changes)
+    return ml_collections.ConfigDict(fields)
+
+
+def run(config):
+    """The sweep per `config` (base_lr "sweep"); returns the summary, also in WORKDIR/results.json.
+
+    If a sub-run is stopped by SIGTERM, returns {"preempted": True, ...} and writes no summary.
+    """
+    rates = parse_sweep_lrs(config.sweep_lrs)
+    splits = common.parse_eval_splits(config.eval_splits)
+    if MINIVAL not in splits:
+        raise common.UsageError(
+            f"--base_lr=sweep chooses the rate on a '{MINIVAL}' split, and --eval_splits has none: hold part "
+            f"of the training data out, e.g. --train_split=train[:80%] "
+            f"--eval_splits={MINIVAL}=train[80%:],{config.eval_splits}.")
+    reported = {name: split for name, split in splits.items() if name != MINIVAL}
+    if not reported:
+        raise common.UsageError(
+            f"--base_lr=sweep retrains on train + {MINIVAL} and reports the other --eval_splits, and there "
+            f"are none: add one, e.g. --eval_splits={config.eval_splits},test=test.")
+    workdir = config.workdir
+    if not workdir:
+        raise common.UsageError("--workdir is required (where the sweep's runs and results go).")
+    if fileio.exists(workdir) and not fileio.isdir(workdir):
+        raise common.UsageError(f"--workdir {workdir!r} exists and is not a directory.")
+
+    # Under --loss=sigmoid the runs report precision@1, which then decides (and is reported) instead.
+    metric = loop.METRIC_NAMES[config.loss]
+    minival_accuracy, workdirs = {}, {}
+    for rate in rates:
+        sub = with_changes(config, base_lr=rate, workdir=fileio.join(workdir, f"lr_{rate!r}"))
+        workdirs[repr(rate)] = sub.workdir
+        try:
+            results = _run_or_reuse(sub, f"base_lr {rate!r}")
+        except common.TrainingError as e:
+            print(f"sweep: base_lr {rate!r} diverged, left out of the choice: {e}", flush=True)
+            minival_accuracy[rate] = None
+            continue
+        if results.get("preempted"):
+            return _preempted(sub)
+        minival_accuracy[rate] = results["eval"][MINIVAL][metric]
+    chosen = choose_rate(minival_accuracy)
+
+    final = with_changes(
+        config,
+        base_lr=chosen,
+        workdir=fileio.join(workdir, FINAL),
+        train_split=f"{config.train_split}+{splits[MINIVAL]}",
+        eval_splits=",".join(f"{name}={split}" for name, split in reported.items()),
+    )
+    workdirs[FINAL] = final.workdir
+    results = _run_or_reuse(final, f"final (base_lr {chosen!r})")
+    if results.get("preempted"):
+        return _preempted(final)
+    test_split = "test" if "test" in reported else next(iter(reported))
+    summary = {
+        "dataset": config.dataset,
+        "model": config.model,
+        "sweep_lrs": rates,
+        "minival_accuracy": {repr(rate): acc for rate, acc in minival_accuracy.items()},
+        "chosen_lr": chosen,
+        "final_train_split": final.train_split,
+        "final_eval": results["eval"],
+        "test_split": test_split,
+        "metric": metric,
+        "test_accuracy": results["eval"][test_split][metric],
+        "workdirs": workdirs,
+    }
+    _print_summary(summary)
+    if _is_chief(config):
+        _save_summary(workdir, summary)
+    return summary
+
+
+def _run_or_reuse(config, label):
+    """A sub-run's results: read back if it finished before, else trained (resumed if begun)."""
+    _check_same_settings(config)
+    path = fileio.join(config.workdir, "results.json")
+    if fileio.exists(path):
+        print(f"sweep: {label}: reusing the finished run in {config.workdir}", flush=True)
+        return _read_json(path)
+    print(f"sweep: {label}: fine-tuning in {config.workdir}", flush=True)
+    return experiment.run(config)
+
+
+def _check_same_settings(config):
+    """A sub-folder begun with other settings (another --total_steps, say) must not be reused."""
+    path = fileio.join(config.workdir, "config.json")
+    if not fileio.exists(path):
+        return
+    recorded = _read_json(path)
+    wanted = json.loads(common.config_to_json(config))
+    for name in sorted((wanted.keys() & recorded.keys()) - EXECUTION_FIELDS):
+        if recorded[name] != wanted[name]:
+            raise common.UsageError(
+                f"{config.workdir} holds a run with --{name}={recorded[name]}, this sweep needs "
+                f"--{name}={wanted[name]}: use another --workdir, or delete that folder to redo it.")
+
+
+def _preempted(config):
+    print(f"sweep: stopped in {config.workdir}; rerun the same command to go on.", flush=True)
+    return {"preempted": True, "workdir": config.workdir}
+
+
+def _print_summary(summary):
+    for rate, acc in summary["minival_accuracy"].items():
+        outcome = "diverged" if acc is None else f"minival accuracy {acc:.4f}"
+        print(f"sweep: base_lr {rate}  {outcome}  ({summary['workdirs'][rate]})", flush=True)
+    print(
+        f"sweep: chose base_lr {summary['chosen_lr']!r}; retrained on {summary['final_train_split']}: "
+        f"{summary['test_split']} accuracy {summary['test_accuracy']:.4f}  ({summary['workdirs'][FINAL]})",
+        flush=True,
+    )
+
+
+def _save_summary(workdir, summary):
+    """WORKDIR/results.json (atomically) and, when the summary is new, TensorBoard under WORKDIR/sweep."""
+    path = fileio.join(workdir, "results.json")
+    if fileio.exists(path) and _read_json(path) == summary:
+        return  # a re-run of a finished sweep: the logs already hold this summary
+    _log_summary(fileio.join(workdir, "sweep"), summary)
+    fileio.write_atomic(path, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def _log_summary(logdir, summary):
+    """One TensorBoard run per rate (its base_lr in the HPARAMS tab against its minival accuracy)
+    and the choice: sweep/minival_accuracy, sweep/chosen_lr, sweep/test_accuracy."""
+    from tensorboard.plugins.hparams import api as hp
+
+    for rate, acc in summary["minival_accuracy"].items():
+        writer = tf.summary.create_file_writer(fileio.join(logdir, f"lr_{rate}"))
+        with writer.as_default(step=0):
+            hp.hparams({"base_lr": float(rate)}, trial_id=f"lr_{rate}")
+            if acc is not None:
+                tf.summary.scalar("sweep/minival_accuracy", acc)
+        writer.close()
+    writer = tf.summary.create_file_writer(logdir)
+    with writer.as_default(step=0):
+        tf.summary.scalar("sweep/chosen_lr", summary["chosen_lr"])
+        tf.summary.scalar("sweep/test_accuracy", summary["test_accuracy"])
+    writer.close()
+
+
+def _is_chief(config):
+    """The process that writes the summary: every one but the non-chief workers of --strategy=multi_worker."""
+    if config.strategy != "multi_worker":
+        return True
+    tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    task = tf_config.get("task", {})
+    if task.get("type") == "chief":
+        return True
+    return task.get("type") == "worker" and int(task.get("index", 0)) == 0 and "chief" not in tf_config.get(
+        "cluster", {})
+
+
+def _read_json(path):
+    with fileio.open(path) as f:
+        return json.load(f)
