@@ -11,7 +11,7 @@ $(BIN)/python:
 
 $(STAMP): setup.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,plots]"
+	$(BIN)/python -m pip install --quiet -e ".[train,test,plots]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,6 +1,37 @@
 """Packaging for keras-vit: the Vision Transformer library and its tf.distribute trainers."""
 from setuptools import find_packages, setup
 
+# The library alone: Keras 3 on any backend. TensorFlow is not among them, so a JAX or PyTorch
+# environment stays as it is. tests/test_packaging.py checks these against what keras_vit imports.
+INSTALL_REQUIRES = [
+    # Earlier Keras releases have known safe_mode bypasses.
+    "keras>=3.13.2",
+    "numpy",
+    "scipy",
+    # keras.utils.load_img, how images get to a model outside the trainers, needs it, and
+    # Keras does not declare it.
+    "pillow",
+]
+
+# The trainers and configs (TensorFlow only): pip install "keras-vit[train]".
+# tests/test_packaging.py checks these against what trainers/ and configs/ import.
+TRAIN_REQUIRES = [
+    "tensorflow>=2.16",
+    "tensorflow-datasets",
+    # tfds.builder imports it, but tensorflow-datasets does not declare it.
+    "importlib_resources",
+    "tensorboard",
+    "absl-py",
+    "ml-collections",
+    # The bundled real data set (UCI handwritten digits) for the demo.
+    "scikit-learn",
+]
+
+# The tests run the trainers too, so they need everything [train] installs. The list is
+# repeated rather than written as "keras-vit[train]": pip resolves such a self-reference only
+# since 21.2 (and an older pip or another installer may fetch keras-vit from the index).
+TEST_REQUIRES = ["pytest", "pytest-timeout", "jax[cpu]", "ruff"]
+
 setup(
     name="keras-vit",
     version="0.1.0",
@@ -13,24 +44,10 @@ setup(
     packages=find_packages(include=["keras_vit", "keras_vit.*", "trainers", "trainers.*",
                                     "configs", "configs.*"]),
     package_data={"keras_vit": ["data/*.json"]},
-    install_requires=[
-        "tensorflow>=2.16",
-        # Earlier Keras releases have known safe_mode bypasses.
-        "keras>=3.13.2",
-        "tensorflow-datasets",
-        # tfds.builder imports it, but tensorflow-datasets does not declare it.
-        "importlib_resources",
-        "tensorboard",
-        "absl-py",
-        "ml-collections",
-        "numpy",
-        "scipy",
-        "pillow",
-        # The bundled real data set (UCI handwritten digits) for the demo.
-        "scikit-learn",
-    ],
+    install_requires=INSTALL_REQUIRES,
     extras_require={
-        "test": ["pytest", "pytest-timeout", "jax[cpu]", "ruff"],
+        "train": TRAIN_REQUIRES,
+        "test": TEST_REQUIRES + TRAIN_REQUIRES,
         "plots": ["matplotlib"],
         # The peer that benchmarks/ measures against in the same run.
         "bench": ["keras-hub"],

@@ -21,8 +21,14 @@ digits: the bundled scikit-learn digits, with the architecture of configs/pretra
     preset, so --weights=<that run>/model.npz loads without more flags (its pre-logits included).
 """
 
-from configs import base_fields
 from configs import pretrain as pretrain_config
+from configs.fields import COMMON, fields
+
+# Where the few-shot trainer's flags mean something else than the training trainers'.
+HELP = {
+    "model": "official model name (ViT-Ti_16, ..., R50+ViT-B_16), or pixels (raw pixels as features)",
+    "batch_size": "global batch size of the feature extraction",
+}
 
 ARCHITECTURE_FIELDS = ("model", "image_size", "patch_size", "hidden_size", "num_layers", "num_heads",
                        "mlp_dim", "classifier")
@@ -30,14 +36,10 @@ ARCHITECTURE_FIELDS = ("model", "image_size", "patch_size", "hidden_size", "num_
 
 def get_config(dataset="cifar10"):
     # Data, model ("pixels": raw resized pixels, no model; pre_logits: with --weights=none add
-    # the layer, else the weights file decides), hardware: as the other trainers.
-    c = base_fields()
+    # the layer, else the weights file decides), hardware: as the other trainers; then the probes
+    # (k-shot sets from train_split, accuracy on test_split).
+    c = fields(COMMON + ("test_split", "shots", "seeds", "l2_reg", "batch_size"))
     c.dataset = dataset
-    c.test_split = "test"  # accuracy is measured here; k-shot examples come from train_split
-    # The probes.
-    c.shots = "1,5,10,25"
-    c.seeds = 3
-    c.l2_reg = "1024"  # a positive number, or "sweep"
     c.batch_size = 256  # feature-extraction batch (global)
     if dataset.split(":")[0] == "digits":
         pre = pretrain_config.get_config("digits")

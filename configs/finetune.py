@@ -29,7 +29,7 @@ folder:PATH (one sub-folder per class under PATH/train and PATH/test): the Pets 
     python -m trainers.finetune --dataset=folder:/data/my_images --workdir=/tmp/mine
 digits (the bundled scikit-learn digits, 8x8 upsampled): a tiny ViT from scratch on CPU.
     python -m trainers.finetune --dataset=digits --workdir=/tmp/digits
-    Measured: test accuracy 0.967 after its 1,500 steps, 34 s on 2 CPU cores.
+    Measured: test accuracy 0.958 after its 1,500 steps, 33 s on 2 CPU cores.
     No minival split: to sweep, add one, e.g. --base_lr=sweep --train_split=train[:80%]
     --eval_splits=minival=train[80%:],test=test. Measured so: chose 0.03 (minival 0.951),
     test accuracy 0.956, 7 min on 2 shared CPU cores.
@@ -39,13 +39,14 @@ Any other TFDS image-classification dataset by name gets the Pets recipe with `t
 
 import ml_collections
 
-from configs import DIGITS, TRANSFER_SPLITS, base_config
+from configs import DIGITS, TRANSFER_SPLITS
+from configs.fields import TRAINING, fields
 
 LONG = {"cifar10": (10_000, 500), "cifar100": (10_000, 500), "imagenet2012": (20_000, 500)}
 
 
 def get_config(dataset="oxford_iiit_pet"):
-    c = base_config()
+    c = fields(TRAINING + ("new_head", "sweep_lrs"))
     c.dataset = dataset
     c.model = "ViT-B_16"
     c.weights = "imagenet21k"

@@ -32,13 +32,14 @@ folder:PATH: the imagenet2012 recipe; set --total_steps / --warmup_steps to fit 
 digits: a tiny ViT pre-trained from scratch on CPU (the demo's upstream run): the imagenet2012
     recipe scaled down (600 steps, 100 warm-up, lr 1e-3, linear decay, weight decay 0.1, no dropout).
     python -m trainers.pretrain --dataset=digits --workdir=/tmp/digits_pre
-    Measured: see "Measured here" in the README.
+    Measured: test accuracy 0.847 after its 600 steps, 28 s on 2 CPU cores.
 The result loads into fine-tuning and few-shot evaluation with --weights=WORKDIR/model.npz.
 """
 
 import math
 
-from configs import DIGITS, TRANSFER_SPLITS, base_config
+from configs import DIGITS, TRANSFER_SPLITS
+from configs.fields import TRAINING, fields
 
 BATCH_SIZE = 4096
 WARMUP_STEPS = 10_000
@@ -67,7 +68,7 @@ def recipe_steps(images, epochs, batch_size=BATCH_SIZE):
 
 def get_config(dataset="imagenet2012", recipe=None, model=None):
     """The preset for `dataset`, with the Table 3 row of `recipe` (default: the dataset's) for `model`."""
-    c = base_config()
+    c = fields(TRAINING + ("recipe",))
     c.dataset = dataset
     c.model = model or "ViT-B_16"
     c.weights = "none"
@@ -94,12 +95,6 @@ def get_config(dataset="imagenet2012", recipe=None, model=None):
     c.eval_every = 5000
     c.checkpoint_every = 1000
     c.steps_per_loop = 100
-    c.fewshot_datasets = ""  # comma-separated TFDS names, e.g. "cifar10,oxford_iiit_pet"
-    c.fewshot_every = 0  # 0 = only at the end (when fewshot_datasets is set)
-    c.fewshot_shots = "1,5,10,25"
-    c.fewshot_seeds = 1
-    c.fewshot_l2_reg = 2.0**10
-    c.fewshot_batch_size = 256
     if dataset in TRANSFER_SPLITS:
         c.train_split, c.eval_splits = TRANSFER_SPLITS[dataset]
     if dataset.split(":")[0] == "digits":

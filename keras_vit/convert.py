@@ -17,7 +17,7 @@ import os
 import posixpath
 import sys
 
-from keras_vit import fileio
+from keras_vit import fileio, models, npz_layout, weights
 
 USAGE_ERROR = 2
 
@@ -34,8 +34,6 @@ def convert(src, dst, model_name=None):
         raise ValueError(f"{dst}: the output must end in .weights.h5 or .npz")
     if dst.endswith(".weights.h5") and not model_name:
         raise ValueError("--model is required to write a .weights.h5 (e.g. --model=ViT-B_16)")
-    from keras_vit import npz_layout, weights
-
     if dst.endswith(".weights.h5"):
         model = _build(model_name, src)
         weights.save_weights(model, dst)
@@ -66,12 +64,10 @@ def _normalized(path):
 
 
 def _build(model_name, src):
-    import keras_vit
-
-    if model_name not in keras_vit.VARIANTS:
-        raise ValueError(f"unknown --model {model_name!r}; known: {', '.join(keras_vit.VARIANTS)}")
-    return keras_vit.create_model(model_name, weights=src, classifier_activation=None,
-                                  include_preprocessing=True)
+    if model_name not in models.VARIANTS:
+        raise ValueError(f"unknown --model {model_name!r}; known: {', '.join(models.VARIANTS)}")
+    return models.create_model(model_name, weights=src, classifier_activation=None,
+                               include_preprocessing=True)
 
 
 def main(argv=None):

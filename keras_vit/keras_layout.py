@@ -10,6 +10,7 @@ import io
 import json
 import zipfile
 
+import h5py  # installed with Keras, which saves its weight files with it
 import numpy as np
 
 from keras_vit.npz_layout import CheckpointError
@@ -75,8 +76,6 @@ def _walk(group, names, out):
 
 
 def _h5_params(handle, source):
-    import h5py  # a Keras dependency; only needed for Keras weight files
-
     try:
         with h5py.File(handle, "r") as f:
             by_layer = {}

@@ -107,20 +107,22 @@ def _linear_resize_axis(values, new_size, axis):
 
     scipy's zoom (grid_mode=False) maps output index i to input coordinate
     i * (n_in - 1) / (n_out - 1), so the first and last samples stay where they are.
+    `new_size` is an int, or a scalar tensor where the size is only known when the graph
+    runs (a TensorFlow graph traced with unknown image sizes).
     """
     old_size = values.shape[axis]
-    if old_size == new_size:
+    if isinstance(new_size, int) and old_size == new_size:
         return values
-    if new_size == 1 or old_size == 1:
-        positions = ops.zeros((new_size,), "float32")
-    else:
-        positions = ops.arange(new_size, dtype="float32") * ((old_size - 1) / (new_size - 1))
+    # max(n_out - 1, 1) makes a single output sample sit at the first input sample, and a
+    # single input sample (old_size 1) gives a zero step: both as scipy does.
+    step = (old_size - 1) / ops.maximum(ops.cast(new_size, "float32") - 1.0, 1.0)
+    positions = ops.arange(new_size, dtype="float32") * step
     lower = ops.clip(ops.cast(ops.floor(positions), "int32"), 0, old_size - 1)
     upper = ops.minimum(lower + 1, old_size - 1)
     frac = positions - ops.cast(lower, "float32")
     shape = [1] * len(values.shape)
-    shape[axis] = new_size
-    frac = ops.reshape(frac, shape)
+    shape[axis] = -1
+    frac = ops.cast(ops.reshape(frac, shape), values.dtype)
     below = ops.take(values, lower, axis=axis)
     above = ops.take(values, upper, axis=axis)
     return below * (1.0 - frac) + above * frac
@@ -131,49 +133,99 @@ def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_toke
 
     The prefix rows (the class token's) are kept as they are; the patch grid is resized
     in 2D with scipy.ndimage.zoom(order=1) semantics, as the official fine-tuning code does.
+    `new_grid` may hold scalar tensors (sizes known only when a TensorFlow graph runs).
     """
-    old_grid, new_grid = _pair(old_grid), _pair(new_grid)
-    pos_embedding = ops.convert_to_tensor(pos_embedding, "float32")
+    old_grid, new_grid = _pair(old_grid), _grid_pair(new_grid)
+    pos_embedding = ops.convert_to_tensor(pos_embedding)
+    if "float" not in str(pos_embedding.dtype):
+        pos_embedding = ops.cast(pos_embedding, "float32")
     prefix = pos_embedding[:, :num_prefix_tokens]
     grid = pos_embedding[:, num_prefix_tokens:]
     if grid.shape[1] != old_grid[0] * old_grid[1]:
         raise ValueError(
             f"Position embeddings have {grid.shape[1]} patch rows, not {old_grid[0]} x {old_grid[1]}.")
-    grid = ops.reshape(grid, (old_grid[0], old_grid[1], grid.shape[-1]))
+    dim = grid.shape[-1]
+    grid = ops.reshape(grid, (old_grid[0], old_grid[1], dim))
     grid = _linear_resize_axis(grid, new_grid[0], axis=0)
     grid = _linear_resize_axis(grid, new_grid[1], axis=1)
-    grid = ops.reshape(grid, (1, new_grid[0] * new_grid[1], grid.shape[-1]))
+    grid = ops.reshape(grid, (1, -1, dim))
     return ops.concatenate([prefix, grid], axis=1)
+
+
+def _grid_pair(value):
+    """(h, w) of ints, or of scalar tensors where a size is only known at run time."""
+    if isinstance(value, int):
+        return (value, value)
+    return tuple(v if ops.is_tensor(v) else int(v) for v in value)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class PositionEmbedding(keras.layers.Layer):
     """Adds learned 1D position embeddings to (B, prefix + h*w, D) tokens.
 
-    `grid_size` is the (h, w) patch grid; `resize(new_grid)` returns the embeddings
-    resized to another grid (for fine-tuning at another resolution).
+    `grid_size` is the (h, w) patch grid the embeddings are stored for; `resize(new_grid)`
+    returns them resized to another grid (for fine-tuning at another resolution).
+
+    With `patch_size` set, the layer also takes the tensor the patches were cut from
+    (`patch_input`, (B, H, W, C): the image, or a hybrid's ResNet map) and adds embeddings
+    for that call's grid, floor(H / P) x floor(W / P), as the VALID patch convolution cuts
+    it: the stored grid as it is when they agree, else resized exactly as `resize` does
+    (scipy.ndimage.zoom(order=1) semantics, class-token row kept). One model then takes
+    images of any size. The sizes are read statically where the shapes are known (eager
+    calls, jax.jit, XLA), so a matching grid costs nothing and a different one a few small
+    gathers; in a TensorFlow graph traced with unknown sizes the resize runs on the
+    run-time grid.
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=1, initializer=None, **kwargs):
+    def __init__(self, grid_size, num_prefix_tokens=1, initializer=None, patch_size=None, **kwargs):
         super().__init__(**kwargs)
         self.grid_size = _pair(grid_size)
         self.num_prefix_tokens = num_prefix_tokens
+        self.patch_size = None if patch_size is None else _pair(patch_size)
         # The official initialiser: a plain (untruncated) normal with stddev 0.02.
         self.initializer = keras.initializers.get(
             initializer or keras.initializers.RandomNormal(stddev=0.02))
 
+    @property
+    def _length(self):
+        return self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
+
     def build(self, input_shape):
-        length = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
-        if input_shape[1] is not None and input_shape[1] != length:
+        if self.patch_size is None and input_shape[1] is not None and input_shape[1] != self._length:
             raise ValueError(
-                f"PositionEmbedding for a {self.grid_size} grid expects {length} tokens, "
+                f"PositionEmbedding for a {self.grid_size} grid expects {self._length} tokens, "
                 f"got {input_shape[1]}.")
         self.pos_embedding = self.add_weight(
-            name="pos_embedding", shape=(1, length, input_shape[-1]),
+            name="pos_embedding", shape=(1, self._length, input_shape[-1]),
             initializer=initializers.for_weight(self.initializer))
 
-    def call(self, tokens):
-        return tokens + ops.cast(self.pos_embedding, tokens.dtype)
+    def call_grid(self, patch_input_shape):
+        """The (h, w) patch grid for a (B, H, W, C) patch input shape (ints or scalar tensors)."""
+        if self.patch_size is None:
+            raise ValueError("this PositionEmbedding has a fixed grid; build it with patch_size "
+                             "to take inputs of other sizes.")
+        height, width = patch_input_shape[1], patch_input_shape[2]
+        grid = (height // self.patch_size[0], width // self.patch_size[1])
+        if all(isinstance(size, int) for size in grid) and min(grid) < 1:
+            raise ValueError(f"an input of {height} x {width} is smaller than one "
+                             f"{self.patch_size[0]} x {self.patch_size[1]} patch.")
+        return grid
+
+    def call(self, tokens, patch_input=None):
+        pos_embedding = self.pos_embedding
+        if patch_input is not None:
+            grid = self.call_grid(ops.shape(patch_input))
+            # Static sizes are Python ints; run-time ones (unknown when a TensorFlow graph is
+            # traced) are tensors, and always take the resize, which is exact at equal size.
+            if not all(isinstance(size, int) for size in grid) or grid != self.grid_size:
+                pos_embedding = resize_position_embedding(
+                    pos_embedding, self.grid_size, grid, self.num_prefix_tokens)
+        elif tokens.shape[1] is not None and tokens.shape[1] != self._length:
+            raise ValueError(
+                f"PositionEmbedding for a {self.grid_size} grid expects {self._length} tokens, "
+                f"got {tokens.shape[1]}; pass the patch input (and build the layer with "
+                "patch_size) to take other grids.")
+        return tokens + ops.cast(pos_embedding, tokens.dtype)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -188,6 +240,7 @@ class PositionEmbedding(keras.layers.Layer):
             "grid_size": self.grid_size,
             "num_prefix_tokens": self.num_prefix_tokens,
             "initializer": keras.initializers.serialize(self.initializer),
+            "patch_size": self.patch_size,
         })
         return config
 

@@ -2,24 +2,10 @@
 import keras
 from keras import ops
 
-from keras_vit import initializers, resnet
+from keras_vit import initializers, preprocessing, resnet
 from keras_vit import layers as vit_layers
-
-# The official variants (vit_jax/configs/models.py). Parameter counts at 224 px with a
-# 1000-class head are in tests/test_models.py.
-VARIANTS = {
-    "ViT-Ti_16": dict(patch_size=16, hidden_size=192, num_layers=12, num_heads=3, mlp_dim=768),
-    "ViT-S_16": dict(patch_size=16, hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536),
-    "ViT-S_32": dict(patch_size=32, hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536),
-    "ViT-B_8": dict(patch_size=8, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072),
-    "ViT-B_16": dict(patch_size=16, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072),
-    "ViT-B_32": dict(patch_size=32, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072),
-    "ViT-L_16": dict(patch_size=16, hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096),
-    "ViT-L_32": dict(patch_size=32, hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096),
-    "ViT-H_14": dict(patch_size=14, hidden_size=1280, num_layers=32, num_heads=16, mlp_dim=5120),
-    "R50+ViT-B_16": dict(patch_size=1, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072,
-                         resnet_layers=(3, 4, 9)),
-}
+from keras_vit import weights as weights_lib
+from keras_vit.variants import VARIANTS
 
 DEFAULT_IMAGE_SIZE = 224
 DEFAULT_CLASSES = 1000
@@ -31,8 +17,20 @@ def _pair(value):
     return tuple(int(v) for v in value)
 
 
+def _image_size(value):
+    """(height, width) of an image size: None (any size) for either or both."""
+    if value is None:
+        return (None, None)
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(value)
+    if len(value) != 2:
+        raise ValueError(f"image_size must be an int or (height, width), got {value}.")
+    return tuple(None if v is None else int(v) for v in value)
+
+
 def _token_grid(image_size, patch_size, resnet_layers):
-    """The (h, w) patch grid for an image size.
+    """The (h, w) patch grid for an image size (None where the size is None).
 
     Like the official VALID patch convolution, a partial last row or column of patches is
     dropped (ViT-H/14 at 384 px has a 27 x 27 grid). The hybrid's SAME-padded stem rounds up
@@ -43,9 +41,9 @@ def _token_grid(image_size, patch_size, resnet_layers):
     if resnet_layers:
         # Root conv and max pool (stride 2 each), then every stage after the first.
         for _ in range(2 + len(resnet_layers) - 1):
-            size = [-(-s // 2) for s in size]
-    grid = (size[0] // patch[0], size[1] // patch[1])
-    if min(grid) < 1:
+            size = [None if s is None else -(-s // 2) for s in size]
+    grid = tuple(None if s is None else s // p for s, p in zip(size, patch))
+    if min((g for g in grid if g is not None), default=1) < 1:
         raise ValueError(f"image size {tuple(image_size)} is smaller than one patch of the token "
                          f"grid (patch size {patch}); use a larger image_size.")
     return grid
@@ -58,6 +56,10 @@ class ViT(keras.Model):
     Args:
         image_size: int or (height, width). A size that is not a multiple of the patch
             size drops the partial last patch row/column, as the official models do.
+            None, or None for the height or the width, makes one model that takes images
+            of any size on that axis: the position embeddings are stored for the grid of
+            `base_image_size` and resized to each call's grid (see
+            `keras_vit.layers.PositionEmbedding`).
         patch_size: patch side P (on the ResNet feature map for hybrids).
         hidden_size, num_layers, num_heads, mlp_dim: D, L, heads and M of the encoder.
         num_classes: size of the head.
@@ -73,6 +75,9 @@ class ViT(keras.Model):
         num_channels: image channels.
         resnet_layers: units per stage of a BiT ResNet stem (hybrid variants), or None.
         resnet_width: width multiplier of that stem.
+        base_image_size: int or (height, width): for an image_size with None, the size
+            whose grid the stored position embeddings cover on those axes (default 224;
+            the constructors pass the weights' own size). Unused for a fixed size.
     """
 
     def __init__(self, image_size=DEFAULT_IMAGE_SIZE, patch_size=16, hidden_size=768, num_layers=12,
@@ -80,7 +85,7 @@ class ViT(keras.Model):
                  representation_size=None, dropout_rate=0.0, attention_dropout_rate=0.0,
                  stochastic_depth_rate=0.0, include_top=True, pooling=None,
                  classifier_activation="softmax", include_preprocessing=True, num_channels=3,
-                 resnet_layers=None, resnet_width=1, **kwargs):
+                 resnet_layers=None, resnet_width=1, base_image_size=None, **kwargs):
         if classifier not in ("token", "gap"):
             raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
         if pooling not in (None, "token", "gap"):
@@ -89,8 +94,18 @@ class ViT(keras.Model):
             pooling = classifier
         if pooling == "token" and classifier == "gap":
             raise ValueError("pooling='token' needs a class token; this model has classifier='gap'.")
-        image_size = _pair(image_size)
+        image_size = _image_size(image_size)
         grid = _token_grid(image_size, patch_size, resnet_layers)
+        dynamic = None in image_size
+        if dynamic:
+            base = _image_size(base_image_size or DEFAULT_IMAGE_SIZE)
+            if None in base:
+                raise ValueError(f"base_image_size must be a size, got {base_image_size}.")
+            # A fixed axis keeps its own size: only the None axes follow the base size.
+            base = tuple(b if s is None else s for s, b in zip(image_size, base))
+            stored_grid = _token_grid(base, patch_size, resnet_layers)
+        else:
+            stored_grid = grid
         resnet_layers = tuple(resnet_layers) if resnet_layers else None
         policy = kwargs.pop("dtype", None)
 
@@ -100,11 +115,17 @@ class ViT(keras.Model):
             x = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="rescaling", dtype=policy)(x)
         if resnet_layers:
             x = resnet.resnet_stem(x, resnet_layers, resnet_width, dtype=policy)
+        patch_input = x
         x = vit_layers.PatchEmbedding(patch_size, hidden_size, name="embedding", dtype=policy)(x)
         prefix = 1 if classifier == "token" else 0
         if prefix:
             x = vit_layers.ClassToken(name="cls", dtype=policy)(x)
-        x = vit_layers.PositionEmbedding(grid, prefix, name="posembed_input", dtype=policy)(x)
+        if dynamic:
+            # The layer reads each call's grid off the tensor the patches are cut from.
+            x = vit_layers.PositionEmbedding(stored_grid, prefix, patch_size=patch_size,
+                                             name="posembed_input", dtype=policy)(x, patch_input)
+        else:
+            x = vit_layers.PositionEmbedding(grid, prefix, name="posembed_input", dtype=policy)(x)
         x = keras.layers.Dropout(dropout_rate, name="embedding_dropout", dtype=policy)(x)
         for index in range(num_layers):
             rate = stochastic_depth_rate * index / max(num_layers - 1, 1)
@@ -149,7 +170,9 @@ class ViT(keras.Model):
         self.num_channels = num_channels
         self.resnet_layers = resnet_layers
         self.resnet_width = resnet_width
+        self.base_image_size = _image_size(base_image_size) if base_image_size else None
         self.grid_size = grid
+        self._warned_double_scaling = False
 
     def get_config(self):
         return {
@@ -174,26 +197,69 @@ class ViT(keras.Model):
             "num_channels": self.num_channels,
             "resnet_layers": self.resnet_layers,
             "resnet_width": self.resnet_width,
+            "base_image_size": self.base_image_size,
         }
 
     @classmethod
     def from_config(cls, config):
         return cls(**config)
 
+    def token_grid(self, image_size):
+        """The (h, w) token grid of images of `image_size` (int or (height, width)).
+
+        `grid_size` for a fixed-size model; for one that takes any size, the grid of a
+        given input (e.g. for `keras_vit.visualize.attention_rollout`).
+        """
+        return _token_grid(_image_size(image_size), self.patch_size, self.resnet_layers)
+
+    def _check_pixels(self, images):
+        # Pixels are never negative: a model that scales [0, 255] itself and is given negative
+        # values is given scaled data, which it scales a second time. Checked only where the
+        # data holds values (eager calls, the arrays given to fit/evaluate/predict), so a
+        # compiled step never pays for it; warned once per model.
+        if not self.include_preprocessing or self._warned_double_scaling:
+            return
+        self._warned_double_scaling = preprocessing.warn_if_scaled_for_model(images, self.name)
+
+    def __call__(self, *args, **kwargs):
+        if args:
+            self._check_pixels(args[0])
+        return super().__call__(*args, **kwargs)
+
+    def fit(self, x=None, *args, **kwargs):
+        self._check_pixels(x)
+        return super().fit(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        self._check_pixels(x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        self._check_pixels(x)
+        return super().predict(x, *args, **kwargs)
+
     def attention_maps(self, images):
         """Every block's attention probabilities for a batch, first block first.
 
         Returns a list of L arrays of shape (B, heads, T, T), T = tokens including the class
         token. Runs the layers eagerly with the unfused attention, so the fused path of the
-        normal forward pass is untouched.
+        normal forward pass is untouched. A model that takes any size takes any size here
+        too (T then follows the images: see `token_grid`).
         """
+        self._check_pixels(images)
         x = ops.convert_to_tensor(images)
+        patch_input = None
         for layer in self.layers:
             if layer.name == "encoderblock_0":
                 break
             if isinstance(layer, (keras.layers.InputLayer, keras.layers.Dropout)):
                 continue
-            x = layer(x)
+            if layer.name == "embedding":
+                patch_input = x
+            if layer.name == "posembed_input" and layer.patch_size is not None:
+                x = layer(x, patch_input)
+            else:
+                x = layer(x)
         maps = []
         for index in range(self.num_layers):
             x, probs = self.get_layer(f"encoderblock_{index}")(
@@ -225,7 +291,6 @@ def _read_weights(variant, weights, cache_dir=None):
     if not isinstance(weights, str):
         raise ValueError(
             f"weights must be None, a registry name or a file path, got {type(weights).__name__}.")
-    from keras_vit import weights as weights_lib  # weights.py reads files; import it on demand.
     return weights_lib.read_checkpoint(weights, variant=variant, cache_dir=cache_dir)
 
 
@@ -237,6 +302,9 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
         weights: None, a registry name (keras_vit.weights.REGISTRY) or a path to a .npz,
             .weights.h5 or .keras file.
         image_size: int or (height, width); default: the weights' own size, else 224.
+            None for either or both (e.g. (None, None)): one model for any size, whose
+            position embeddings keep the weights' own grid (no resize when loading) and are
+            resized to each input's grid when called.
         num_classes: head size; default: the weights' own count, else 1000. Another count
             than the checkpoint's gets a new zero-initialised head.
         cache_dir: where downloads are cached (default: the Keras cache, under KERAS_HOME).
@@ -251,11 +319,12 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
             config[key] = info[key]
     config.update(kwargs)
     config["image_size"] = image_size or info.get("image_size") or DEFAULT_IMAGE_SIZE
+    if None in _image_size(config["image_size"]) and not config.get("base_image_size"):
+        config["base_image_size"] = info.get("image_size") or DEFAULT_IMAGE_SIZE
     config["num_classes"] = num_classes or info.get("num_classes") or DEFAULT_CLASSES
     config.setdefault("name", variant.lower().replace("+", "_").replace("-", "_"))
     model = ViT(**config)
     if weights is not None:
-        from keras_vit import weights as weights_lib
         weights_lib.load_weights(model, weights, variant=variant, cache_dir=cache_dir, params=params)
     return model
 
@@ -264,8 +333,9 @@ def _application(variant, include_top, weights, input_shape, pooling, classes,
                  classifier_activation, include_preprocessing, **kwargs):
     image_size, num_channels = None, kwargs.pop("num_channels", 3)
     if input_shape is not None:
-        if len(input_shape) != 3:
-            raise ValueError(f"input_shape must be (height, width, channels), got {input_shape}.")
+        if len(input_shape) != 3 or input_shape[2] is None:
+            raise ValueError(f"input_shape must be (height, width, channels) with a channel count "
+                             f"(height and width may be None), got {input_shape}.")
         image_size, num_channels = tuple(input_shape[:2]), input_shape[2]
     return create_model(
         variant, weights=weights, image_size=image_size, num_classes=classes,
@@ -282,7 +352,10 @@ _DOC = """Instantiates {variant}, optionally with official weights.
         weights: None (random), a registry name (see keras_vit.weights.REGISTRY), or a path
             to an official .npz (vit_jax or big_vision layout), a .weights.h5 or a .keras file.
         input_shape: (height, width, channels); default: the weights' own resolution, else
-            224 x 224 x 3. Another size resizes the position embeddings.
+            224 x 224 x 3. Another size resizes the position embeddings when they load.
+            (None, None, 3) (or None for one of the two) makes one model for any image size:
+            the embeddings keep the weights' own grid and are resized to each input's grid
+            when called, as loading would resize them for a model of that fixed size.
         pooling: see include_top.
         classes: head size; default: the weights' own, else 1000. Another count than the
             checkpoint's gets a new zero-initialised head.

@@ -21,7 +21,7 @@ import urllib.request
 import numpy as np
 import scipy.ndimage
 
-from keras_vit import checkpoints, fileio, keras_layout, npz_layout
+from keras_vit import checkpoints, fileio, keras_layout, npz_layout, variants
 from keras_vit.checkpoints import REGISTRY, Checkpoint
 from keras_vit.keras_layout import export_params
 from keras_vit.npz_layout import POSEMB, CheckpointError
@@ -76,7 +76,7 @@ def load_weights(model, weights, variant=None, cache_dir=None, params=None):
         assign_params(model, params, _checkpoint_path(weights))
         return
     if _is_registry_name(weights):
-        entry = checkpoints.lookup(weights, variant or _variant_of(model))
+        entry = checkpoints.lookup(weights, variant or variants.variant_of(model))
         path, params = _fetch(entry, cache_dir)
         source = f"{weights} ({path})"
     else:
@@ -332,14 +332,3 @@ def _checkpoint_path(weights):
                               f"registry name ({', '.join(checkpoints.names())})")
     checkpoints.lookup(path, None)  # raises the unknown-name error listing the known names
     raise AssertionError("unreachable")
-
-
-def _variant_of(model):
-    """Official name of the variant `model` was built as (for registry names)."""
-    from keras_vit.models import VARIANTS  # not at module level: models imports this module
-
-    for name, spec in VARIANTS.items():
-        if all(getattr(model, key, None) == value for key, value in spec.items()) and (
-                bool(spec.get("resnet_layers")) == bool(getattr(model, "resnet_layers", None))):
-            return name
-    return None

@@ -1,16 +1,20 @@
 """Input pipelines: sources, shapes and ranges, exact resume, replica/host invariance, eval padding,
 few-shot subsets, corrupt images and every DatasetError."""
+import hashlib
 import io
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_datasets as tfds
 from PIL import Image
 
-from trainers import augment, data, datasets, distribute, tfds_prepare
+from trainers import data, distribute
+from trainers.data import ops, pipeline, subsets, tfds_prepare
 
 # The stand-in TFDS builder shared with the other projects of this work tree (see DESIGN.md).
 FAKE_TFDS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "tools", "fake_tfds.py")
@@ -54,6 +58,15 @@ def global_batches(input_fn, n, pipelines, replicas):
     return out
 
 
+def eval_image(encoded, size):
+    return ops.Chain(ops.eval_ops(size))(encoded).numpy()
+
+
+def train_ops(image_size, crop_min_area=0.05, random_flip=True):
+    return data.train_ops(types.SimpleNamespace(image_size=image_size, crop_min_area=crop_min_area,
+                                                random_flip=random_flip))
+
+
 def assert_same_batches(a, b):
     assert len(a) == len(b)
     for x, y in zip(a, b):
@@ -69,7 +82,7 @@ def test_digits_is_a_stratified_split_of_the_real_1797_images(digits):
     assert digits.num_examples["test"] == 360
     test_labels = digits.records("test").labels
     assert set(np.bincount(test_labels)) <= {35, 36, 37}  # 20% of each class (~180 images per class)
-    image = augment.decode(digits.records("train").payloads[0]).numpy()
+    image = ops.decode_image(digits.records("train").payloads[0]).numpy()
     assert image.shape == (8, 8, 3) and image.dtype == np.uint8 and image.max() > 200
 
 
@@ -121,41 +134,64 @@ def test_augmentation_changes_between_epochs_and_eval_is_plain_resize(digits):
     spec = data.get_spec("digits:0-1")
     one = spec.records("train")
     one.payloads, one.labels, one.count = one.payloads[:1], one.labels[:1], 1
-    fn = data.InputFn(spec, "train", one, 16, 1, True, 0, 0)
+    fn = data.InputFn(spec, "train", one, ops=train_ops(16), global_batch_size=1, training=True)
     epochs = [b[0][0] for b in take(fn, 4)]
     assert any(not np.array_equal(epochs[0], e) for e in epochs[1:])
-    plain = augment.eval_image(augment.decode(one.payloads[0]), 16).numpy()
-    evaluated = take(data.InputFn(spec, "test", one, 16, 1, False, 0, 0), 1)[0][0][0]
+    plain = eval_image(one.payloads[0], 16)
+    evaluated = take(data.InputFn(spec, "test", one, ops=data.eval_ops(16), global_batch_size=1,
+                                  training=False), 1)[0][0][0]
     np.testing.assert_allclose(evaluated, plain)
-
-
-def test_inception_crop_area_and_aspect_ratio():
-    image = tf.zeros([100, 120, 3], tf.uint8)
-    for i in range(40):
-        crop = augment.inception_crop(image, tf.constant([7, i], tf.int64))
-        h, w = crop.shape[0], crop.shape[1]
-        assert 0.05 * 100 * 120 * 0.9 <= h * w <= 100 * 120
-        if (h, w) != (100, 120):  # the fallback is the whole image
-            assert 0.7 <= w / h <= 1.4
 
 
 def test_crop_min_area_and_flip_shape_the_training_augmentation(digits):
     spec = data.get_spec("digits:0-1")
     one = spec.records("train")
     one.payloads, one.labels, one.count = one.payloads[:1], one.labels[:1], 1
-    plain = augment.eval_image(augment.decode(one.payloads[0]), 16).numpy()
+    plain = eval_image(one.payloads[0], 16)
     # A crop of the whole (square) image and no flip: training sees the evaluation image.
-    fn = data.InputFn(spec, "train", one, 16, 1, True, 0, 0, crop_min_area=1.0, random_flip=False)
+    fn = data.InputFn(spec, "train", one, ops=train_ops(16, crop_min_area=1.0, random_flip=False),
+                      global_batch_size=1, training=True)
     for batch in take(fn, 3):
         np.testing.assert_allclose(batch[0][0], plain, atol=1e-6)
     # With flips on, some epochs see the mirrored image, and only it or the original.
-    fn = data.InputFn(spec, "train", one, 16, 1, True, 0, 0, crop_min_area=1.0, random_flip=True)
+    fn = data.InputFn(spec, "train", one, ops=train_ops(16, crop_min_area=1.0, random_flip=True),
+                      global_batch_size=1, training=True)
     seen = [b[0][0] for b in take(fn, 8)]
     mirrored = plain[:, ::-1]
     assert all(np.allclose(x, plain, atol=1e-6) or np.allclose(x, mirrored, atol=1e-6) for x in seen)
     assert any(np.allclose(x, mirrored, atol=1e-6) for x in seen)
-    with pytest.raises(data.DatasetError, match="crop_min_area must be in"):
+    # The keyword arguments build the same ops.
+    fn = data.make_input_fn(spec, "train[:1]", image_size=16, global_batch_size=1, training=True,
+                            crop_min_area=1.0, random_flip=False)
+    np.testing.assert_allclose(take(fn, 1)[0][0][0], plain, atol=1e-6)
+    with pytest.raises(data.DatasetError, match=r"inception_crop\(min_area=0.0\): min_area must be in"):
         data.make_input_fn(spec, "train", image_size=8, global_batch_size=1, training=True, crop_min_area=0)
+
+
+# The first batches of the digits pipeline, pinned: the same (seed, epoch, index) must give the same
+# images bit for bit, whatever shape the code of the ops and the stream takes.
+PINNED_FIRST_BATCHES = [
+    # (make_input_fn keywords, sha256 of the images (first 16 hex digits), labels,
+    #  images[0, 5, 7, 0] and images[3, 11, 2, 1])
+    (dict(image_size=24, global_batch_size=8, training=True, seed=7),
+     "b7498ed83e245bc7", [5, 3, 1, 2, 0, 0, 8, 9], (-0.6705882549285889, -0.9779784679412842)),
+    (dict(image_size=24, global_batch_size=8, training=True, seed=7, crop_min_area=0.5, random_flip=False),
+     "2126509badf0a2da", [5, 3, 1, 2, 0, 0, 8, 9], (0.5455882549285889, -1.0)),
+    (dict(image_size=16, global_batch_size=8, training=True, seed=3, start_step=500),
+     "a6b05b4f2c9c75e9", [6, 8, 6, 2, 3, 8, 6, 5], (0.6522977352142334, 0.36348044872283936)),
+    (dict(split="test", image_size=24, global_batch_size=8, training=False),
+     "b7a200416741adce", [7, 6, 3, 7, 7, 3, 2, 8], (0.5816993713378906, -1.0)),
+]
+
+
+@pytest.mark.parametrize("keywords, digest, labels, pixels", PINNED_FIRST_BATCHES)
+def test_first_digits_batch_is_pinned(digits, keywords, digest, labels, pixels):
+    keywords = dict(keywords)
+    fn = data.make_input_fn(digits, keywords.pop("split", "train"), **keywords)
+    images, got_labels = take(fn, 1)[0][:2]
+    assert got_labels.tolist() == labels
+    assert (float(images[0, 5, 7, 0]), float(images[3, 11, 2, 1])) == pixels
+    assert hashlib.sha256(images.tobytes()).hexdigest()[:16] == digest
 
 
 # ------------------------------------------------------------------------------------ resume, sharding
@@ -301,7 +337,8 @@ def test_folder_skips_and_counts_unreadable_images(folder):
     spec = data.get_spec(f"folder:{folder}")
     assert spec.class_names == ["ant", "mole", "zebra"] and spec.num_classes == 3
     assert spec.skipped == 2
-    assert sorted(os.path.basename(f) for f in spec.skipped_files) == ["notes.png", "truncated.jpg"]
+    kept = {os.path.basename(path) for path in spec.records("train").payloads}
+    assert not kept & {"notes.png", "truncated.jpg"}
     assert spec.num_examples["train"] == 12 and spec.num_examples["test"] == 6
     assert spec.num_examples["train[:50%]"] == 6
     assert np.array_equal(np.bincount(spec.records("train").labels), [4, 4, 4])
@@ -385,8 +422,6 @@ def test_not_prepared_and_offline_says_how_to_prepare(tmp_path, monkeypatch):
 
 
 def test_failed_download_leaves_no_trace(tmp_path, monkeypatch):
-    import tensorflow_datasets as tfds
-
     def offline(self, *args, **kwargs):
         raise ConnectionError("Failed to resolve 'www.cs.toronto.edu'")
 
@@ -423,14 +458,14 @@ def test_examples_per_class_too_big_for_memory_streams_the_same_examples(pets, m
         return fn, take(fn, 1)
 
     in_memory_fn, in_memory = subset()
-    monkeypatch.setattr(datasets, "IN_MEMORY_LIMIT_BYTES", 0)
+    monkeypatch.setattr(subsets, "IN_MEMORY_LIMIT_BYTES", 0)
     streamed_fn, streamed = subset()
     assert in_memory_fn.records.payloads is not None and streamed_fn.records.payloads is None
     assert_same_batches(streamed, in_memory)
 
 
 def test_streamed_split_in_several_shuffle_windows(pets, monkeypatch):
-    monkeypatch.setattr(data, "SHUFFLE_BUFFER", 16)  # 74 records: windows of 16, 16, 16, 16 and 10
+    monkeypatch.setattr(pipeline, "SHUFFLE_BUFFER", 16)  # 74 records: windows of 16, 16, 16, 16 and 10
 
     def input_fn(start_step=0):
         return data.make_input_fn(pets, "train", image_size=8, global_batch_size=37, training=True, seed=1,

@@ -9,7 +9,7 @@ from trainer_cli import make_fake_tfds, read_results, run_cli, scalar_tags
 
 import keras_vit
 from keras_vit import weights as weights_lib
-from trainers import data, distribute, features, fewshot, linear_probe
+from trainers import data, distribute, errors, features, fewshot, linear_probe
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
             include_preprocessing=False)
@@ -44,7 +44,7 @@ def test_representation_of_other_keras_models():
     classifier = keras.Model(inputs, keras.layers.Dense(5, name="head")(hidden))
     assert features.representation_model(classifier).output_shape == (None, 6)
     maps = keras.Model(inputs, keras.layers.Conv2D(4, 3)(inputs), name="maps")
-    with pytest.raises(features.IncompatibleModelError, match="no 'head' or 'pre_logits' layer"):
+    with pytest.raises(errors.IncompatibleModelError, match="no 'head' or 'pre_logits' layer"):
         features.representation_model(maps)
 
 
@@ -63,24 +63,24 @@ def test_extract_features_drops_padding_and_agrees_across_replicas():
 def test_evaluator_on_pixels_reports_every_shot_above_chance():
     evaluator = fewshot.FewShotEvaluator(["digits:5-9"], image_size=8, batch_size=128, shots="1,5,10",
                                          seeds=2)
-    results = evaluator.evaluate(fewshot.PIXELS)
+    results = evaluator.run(fewshot.PIXELS)
     assert sorted(results) == sorted(f"fewshot/digits_5-9/{k}shot_accuracy{s}" for k in (1, 5, 10)
                                      for s in ("", "_std"))
     assert results["fewshot/digits_5-9/1shot_accuracy"] > 0.4  # chance is 0.2
     assert results["fewshot/digits_5-9/10shot_accuracy"] > 0.8
     # Features are cached; a second call gives the same numbers.
-    assert evaluator.evaluate(fewshot.PIXELS) == results
+    assert evaluator.run(fewshot.PIXELS) == results
 
 
 def test_evaluator_follows_a_model_that_keeps_training():
     model = tiny_vit(representation_size=12)
     evaluator = fewshot.FewShotEvaluator("digits:5-9", image_size=8, batch_size=128, shots=(2,), seeds=1)
-    before = evaluator.evaluate(model)
+    before = evaluator.run(model)
     # New random pre-logits weights (a sign flip or a rescale would not do: whitened ridge probes
     # are invariant to both).
     kernel = model.get_layer("pre_logits").kernel
     kernel.assign(np.random.default_rng(7).normal(size=kernel.shape).astype("float32"))
-    after = evaluator.evaluate(model)
+    after = evaluator.run(model)
     assert before.keys() == after.keys()
     assert before != after  # the new weights were used, not stale cached features
 
@@ -88,12 +88,12 @@ def test_evaluator_follows_a_model_that_keeps_training():
 def test_sweep_and_too_many_shots(tmp_path):
     evaluator = fewshot.FewShotEvaluator("digits:5-9", image_size=8, batch_size=128, shots=(5,), seeds=1,
                                          l2_reg="sweep")
-    results = evaluator.evaluate(fewshot.PIXELS)
+    results = evaluator.run(fewshot.PIXELS)
     assert results["fewshot/digits_5-9/5shot_accuracy"] > 0.6
     assert evaluator.l2_used[("digits_5-9", 5)] in linear_probe.L2_SWEEP
     too_many = fewshot.FewShotEvaluator("digits:5-9", image_size=8, batch_size=128, shots=(1, 500), seeds=1)
-    with pytest.raises(fewshot.FewShotError, match="500-shot .* use --shots no larger than 1[0-9][0-9]"):
-        too_many.evaluate(fewshot.PIXELS)
+    with pytest.raises(errors.FewShotError, match="500-shot .* use --shots no larger than 1[0-9][0-9]"):
+        too_many.run(fewshot.PIXELS)
 
 
 def run_main(argv, capsys):

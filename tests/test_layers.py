@@ -14,6 +14,8 @@ CASES = {
     "PatchEmbedding": (lambda: layers.PatchEmbedding(4, 24), (2, 16, 12, 3), (2, 12, 24)),
     "ClassToken": (lambda: layers.ClassToken(), (2, 12, 24), (2, 13, 24)),
     "PositionEmbedding": (lambda: layers.PositionEmbedding((4, 3), 1), (2, 13, 24), (2, 13, 24)),
+    "PositionEmbedding-any-size": (lambda: layers.PositionEmbedding((4, 3), 1, patch_size=(4, 2)),
+                                   (2, 13, 24), (2, 13, 24)),
     "MultiHeadSelfAttention": (lambda: layers.MultiHeadSelfAttention(3, dropout_rate=0.1),
                                (2, 13, 24), (2, 13, 24)),
     "MlpBlock": (lambda: layers.MlpBlock(48, dropout_rate=0.1), (2, 13, 24), (2, 13, 24)),
@@ -139,6 +141,54 @@ def test_position_embedding_layer_resize_and_length_check():
     assert tuple(layer.resize((3, 3)).shape) == (1, 10, 3)
     with pytest.raises(ValueError, match="expects 5 tokens"):
         layers.PositionEmbedding((2, 2)).build((None, 7, 3))
+
+
+def _zoomed(posemb, old, new):
+    """The loader's resize, written with scipy: the patch grid zoomed, the class row kept."""
+    grid = posemb[0, 1:].reshape(old[0], old[1], -1)
+    zoom = (new[0] / old[0], new[1] / old[1], 1)
+    rows = scipy.ndimage.zoom(grid, zoom, order=1).reshape(1, new[0] * new[1], -1)
+    return np.concatenate([posemb[:, :1], rows], axis=1)
+
+
+def test_position_embedding_follows_the_grid_of_its_patch_input():
+    layer = layers.PositionEmbedding((3, 5), 1, patch_size=4)
+    # floor(10 / 4) x floor(30 / 4) = 2 x 7: a partial patch is dropped, as the VALID conv does.
+    tokens = _inputs((2, 1 + 2 * 7, 6))
+    out = layer(tokens, _inputs((2, 10, 30, 3)))
+    posemb = layer.pos_embedding.numpy()
+    np.testing.assert_allclose(out, tokens + _zoomed(posemb, (3, 5), (2, 7)), atol=1e-6)
+    own = _inputs((2, 16, 6))
+    np.testing.assert_array_equal(layer(own, _inputs((2, 12, 20, 3))), own + posemb)
+    # The same token count on the transposed grid is a different embedding.
+    transposed = layer(_inputs((2, 1 + 7 * 2, 6)), _inputs((2, 28, 8, 3)))
+    assert np.abs(np.asarray(transposed) - np.asarray(out)).max() > 1e-3
+
+
+def test_position_embedding_resizes_to_sizes_known_only_at_run_time():
+    layer = layers.PositionEmbedding((3, 5), 1, patch_size=(4, 2))
+    layer.build((None, None, 6))
+    traced = tf.function(layer, input_signature=[tf.TensorSpec((None, None, 6), tf.float32),
+                                                 tf.TensorSpec((None, None, None, 3), tf.float32)])
+    # Another grid, the stored one, and a single patch.
+    for height, width in ((10, 30), (12, 10), (4, 2)):
+        grid = (height // 4, width // 2)
+        tokens = _inputs((2, 1 + grid[0] * grid[1], 6), seed=height)
+        patch_input = _inputs((2, height, width, 3))
+        expected = tokens + _zoomed(layer.pos_embedding.numpy(), (3, 5), grid)
+        np.testing.assert_allclose(traced(tokens, patch_input), expected, atol=1e-6)
+
+
+def test_position_embedding_errors_name_the_grid():
+    layer = layers.PositionEmbedding((2, 2), 1, patch_size=4)
+    with pytest.raises(ValueError, match="smaller than one 4 x 4 patch"):
+        layer(_inputs((1, 1, 3)), _inputs((1, 3, 8, 3)))
+    fixed = layers.PositionEmbedding((2, 2), 1)
+    fixed.build((None, None, 3))
+    with pytest.raises(ValueError, match="expects 5 tokens, got 7"):
+        fixed(_inputs((1, 7, 3)))
+    with pytest.raises(ValueError, match="fixed grid"):
+        fixed(_inputs((1, 5, 3)), _inputs((1, 8, 8, 3)))
 
 
 def test_std_conv_standardises_its_kernel():

@@ -14,7 +14,7 @@ from PIL import Image
 from test_data import assert_same_batches, global_batches, take
 from trainer_cli import TINY_MODEL, read_results, scalar_tags
 
-from trainers import common, data, distribute, features, fewshot, finetune, loop, optimizers
+from trainers import data, distribute, features, fewshot, finetune, loop, model_builder, optimizers
 
 # ------------------------------------------------------------------------------------------- the loss
 
@@ -95,23 +95,23 @@ def _head(model):
 def test_a_new_sigmoid_head_starts_at_bias_minus_10_and_softmax_at_zero(tmp_path):
     from keras_vit import weights as weights_lib
 
-    kernel, bias = _head(common.build_model(_tiny_config(loss="sigmoid"), 7))
+    kernel, bias = _head(model_builder.build_model(_tiny_config(loss="sigmoid"), 7))
     np.testing.assert_array_equal(bias, np.full(7, -10.0))
     np.testing.assert_array_equal(kernel, 0.0)
-    kernel, bias = _head(common.build_model(_tiny_config(loss="softmax"), 7))
+    kernel, bias = _head(model_builder.build_model(_tiny_config(loss="softmax"), 7))
     np.testing.assert_array_equal(bias, 0.0)
     np.testing.assert_array_equal(kernel, 0.0)
 
     # A trained head of the right size is kept; a new one (--new_head, another class count) is not.
-    trained = common.build_model(_tiny_config(), 7)
+    trained = model_builder.build_model(_tiny_config(), 7)
     trained.get_layer("head").bias.assign(np.linspace(-1, 1, 7).astype("float32"))
     path = str(tmp_path / "trained.npz")
     weights_lib.save_npz(trained, path)
-    kept = _head(common.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=False), 7))[1]
+    kept = _head(model_builder.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=False), 7))[1]
     np.testing.assert_allclose(kept, np.linspace(-1, 1, 7), rtol=1e-6)
-    replaced = _head(common.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=True), 7))[1]
+    replaced = _head(model_builder.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=True), 7))[1]
     np.testing.assert_array_equal(replaced, np.full(7, -10.0))
-    resized = _head(common.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=False), 4))[1]
+    resized = _head(model_builder.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=False), 4))[1]
     np.testing.assert_array_equal(resized, np.full(4, -10.0))
 
 
@@ -291,7 +291,7 @@ def test_tfds_sequence_of_class_label_is_read_as_multi_hot(squares, monkeypatch)
     np.testing.assert_array_equal(labels[:7], expected)
     np.testing.assert_array_equal(labels[7:], 0.0)
     # Streamed in shuffle windows of 3 records, whose label lists are padded to different widths.
-    monkeypatch.setattr(data, "SHUFFLE_BUFFER", 3)
+    monkeypatch.setattr(data.pipeline, "SHUFFLE_BUFFER", 3)
 
     def input_fn(start_step=0):
         return data.make_input_fn(squares, "train", image_size=8, global_batch_size=7, training=True, seed=2,

@@ -1,13 +1,25 @@
 """preprocess_input and decode_predictions, as keras.applications users expect them."""
 import hashlib
+import os
+import subprocess
+import sys
+import warnings
 from importlib import resources
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import keras_vit
 from keras_vit import preprocessing
-from keras_vit.preprocessing import decode_predictions, preprocess_input
+from keras_vit.preprocessing import DoubleScalingWarning, decode_predictions, preprocess_input
+
+TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
+            num_classes=3)
+
+
+def _pixels(n=2, seed=0):
+    return np.random.default_rng(seed).uniform(0, 255, (n, 16, 16, 3)).astype(np.float32)
 
 
 def test_preprocess_input_maps_pixels_to_minus_one_one():
@@ -28,6 +40,94 @@ def test_preprocess_input_matches_the_models_rescaling_layer():
     x = np.random.default_rng(0).uniform(0, 255, (1, 16, 16, 3)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(model.get_layer("rescaling")(x)), preprocess_input(x),
                                atol=1e-6)
+
+
+def test_a_default_model_warns_once_when_given_preprocessed_images():
+    model = keras_vit.ViT(**TINY)
+    pixels = _pixels()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DoubleScalingWarning)
+        model(pixels)
+        model(np.zeros_like(pixels))  # black images are pixels too: no false alarm
+    with pytest.warns(DoubleScalingWarning, match="scaled twice") as record:
+        out = model(preprocess_input(pixels))
+    assert record[0].filename == __file__  # points at the caller's line
+    assert "include_preprocessing=False" in str(record[0].message)
+    assert out.shape == (2, 3)  # a warning, not an error: the output is still computed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DoubleScalingWarning)
+        model(preprocess_input(pixels))  # once per model, not once per batch
+
+
+@pytest.mark.parametrize("method", ["predict", "evaluate", "fit", "attention_maps"])
+def test_the_arrays_given_to_predict_evaluate_fit_and_attention_maps_are_checked(method):
+    model = keras_vit.ViT(**TINY)
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    scaled = preprocess_input(_pixels())
+    calls = {
+        "predict": lambda: model.predict(scaled, verbose=0),
+        "evaluate": lambda: model.evaluate(scaled, np.zeros(2), verbose=0),
+        "fit": lambda: model.fit(scaled, np.zeros(2), epochs=1, verbose=0),
+        "attention_maps": lambda: model.attention_maps(scaled),
+    }
+    with pytest.warns(DoubleScalingWarning) as record:
+        calls[method]()
+    assert record[0].filename == __file__
+
+
+def test_models_that_take_scaled_inputs_and_compiled_calls_are_not_checked():
+    scaled = preprocess_input(_pixels())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DoubleScalingWarning)
+        keras_vit.ViT(include_preprocessing=False, **TINY)(scaled)
+        model = keras_vit.ViT(**TINY)
+        traced = tf.function(model)
+        traced(scaled)
+    # Nothing is added to a compiled graph: the check is Python-side, on concrete data only.
+    graph = traced.get_concrete_function(tf.TensorSpec((None, 16, 16, 3), tf.float32)).graph
+    assert "Min" not in {op.type for op in graph.get_operations()}
+
+
+def test_preprocess_input_warns_when_its_input_is_already_scaled():
+    pixels = _pixels()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DoubleScalingWarning)
+        once = preprocess_input(pixels)
+        # Inside a tf.data pipeline the tensors hold no values yet: nothing to check, no error.
+        dataset = tf.data.Dataset.from_tensor_slices(pixels).map(preprocess_input)
+        np.testing.assert_allclose(np.stack(list(dataset.as_numpy_iterator())), once, atol=1e-6)
+    with pytest.warns(DoubleScalingWarning, match="already") as record:
+        preprocess_input(once)
+    assert record[0].filename == __file__
+    with pytest.warns(DoubleScalingWarning):
+        preprocess_input(tf.constant(once))
+
+
+JAX_SCRIPT = """
+import warnings
+import jax
+import numpy as np
+import keras_vit
+from keras_vit.preprocessing import DoubleScalingWarning, preprocess_input
+warnings.simplefilter("error", DoubleScalingWarning)
+scaled = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
+jax.jit(preprocess_input)(scaled)  # traced: no value to check, no error
+model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
+                      num_classes=3)
+try:
+    model(jax.numpy.asarray(scaled))
+except DoubleScalingWarning:
+    print("warned")
+"""
+
+
+def test_the_check_on_the_jax_backend():
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", JAX_SCRIPT], env=env, cwd=root, timeout=300,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("warned")
 
 
 def test_class_index_is_the_keras_imagenet_file_and_tfds_order():

@@ -5,7 +5,8 @@ import re
 import pytest
 
 from configs import pretrain as pretrain_config
-from trainers import common, pretrain
+from trainers import errors, pretrain
+from trainers import flags as trainer_flags
 
 # (recipe, model) -> (base_lr, decay, weight decay, dropout, epochs), typed in from Table 3.
 TABLE_3 = {
@@ -23,7 +24,7 @@ IMAGES = {"imagenet2012": 1_281_167, "imagenet21k": 14_197_122, "jft": 303_000_0
 
 @pytest.mark.parametrize("recipe, model", sorted(TABLE_3))
 def test_each_recipe_is_its_table_3_row(recipe, model):
-    c = common.parse_flags(["pretrain", "--dataset=folder:/data", f"--recipe={recipe}", f"--model={model}"],
+    c = trainer_flags.parse_flags(["pretrain", "--dataset=folder:/data", f"--recipe={recipe}", f"--model={model}"],
                            pretrain.get_config)
     lr, decay, wd, dropout, epochs = TABLE_3[recipe, model]
     assert (c.recipe, c.model, c.base_lr, c.decay_type, c.weight_decay, c.dropout_rate) == (
@@ -39,14 +40,14 @@ def test_each_recipe_is_its_table_3_row(recipe, model):
 def test_recipe_defaults_to_the_datasets_own_and_flags_still_win():
     assert pretrain_config.get_config("imagenet2012").recipe == "imagenet2012"
     assert pretrain_config.get_config("folder:/x").recipe == "imagenet2012"
-    c = common.parse_flags(["pretrain", "--dataset=folder:/x", "--recipe=jft", "--base_lr=1e-4",
+    c = trainer_flags.parse_flags(["pretrain", "--dataset=folder:/x", "--recipe=jft", "--base_lr=1e-4",
                             "--total_steps=50"], pretrain.get_config)
     assert (c.recipe, c.base_lr, c.total_steps, c.weight_decay) == ("jft", 1e-4, 50, 0.1)
 
 
 def test_unknown_recipe_is_one_usage_line():
-    with pytest.raises(common.UsageError, match="imagenet2012|imagenet21k|jft"):
-        common.parse_flags(["pretrain", "--recipe=laion"], pretrain.get_config)
+    with pytest.raises(errors.UsageError, match="imagenet2012|imagenet21k|jft"):
+        trainer_flags.parse_flags(["pretrain", "--recipe=laion"], pretrain.get_config)
 
 
 def test_docstring_step_counts_are_the_computed_ones():

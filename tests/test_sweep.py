@@ -13,7 +13,8 @@ import pytest
 from trainer_cli import TINY_MODEL, make_fake_tfds, plugin_tags, read_results, run_cli, scalar_tags, start_cli
 
 from configs import finetune as finetune_config
-from trainers import common, finetune, sweep
+from trainers import errors, finetune, sweep
+from trainers import flags as trainer_flags
 
 # 1e30 diverges at once; of the other two, 0.1 has the better minival accuracy on this data, so the
 # choice is not simply the first rate.
@@ -95,7 +96,7 @@ def test_rerun_of_a_finished_sweep_reuses_every_run_and_returns_the_summary(swep
     workdir = swept[0]
     before = read_results(workdir)
     events = sorted(os.listdir(os.path.join(workdir, "sweep")))
-    config = common.parse_flags(["finetune", *SWEEP, f"--data_dir={data_dir}", f"--workdir={workdir}"],
+    config = trainer_flags.parse_flags(["finetune", *SWEEP, f"--data_dir={data_dir}", f"--workdir={workdir}"],
                                 finetune.get_config)
     summary = finetune.run(config)  # in-process: only the diverging rate runs again (a few steps)
     assert summary == read_results(workdir) == before
@@ -197,10 +198,10 @@ def test_a_folder_begun_with_other_settings_is_not_reused(capsys, tmp_path):
     args = ["finetune", "--dataset=digits", f"--workdir={tmp_path / 'run'}", "--base_lr=sweep",
             "--eval_splits=minival=train[80%:],test=test", "--sweep_lrs=0.001", "--total_steps=100"]
     sub = tmp_path / "run" / "lr_0.001"
-    begun = sweep.with_changes(common.parse_flags(args, finetune.get_config), base_lr=0.001,
+    begun = sweep.with_changes(trainer_flags.parse_flags(args, finetune.get_config), base_lr=0.001,
                                workdir=str(sub), total_steps=99)
     sub.mkdir(parents=True)
-    (sub / "config.json").write_text(common.config_to_json(begun))
+    (sub / "config.json").write_text(trainer_flags.config_to_json(begun))
     (sub / "results.json").write_text("{}")
     # Another --cpu_devices is fine (where it runs, not what it computes); another --total_steps is not.
     _fails_with_one_line(capsys, finetune.main, [*args, "--cpu_devices=2"], "--total_steps=99")
@@ -210,17 +211,17 @@ def test_choice_is_the_best_minival_accuracy_and_ties_go_to_the_smaller_rate():
     assert sweep.choose_rate({0.001: 0.5, 0.003: 0.7, 0.01: 0.6}) == 0.003
     assert sweep.choose_rate({0.03: 0.7, 0.01: 0.7, 0.001: 0.2}) == 0.01
     assert sweep.choose_rate({0.001: 0.1, 0.003: None}) == 0.001  # None: diverged
-    with pytest.raises(common.TrainingError, match="diverged"):
+    with pytest.raises(errors.TrainingError, match="diverged"):
         sweep.choose_rate({0.01: None})
 
 
 def test_base_lr_is_a_number_or_sweep_in_flags_and_in_python():
-    config = common.parse_flags(["finetune", "--base_lr=0.003"], finetune.get_config)
+    config = trainer_flags.parse_flags(["finetune", "--base_lr=0.003"], finetune.get_config)
     assert config.base_lr == 0.003 and isinstance(config.base_lr, float)
-    assert common.parse_flags(["finetune", "--base_lr=sweep"], finetune.get_config).base_lr == "sweep"
+    assert trainer_flags.parse_flags(["finetune", "--base_lr=sweep"], finetune.get_config).base_lr == "sweep"
     config = finetune_config.get_config("cifar10")
     config.base_lr = "sweep"  # a notebook may set either
     config.base_lr = 0.03
     assert sweep.parse_sweep_lrs(config.sweep_lrs) == [0.001, 0.003, 0.01, 0.03]
-    with pytest.raises(common.UsageError, match="number or 'sweep'"):
-        common.parse_base_lr("fast")
+    with pytest.raises(errors.UsageError, match="number or 'sweep'"):
+        trainer_flags.parse_base_lr("fast")

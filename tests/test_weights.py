@@ -10,7 +10,9 @@ import synthetic_checkpoints as synth
 import keras_vit
 from keras_vit import weights
 
-FIXTURES = "/work/shared/fixtures"
+# ../shared sits beside the repository (the project layout), never at a fixed absolute path.
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "shared", "fixtures")
 FIXTURE_MODEL = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
                      num_classes=7)
 

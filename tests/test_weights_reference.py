@@ -1,9 +1,13 @@
 """The NumPy reference itself: it reproduces the fixtures and its ResNet primitives match XLA."""
+import os
+
 import numpy as np
 import pytest
 import reference_numpy
 
-FIXTURES = "/work/shared/fixtures"
+# ../shared sits beside the repository (the project layout), never at a fixed absolute path.
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "shared", "fixtures")
 
 
 @pytest.mark.parametrize("size, grid", [(32, None), (64, (8, 8))])

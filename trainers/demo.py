@@ -24,7 +24,8 @@ from configs import fewshot as fewshot_config
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
 from keras_vit import fileio
-from trainers import common
+from trainers import fewshot, finetune, pretrain
+from trainers.errors import TrainerError, UsageError, one_line
 
 UPSTREAM, DOWNSTREAM = "digits:0-4", "digits:5-9"
 SHOTS = (1, 5, 10)
@@ -88,14 +89,11 @@ def _loop(steps):
     return max(1, min(50, steps // 4))
 
 
+TRAINERS = {"pretrain": pretrain, "finetune": finetune, "fewshot": fewshot}
+
+
 def run_stage(trainer, config):
-    if trainer == "pretrain":
-        from trainers import pretrain as module
-    elif trainer == "finetune":
-        from trainers import finetune as module
-    else:
-        from trainers import fewshot as module
-    return module.run(config)
+    return TRAINERS[trainer].run(config)
 
 
 def collect(stage_results):
@@ -149,7 +147,7 @@ def run(workdir, *, small=False, **overrides):
     settings.update({k: v for k, v in overrides.items() if v is not None})
     for name, value in settings.items():
         if int(value) <= 0:
-            raise common.UsageError(f"--{name} must be positive, got {value}.")
+            raise UsageError(f"--{name} must be positive, got {value}.")
     _check_workdir(workdir, settings)
     start = time.time()
     stage_results = {}
@@ -174,12 +172,12 @@ def _check_workdir(workdir, settings):
     path = fileio.join(workdir, "demo_settings.json")
     wanted = dict(settings, architecture=ARCHITECTURE)
     if fileio.exists(workdir) and not fileio.isdir(workdir):
-        raise common.UsageError(f"--workdir {workdir!r} exists and is not a directory.")
+        raise UsageError(f"--workdir {workdir!r} exists and is not a directory.")
     if fileio.exists(path):
         with fileio.open(path) as f:
             found = json.load(f)
         if found != json.loads(json.dumps(wanted)):
-            raise common.UsageError(f"{workdir} holds a demo run with other settings ({path}); "
+            raise UsageError(f"{workdir} holds a demo run with other settings ({path}); "
                                     "remove it or choose another --workdir.")
         return
     fileio.makedirs(workdir)
@@ -192,33 +190,38 @@ def _flags():
                         flag_values=values)
     flags.DEFINE_bool("small", False, "a tiny step budget: checks the whole pipeline in about a minute",
                       flag_values=values)
-    flags.DEFINE_integer("pretrain_steps", None, "upstream steps (default 2400; --small 40)",
-                         flag_values=values)
-    flags.DEFINE_integer("finetune_steps", None, "downstream steps with all images", flag_values=values)
-    flags.DEFINE_integer("few_finetune_steps", None, "downstream steps with 10 images per class",
-                         flag_values=values)
-    flags.DEFINE_integer("seeds", None, "draws of the k-shot examples per probe", flag_values=values)
+    budget = {
+        "pretrain_steps": "upstream steps",
+        "finetune_steps": "downstream steps with all images",
+        "few_finetune_steps": f"downstream steps with {FEW_PER_CLASS} images per class",
+        "seeds": "draws of the k-shot examples per probe",
+    }
+    for name, text in budget.items():
+        flags.DEFINE_integer(name, None, f"{text} (default {FULL[name]}; --small {SMALL[name]})",
+                             flag_values=values)
     return values
 
 
 def main(argv=None):
-    from trainers import data, distribute
-
     argv = sys.argv if argv is None else argv
     values = _flags()
+    if any(a in ("--help", "-h", "--helpfull") for a in argv[1:]):
+        print("usage: python -m trainers.demo [--workdir=DIR] [--small] [flags]\n")
+        print(values.get_help())
+        return 0
     try:
-        rest = values(argv)
+        try:
+            rest = values(argv)
+        except flags.Error as e:
+            raise UsageError(str(e)) from None
         if len(rest) > 1:
-            raise common.UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
+            raise UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
         run(values.workdir, small=values.small, pretrain_steps=values.pretrain_steps,
             finetune_steps=values.finetune_steps, few_finetune_steps=values.few_finetune_steps,
             seeds=values.seeds)
-    except (flags.Error, common.UsageError, data.DatasetError, distribute.StrategyError) as e:
-        print(f"demo: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
-    except common.TrainingError as e:
-        print(f"demo: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 1
+    except TrainerError as e:
+        print(f"demo: error: {one_line(e)}", file=sys.stderr)
+        return e.exit_code
     return 0
 
 

@@ -6,17 +6,15 @@ all-reduce, the same per-replica batches. One CPU device is a one-replica Mirror
 reason: a single code path whatever the replica count.
 """
 import glob
+import importlib.util
 import json
 import os
 
 import tensorflow as tf
 from absl import logging
 
-STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
-
-
-class StrategyError(ValueError):
-    """A strategy that cannot be created here; the message is one actionable line."""
+from configs.fields import STRATEGIES
+from trainers.errors import StrategyError
 
 
 def create_strategy(strategy: str = "auto", tpu: str | None = None,
@@ -73,7 +71,6 @@ def _tpu_chips_visible():
 
 def _local_tpu_attached():
     """A TPU VM whose TPU this TensorFlow can drive (auto picks the TPU only then)."""
-    import importlib.util
     return _tpu_chips_visible() and (bool(tf.config.list_physical_devices("TPU"))
                                      or importlib.util.find_spec("libtpu") is not None)
 

@@ -10,12 +10,11 @@ import numpy as np
 import tensorflow as tf
 
 from trainers import data
+from trainers.errors import IncompatibleModelError
 
 PIXELS = "pixels"
 
 
-class IncompatibleModelError(ValueError):
-    """The model cannot give a representation (shown as a one-line message)."""
 
 
 def representation_model(model):

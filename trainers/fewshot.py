@@ -15,17 +15,22 @@ import json
 import sys
 import time
 
-from configs import fewshot as fewshot_config
-from keras_vit import fileio
-from trainers import common
-from trainers.features import PIXELS, IncompatibleModelError, extract_features  # noqa: F401 (public API)
-from trainers.fewshot_evaluator import FewShotEvaluator, parse_l2_reg, parse_shots
-from trainers.linear_probe import FewShotError, fit_ridge, sample_k_per_class  # noqa: F401 (public API)
+import keras
+import tensorflow as tf
 
-HELP_OVERRIDES = {
-    "model": common.HELP["model"] + ", or pixels (raw pixels as features)",
-    "batch_size": "global batch size of the feature extraction",
-}
+from configs import fewshot as fewshot_config
+from configs.fields import COMMON
+from keras_vit import VARIANTS, fileio
+from trainers import cli, distribute
+from trainers.errors import UsageError
+from trainers.evaluators.fewshot import FewShotEvaluator, parse_l2_reg, parse_shots
+from trainers.features import PIXELS, extract_features  # noqa: F401 (public API)
+from trainers.flags import config_to_json
+from trainers.linear_probe import fit_ridge, sample_k_per_class  # noqa: F401 (public API)
+from trainers.model_builder import build_model
+from trainers.validation import validate_common
+
+FIELDS = COMMON + ("test_split", "shots", "seeds", "l2_reg", "batch_size")
 
 
 def get_config(dataset="cifar10"):
@@ -34,28 +39,12 @@ def get_config(dataset="cifar10"):
 
 def validate(config):
     """Checks that need only the config; raises UsageError/FewShotError before anything runs."""
-    import keras_vit
-
-    if not config.dataset:
-        raise common.UsageError("--dataset is required (a TFDS name, folder:PATH or digits).")
-    if not config.workdir:
-        raise common.UsageError("--workdir is required (where results.json and the logs go).")
-    if config.model != PIXELS and config.model not in keras_vit.VARIANTS:
-        raise common.UsageError(
-            f"unknown --model {config.model!r}; known: {PIXELS}, {', '.join(keras_vit.VARIANTS)}.")
-    for name in ("batch_size", "image_size", "seeds"):
+    validate_common(config, models=(PIXELS, *VARIANTS), known_fields=FIELDS)
+    for name in ("batch_size", "seeds"):
         if config[name] <= 0:
-            raise common.UsageError(f"--{name} must be positive, got {config[name]}.")
-    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "cpu_devices"):
-        if config[name] < 0:
-            raise common.UsageError(f"--{name} must not be negative, got {config[name]}.")
-    for name, values in common.CHOICES.items():
-        if name in config and config[name] not in values:
-            raise common.UsageError(f"--{name} must be one of {', '.join(values)}, got {config[name]!r}.")
+            raise UsageError(f"--{name} must be positive, got {config[name]}.")
     parse_shots(config.shots)
     parse_l2_reg(config.l2_reg)
-    if fileio.exists(config.workdir) and not fileio.isdir(config.workdir):
-        raise common.UsageError(f"--workdir {config.workdir!r} exists and is not a directory.")
 
 
 def build_feature_model(config, num_classes):
@@ -66,24 +55,18 @@ def build_feature_model(config, num_classes):
     """
     if config.model == PIXELS:
         return PIXELS
-    import keras
-
     keras.utils.set_random_seed(config.seed)
-    return common.build_model(config, num_classes, pre_logits_from_weights=not config.pre_logits)
+    return build_model(config, num_classes, pre_logits_from_weights=not config.pre_logits)
 
 
 def run(config):
     """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict."""
-    import tensorflow as tf
-
-    from trainers import data, distribute
-
     validate(config)
     strategy = distribute.create_strategy(config.strategy, tpu=config.tpu or None,
                                           cpu_devices=config.cpu_devices or 1)
     if config.batch_size % strategy.num_replicas_in_sync:
-        raise common.UsageError(f"--batch_size {config.batch_size} is not divisible by "
-                                f"{strategy.num_replicas_in_sync} replicas.")
+        raise UsageError(f"--batch_size {config.batch_size} is not divisible by "
+                         f"{strategy.num_replicas_in_sync} replicas.")
     start = time.time()
     evaluator = FewShotEvaluator({"data": config.dataset}, data_dir=config.data_dir or None,
                                  image_size=config.image_size, batch_size=config.batch_size,
@@ -91,12 +74,9 @@ def run(config):
                                  strategy=strategy, train_split=config.train_split,
                                  test_split=config.test_split)
     spec = evaluator.specs["data"]
-    if spec.multi_label:
-        raise common.UsageError(data.multi_label_refusal(
-            spec, "a few-shot probe", "probe a single-label dataset (e.g. cifar10, oxford_iiit_pet)"))
     with strategy.scope():
         model = build_feature_model(config, spec.num_classes)
-        scores = evaluator.evaluate(model)
+        scores = evaluator.run(model)
 
     results = {"dataset": config.dataset, "model": config.model, "weights": config.weights,
                "shots": list(evaluator.shots), "seeds": evaluator.seeds,
@@ -108,7 +88,7 @@ def run(config):
     results.update(evaluator.stats["data"])
 
     fileio.makedirs(config.workdir)
-    fileio.write_atomic(fileio.join(config.workdir, "config.json"), common.config_to_json(config) + "\n")
+    fileio.write_atomic(fileio.join(config.workdir, "config.json"), config_to_json(config) + "\n")
     writer = tf.summary.create_file_writer(fileio.join(config.workdir, "eval"))
     with writer.as_default():
         for k in evaluator.shots:
@@ -124,16 +104,8 @@ def run(config):
     return results
 
 
-def _run_cli(config):
-    """run() with the probe's own input errors reported like every other usage error."""
-    try:
-        return run(config)
-    except (FewShotError, IncompatibleModelError) as e:
-        raise common.UsageError(str(e)) from None
-
-
 def main(argv=None):
-    return common.cli(_run_cli, get_config, argv, help_overrides=HELP_OVERRIDES)
+    return cli.main(run, get_config, argv, help_overrides=fewshot_config.HELP)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ retrained on train + minival.
 import sys
 
 from configs import finetune as finetune_config
-from trainers import common, experiment, sweep
+from trainers import cli, sweep, training
+from trainers.flags import parse_base_lr
 
 
 def get_config(dataset="oxford_iiit_pet"):
@@ -24,14 +25,14 @@ def run(config):
 
     With config.base_lr = "sweep": the learning-rate sweep, and its summary as the results.
     """
-    base_lr = common.parse_base_lr(config.base_lr)
+    base_lr = parse_base_lr(config.base_lr)
     if base_lr == "sweep":
         return sweep.run(config)
-    return experiment.run(sweep.with_changes(config, base_lr=base_lr))
+    return training.run(sweep.with_changes(config, base_lr=base_lr))
 
 
 def main(argv=None):
-    return common.cli(run, get_config, argv)
+    return cli.main(run, get_config, argv)
 
 
 if __name__ == "__main__":

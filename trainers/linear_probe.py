@@ -11,6 +11,8 @@ unregularized, regress onto 2 * onehot - 1, predict with argmax.
 """
 import numpy as np
 
+from trainers.errors import FewShotError
+
 # The bias feature's value. Ridge shrinks each weight by l2 / (feature energy); a constant of
 # 100 gives the bias 10^4 times the energy of a whitened feature, so it is nearly free.
 BIAS_FEATURE = 100.0
@@ -20,8 +22,6 @@ STD_EPSILON = 1e-5
 L2_SWEEP = tuple(2.0 ** p for p in range(-4, 17, 2))
 
 
-class FewShotError(ValueError):
-    """A few-shot request that the data cannot satisfy (shown to users as a one-line message)."""
 
 
 def one_hot_targets(labels, num_classes):

@@ -23,7 +23,8 @@ as accuracy when every image has one label).
 import keras
 import tensorflow as tf
 
-LOSSES = ("softmax", "sigmoid")
+from configs.fields import LOSSES
+
 METRIC_NAMES = {"softmax": "accuracy", "sigmoid": "prec@1"}
 
 

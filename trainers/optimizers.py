@@ -15,9 +15,7 @@ import math
 import keras
 from keras import ops
 
-OPTIMIZERS = ("sgd", "adam")
-MOMENTUM_DTYPES = ("float32", "bfloat16")
-DECAY_TYPES = ("cosine", "linear")
+from configs.fields import DECAY_TYPES, MOMENTUM_DTYPES, OPTIMIZERS
 
 
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):

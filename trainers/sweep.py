@@ -17,9 +17,12 @@ import os
 
 import ml_collections
 import tensorflow as tf
+from tensorboard.plugins.hparams import api as hp
 
 from keras_vit import fileio
-from trainers import common, experiment, loop
+from trainers import loop, training
+from trainers.errors import TrainingError, UsageError
+from trainers.flags import config_to_json, parse_eval_splits
 
 MINIVAL = "minival"
 FINAL = "final"
@@ -38,15 +41,15 @@ def parse_sweep_lrs(text):
         try:
             rate = float(item)
         except ValueError:
-            raise common.UsageError(f"--sweep_lrs entry {item!r} is not a number; "
+            raise UsageError(f"--sweep_lrs entry {item!r} is not a number; "
                                     "give rates like 0.001,0.003,0.01,0.03.") from None
         if not 0 < rate < math.inf:
-            raise common.UsageError(f"--sweep_lrs entries must be positive numbers, got {item}.")
+            raise UsageError(f"--sweep_lrs entries must be positive numbers, got {item}.")
         if rate in rates:
-            raise common.UsageError(f"--sweep_lrs lists {item} twice.")
+            raise UsageError(f"--sweep_lrs lists {item} twice.")
         rates.append(rate)
     if not rates:
-        raise common.UsageError("--sweep_lrs is empty; give the rates to try, e.g. 0.001,0.003,0.01,0.03.")
+        raise UsageError("--sweep_lrs is empty; give the rates to try, e.g. 0.001,0.003,0.01,0.03.")
     return sorted(rates)
 
 
@@ -54,7 +57,7 @@ def choose_rate(minival_accuracy):
     """{rate: accuracy or None (diverged)} -> the best rate; ties go to the smaller rate."""
     scored = {rate: acc for rate, acc in minival_accuracy.items() if acc is not None}
     if not scored:
-        raise common.TrainingError("the loss diverged at every rate of --sweep_lrs; try smaller rates.")
+        raise TrainingError("the loss diverged at every rate of --sweep_lrs; try smaller rates.")
     return min(scored, key=lambda rate: (-scored[rate], rate))
 
 
@@ -71,22 +74,22 @@ def run(config):
     If a sub-run is stopped by SIGTERM, returns {"preempted": True, ...} and writes no summary.
     """
     rates = parse_sweep_lrs(config.sweep_lrs)
-    splits = common.parse_eval_splits(config.eval_splits)
+    splits = parse_eval_splits(config.eval_splits)
     if MINIVAL not in splits:
-        raise common.UsageError(
+        raise UsageError(
             f"--base_lr=sweep chooses the rate on a '{MINIVAL}' split, and --eval_splits has none: hold part "
             f"of the training data out, e.g. --train_split=train[:80%] "
             f"--eval_splits={MINIVAL}=train[80%:],{config.eval_splits}.")
     reported = {name: split for name, split in splits.items() if name != MINIVAL}
     if not reported:
-        raise common.UsageError(
+        raise UsageError(
             f"--base_lr=sweep retrains on train + {MINIVAL} and reports the other --eval_splits, and there "
             f"are none: add one, e.g. --eval_splits={config.eval_splits},test=test.")
     workdir = config.workdir
     if not workdir:
-        raise common.UsageError("--workdir is required (where the sweep's runs and results go).")
+        raise UsageError("--workdir is required (where the sweep's runs and results go).")
     if fileio.exists(workdir) and not fileio.isdir(workdir):
-        raise common.UsageError(f"--workdir {workdir!r} exists and is not a directory.")
+        raise UsageError(f"--workdir {workdir!r} exists and is not a directory.")
 
     # Under --loss=sigmoid the runs report precision@1, which then decides (and is reported) instead.
     metric = loop.METRIC_NAMES[config.loss]
@@ -96,7 +99,7 @@ def run(config):
         workdirs[repr(rate)] = sub.workdir
         try:
             results = _run_or_reuse(sub, f"base_lr {rate!r}")
-        except common.TrainingError as e:
+        except TrainingError as e:
             print(f"sweep: base_lr {rate!r} diverged, left out of the choice: {e}", flush=True)
             minival_accuracy[rate] = None
             continue
@@ -144,7 +147,7 @@ def _run_or_reuse(config, label):
         print(f"sweep: {label}: reusing the finished run in {config.workdir}", flush=True)
         return _read_json(path)
     print(f"sweep: {label}: fine-tuning in {config.workdir}", flush=True)
-    return experiment.run(config)
+    return training.run(config)
 
 
 def _check_same_settings(config):
@@ -153,10 +156,10 @@ def _check_same_settings(config):
     if not fileio.exists(path):
         return
     recorded = _read_json(path)
-    wanted = json.loads(common.config_to_json(config))
+    wanted = json.loads(config_to_json(config))
     for name in sorted((wanted.keys() & recorded.keys()) - EXECUTION_FIELDS):
         if recorded[name] != wanted[name]:
-            raise common.UsageError(
+            raise UsageError(
                 f"{config.workdir} holds a run with --{name}={recorded[name]}, this sweep needs "
                 f"--{name}={wanted[name]}: use another --workdir, or delete that folder to redo it.")
 
@@ -189,8 +192,6 @@ def _save_summary(workdir, summary):
 def _log_summary(logdir, summary):
     """One TensorBoard run per rate (its base_lr in the HPARAMS tab against its minival accuracy)
     and the choice: sweep/minival_accuracy, sweep/chosen_lr, sweep/test_accuracy."""
-    from tensorboard.plugins.hparams import api as hp
-
     for rate, acc in summary["minival_accuracy"].items():
         writer = tf.summary.create_file_writer(fileio.join(logdir, f"lr_{rate}"))
         with writer.as_default(step=0):

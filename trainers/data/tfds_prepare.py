@@ -11,9 +11,10 @@ import shutil
 import socket
 import threading
 
+import tensorflow_datasets as tfds
 from absl import logging
 
-from trainers.datasets import DatasetError
+from trainers.errors import DatasetError, first_line
 
 # Most TFDS sources, and TFDS's own mirror, live here: if its name does not resolve there is no network.
 _PROBE_HOST = "storage.googleapis.com"
@@ -22,7 +23,6 @@ _PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "A
 
 def open_tfds_builder(dataset, data_dir):
     """The tfds builder for `dataset` (maybe not prepared yet), or DatasetError for an unknown name."""
-    import tensorflow_datasets as tfds
     try:
         builder = tfds.builder(dataset, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
@@ -30,7 +30,7 @@ def open_tfds_builder(dataset, data_dir):
                            f"(e.g. oxford_iiit_pet, oxford_flowers102, cifar10, cifar100, imagenet2012), "
                            f"folder:PATH or digits") from None
     except Exception as e:  # bad config or version in the name, unreadable data_dir, ...
-        raise DatasetError(f"cannot open TFDS dataset {dataset!r}: {_first_line(e)}") from None
+        raise DatasetError(f"cannot open TFDS dataset {dataset!r}: {first_line(e)}") from None
     return builder
 
 
@@ -38,11 +38,6 @@ def ensure_prepared(builder, dataset, manual_dir):
     """Prepares `builder` if needed (download, or the manual files), or DatasetError saying how to."""
     if not builder.is_prepared():
         _prepare(builder, dataset, manual_dir)
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:300]
 
 
 def _root(builder):
@@ -81,7 +76,6 @@ def _network_available(timeout=5.0):
 
 
 def _prepare(builder, dataset, manual_dir):
-    import tensorflow_datasets as tfds
     root = _root(builder)
     how = _how_to_prepare(builder, dataset, root)
     where = f"{dataset} is not prepared in {root}"
@@ -95,7 +89,7 @@ def _prepare(builder, dataset, manual_dir):
     except Exception as e:  # network, missing manual files, disk, ... all end the same way for the user
         _remove(created)
         reason = "its manual download files are missing" if builder.MANUAL_DOWNLOAD_INSTRUCTIONS else \
-            f"download failed: {_first_line(e)}"
+            f"download failed: {first_line(e)}"
         raise DatasetError(f"{where} ({reason}): {how}") from None
 
 

@@ -1,15 +1,16 @@
 """FewShotEvaluator: linear probes of a (training or trained) model on one or more datasets.
 
-Used by `python -m trainers.fewshot` and, every --fewshot_every steps, by pre-training (as
-big_vision evaluates its runs). Each call computes every split's features once and reuses them
-for all shot counts and seeds; the data pipelines and the compiled feature step are built once
-and reused across calls.
+Used by `python -m trainers.fewshot` and, every --fewshot_every steps, by any training run with
+--fewshot_datasets (as big_vision evaluates its runs). Each call computes every split's features
+once and reuses them for all shot counts and seeds; the data pipelines and the compiled feature
+step are built once and reused across calls.
 """
 import re
 
 import numpy as np
 
 from trainers import data, features, linear_probe
+from trainers.evaluators import Evaluator
 
 DEFAULT_SHOTS = (1, 5, 10, 25)
 DEFAULT_L2_REG = 2.0 ** 10
@@ -46,17 +47,21 @@ def parse_shots(value):
     return tuple(shots)
 
 
-class FewShotEvaluator:
-    """evaluate(model) -> {"fewshot/<dataset>/<k>shot_accuracy": mean, ..._std: spread over seeds}.
+class FewShotEvaluator(Evaluator):
+    """run(model) -> {"fewshot/<dataset>/<k>shot_accuracy": mean, ..._std: spread over seeds}.
 
     `datasets`: a dataset name, a list of names, or a dict {display name: dataset name}; any
     name trainers.data reads ("digits:5-9", TFDS names, "folder:PATH").
     `l2_reg`: a positive number or "sweep" (chosen per shot count on a held-out 20% of train).
-    `model` for evaluate: a Keras ViT (its representation is probed) or features.PIXELS.
+    `model` for run: a Keras ViT (its representation is probed) or features.PIXELS.
+    `every`: steps between runs during training (0 = only at the end).
     """
 
+    name = "fewshot"
+
     def __init__(self, datasets, *, data_dir=None, image_size, batch_size, shots=DEFAULT_SHOTS, seeds=3,
-                 l2_reg=DEFAULT_L2_REG, strategy=None, train_split="train", test_split="test"):
+                 l2_reg=DEFAULT_L2_REG, strategy=None, train_split="train", test_split="test", every=0):
+        self.every = int(every)
         if isinstance(datasets, str):
             datasets = [datasets]
         if not isinstance(datasets, dict):
@@ -95,7 +100,7 @@ class FewShotEvaluator:
             self._pixel_cache[(key, split)] = result
         return result
 
-    def evaluate(self, model):
+    def run(self, model):
         results = {}
         for key, spec in self.specs.items():
             train_x, train_y = self._features(model, key, self.train_split)

@@ -1,4 +1,4 @@
-"""trainers.common: flags over presets, validation, and the CLI error contract (issue 4 item 8).
+"""trainers.cli, flags, validation and model_builder: flags over presets, and the CLI error contract.
 
 Every bad input is one line on stderr, exit code 2, and leaves an existing workdir untouched.
 The in-process cases call `finetune.main(argv)`; one subprocess checks the real command line.
@@ -6,12 +6,14 @@ The in-process cases call `finetune.main(argv)`; one subprocess checks the real 
 
 import os
 
+import ml_collections
 import pytest
 from trainer_cli import TINY_MODEL, make_fake_tfds, run_cli
 
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
-from trainers import common, finetune
+from trainers import errors, finetune, model_builder, training
+from trainers import flags as trainer_flags
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +118,7 @@ def test_command_line_error_has_no_traceback(tmp_path):
 
 
 def test_flags_override_the_dataset_preset():
-    config = common.parse_flags(
+    config = trainer_flags.parse_flags(
         [
             "finetune",
             "--dataset=cifar10",
@@ -129,7 +131,7 @@ def test_flags_override_the_dataset_preset():
     )
     assert config.total_steps == 7 and config.warmup_steps == 500  # the cifar10 preset's warm-up
     assert config.base_lr == 0.5 and config.pre_logits is False
-    assert common.parse_eval_splits(config.eval_splits) == {"val": "test[:10]"}
+    assert trainer_flags.parse_eval_splits(config.eval_splits) == {"val": "test[:10]"}
     assert config.train_split == "train[:98%]"
 
 
@@ -138,7 +140,7 @@ def test_presets_follow_the_paper():
     assert (pets.optimizer, pets.batch_size, pets.grad_norm_clip, pets.weight_decay) == ("sgd", 512, 1.0, 0.0)
     assert (pets.image_size, pets.base_lr, pets.decay_type) == (384, 0.01, "cosine")
     assert (pets.total_steps, pets.warmup_steps, pets.train_split) == (500, 100, "train[:90%]")
-    assert common.parse_eval_splits(pets.eval_splits) == {"minival": "train[90%:]", "test": "test"}
+    assert trainer_flags.parse_eval_splits(pets.eval_splits) == {"minival": "train[90%:]", "test": "test"}
     assert (
         finetune_config.get_config("cifar100").total_steps,
         finetune_config.get_config("cifar100").warmup_steps,
@@ -151,8 +153,29 @@ def test_presets_follow_the_paper():
 
 def test_model_kwargs_apply_overrides_and_pre_logits():
     config = pretrain_config.get_config("digits")
-    kwargs = common.model_kwargs(config, num_classes=10)
+    kwargs = model_builder.model_kwargs(config, num_classes=10)
     assert kwargs["hidden_size"] == 64 and kwargs["representation_size"] == 64
     assert kwargs["include_preprocessing"] is False and kwargs["classifier_activation"] is None
     config.pre_logits = False
-    assert common.model_kwargs(config, 10)["representation_size"] is None
+    assert model_builder.model_kwargs(config, 10)["representation_size"] is None
+
+
+def test_misspelt_flag_is_one_line_naming_the_closest_field(capsys, workdir, cifar_dir):
+    _fails_cleanly(capsys, workdir, ["--dataset=cifar10", f"--data_dir={cifar_dir}", "--totl_steps=5"],
+                   "Did you mean: total_steps")
+
+
+def test_config_is_locked_after_the_flags():
+    config = trainer_flags.parse_flags(["finetune", "--dataset=cifar10", "--total_steps=7"], finetune.get_config)
+    config.total_steps = 9  # existing fields stay writable (notebooks)
+    with pytest.raises(AttributeError, match="total_steps"):
+        config.totl_steps = 5
+
+
+def test_misspelt_field_of_a_python_config_is_one_line(tmp_path):
+    """A notebook that builds its own (unlocked) config gets the closest field's name, before any work."""
+    fields = finetune_config.get_config("digits").to_dict()
+    fields.update(workdir=str(tmp_path / "run"), totl_steps=5)
+    with pytest.raises(errors.UsageError, match="unknown config field 'totl_steps'; did you mean 'total_steps'"):
+        training.run(ml_collections.ConfigDict(fields))
+    assert not (tmp_path / "run").exists()

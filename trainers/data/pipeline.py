@@ -1,7 +1,7 @@
 """Input pipelines for the trainers: per-replica batches for `strategy.distribute_datasets_from_function`.
 
 Everything an example goes through is a function of (seed, epoch, example index): each epoch is a
-seeded permutation of the split, and the augmentation of an example is seeded from the same three
+seeded permutation of the split, and the image ops of an example are seeded from the same three
 numbers with stateless ops. Two consequences the trainers rely on:
 
 - exact resume: the pipeline built with `start_step=s` yields what a fresh one yields after s global
@@ -19,15 +19,11 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from trainers import augment
-from trainers.datasets import (  # noqa: F401
-    NO_LABEL,
-    DatasetError,
-    DatasetSpec,
-    Records,
-    examples_per_class_subset,
-    get_spec,
-)
+from configs.fields import TRAINING, fields
+from trainers.data.ops import SEED_ALG, Chain, eval_ops, train_ops
+from trainers.data.spec import NO_LABEL, DatasetSpec, multi_label_refusal
+from trainers.data.subsets import examples_per_class_subset
+from trainers.errors import DatasetError
 
 # Records per shuffle window of a streamed TFDS split (encoded, ~110 kB each for ImageNet). Splits up
 # to this size are shuffled uniformly; in-memory splits always are.
@@ -36,23 +32,27 @@ _FOREVER = 2 ** 62
 
 
 class InputFn:
-    """Callable `(input_context | None) -> tf.data.Dataset` of per-replica batches (see make_input_fn)."""
+    """Callable `(input_context | None) -> tf.data.Dataset` of per-replica batches (see make_input_fn).
 
-    def __init__(self, spec, split, records, image_size, global_batch_size, training, seed, start_step,
-                 crop_min_area=augment.CROP_AREA_RANGE[0], random_flip=True):
+    `ops`: the image ops as [(op name, kwargs)] (see trainers.data.ops), or a Chain of them; they must
+    not be random when training=False.
+    """
+
+    def __init__(self, spec, split, records, *, ops, global_batch_size, training, seed=0, start_step=0):
         self.spec = spec
         self.split = split
         self.records = records
-        self.image_size = image_size
+        self.image_ops = ops if isinstance(ops, Chain) else Chain(ops)
         self.global_batch_size = global_batch_size
         self.training = training
         self.seed = seed
         self.start_step = start_step
-        self.crop_min_area = crop_min_area
-        self.random_flip = random_flip
         self.num_examples = records.count
         # Evaluation: global batches in one pass (the last one padded).
         self.num_batches = None if training else math.ceil(records.count / global_batch_size)
+        if not training and self.image_ops.random_ops:
+            raise DatasetError(f"evaluation sees every image once as it is, but its ops include random "
+                               f"{', '.join(self.image_ops.random_ops)}: keep random ops to training")
 
     def __call__(self, input_context=None):
         pipelines = input_context.num_input_pipelines if input_context else 1
@@ -73,8 +73,8 @@ class InputFn:
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         return ds.with_options(options)
 
-    def _load(self, payload):
-        return augment.decode(tf.io.read_file(payload) if self.records.payload_is_path else payload)
+    def _encoded(self, payload):
+        return tf.io.read_file(payload) if self.records.payload_is_path else payload
 
     def _target(self, label):
         return multi_hot(label, self.spec.num_classes) if self.spec.multi_label else label
@@ -90,7 +90,7 @@ class InputFn:
 
             def epoch(e):
                 order = tf.random.experimental.stateless_shuffle(
-                    tf.range(count, dtype=tf.int64), seed=_epoch_seed(seed, e), alg="philox")
+                    tf.range(count, dtype=tf.int64), seed=_epoch_seed(seed, e), alg=SEED_ALG)
                 return tf.data.Dataset.from_tensor_slices(order).map(lambda i: (e, i))
 
             stream = epochs.flat_map(epoch).skip(offset)
@@ -110,7 +110,7 @@ class InputFn:
             def permute(w, block):
                 index, (payload, label) = block
                 order = tf.random.experimental.stateless_shuffle(
-                    tf.range(tf.shape(index)[0]), seed=_window_seed(seed, e, w), alg="philox")
+                    tf.range(tf.shape(index)[0]), seed=_window_seed(seed, e, w), alg=SEED_ALG)
                 return tf.fill(tf.shape(index), e), tf.gather(index, order), tf.gather(payload, order), \
                     tf.gather(label, order)
             # prefetch: the next window is read while this one is consumed, so training does not stall.
@@ -124,27 +124,32 @@ class InputFn:
         stream = shard.keep(stream)
         if fetch is not None:
             stream = stream.map(fetch)
-        image_size, seed = self.image_size, self.seed
+        seed = self.seed
 
         def prepare(epoch, index, payload, label):
-            image_seed = augment.example_seed(seed, epoch, index)
-            image = augment.train_image(self._load(payload), image_seed, image_size, self.crop_min_area,
-                                        self.random_flip)
+            image = self.image_ops(self._encoded(payload), example_seed(seed, epoch, index))
             return image, self._target(label)
 
         stream = stream.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return stream.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
     def _eval(self, shard, per_replica):
-        records, image_size = self.records, self.image_size
+        records = self.records
         if records.payloads is not None:
             stream = tf.data.Dataset.from_tensor_slices((list(records.payloads), records.labels))
         else:
             stream = records.stream()
-        real = shard.keep(stream.enumerate()).map(
-            lambda i, example: (augment.eval_image(self._load(example[0]), image_size),
-                                self._target(example[1]), tf.constant(1.0, tf.float32)),
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+        def prepare(index, example):
+            payload, label = example
+            return self.image_ops(self._encoded(payload)), self._target(label), tf.constant(1.0, tf.float32)
+
+        real = shard.keep(stream.enumerate()).map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
+                                                  deterministic=True)
+        image = real.element_spec[0]
+        if not image.shape.is_fully_defined():
+            raise DatasetError(f"evaluation images must all have one size, but the ops give {image.shape}: "
+                               f"end them with a resize")
         # Pad the pass to whole global batches: every replica then runs the same number of steps with the
         # same static shape (TPU), and weight 0 keeps the padding out of the metrics.
         total = self.num_batches * self.global_batch_size
@@ -152,8 +157,7 @@ class InputFn:
         no_label = tf.zeros([self.spec.num_classes], tf.float32) if self.spec.multi_label else \
             tf.constant(0, tf.int32)
         padding = tf.data.Dataset.from_tensors(
-            (tf.zeros([image_size, image_size, 3], tf.float32), no_label, tf.constant(0.0, tf.float32))
-        ).repeat(pad)
+            (tf.zeros(image.shape, image.dtype), no_label, tf.constant(0.0, tf.float32))).repeat(pad)
         return real.concatenate(padding).batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
@@ -180,31 +184,50 @@ def multi_hot(class_indices, num_classes):
     return tf.minimum(tf.reduce_sum(tf.one_hot(class_indices, num_classes, dtype=tf.float32), axis=0), 1.0)
 
 
+def example_seed(seed, epoch, index):
+    """A stateless seed (shape [2], int64) that depends only on the run seed, the epoch and the index."""
+    base = tf.stack([tf.cast(seed, tf.int64), tf.constant(0x5EED, tf.int64)])
+    per_epoch = tf.random.experimental.stateless_fold_in(base, tf.cast(epoch, tf.int64), alg=SEED_ALG)
+    return tf.random.experimental.stateless_fold_in(per_epoch, tf.cast(index, tf.int64), alg=SEED_ALG)
+
+
 def _epoch_seed(seed, epoch):
     return tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
 
 
 def _window_seed(seed, epoch, window):
-    return tf.random.experimental.stateless_fold_in(_epoch_seed(seed, epoch), window, alg="philox")
+    return tf.random.experimental.stateless_fold_in(_epoch_seed(seed, epoch), window, alg=SEED_ALG)
 
 
-def make_input_fn(spec: DatasetSpec, split: str, *, image_size: int, global_batch_size: int, training: bool,
-                  seed: int = 0, start_step: int = 0, examples_per_class: int | None = None,
-                  crop_min_area: float = augment.CROP_AREA_RANGE[0], random_flip: bool = True) -> InputFn:
+def make_input_fn(spec: DatasetSpec, split: str, *, global_batch_size: int, training: bool,
+                  image_size: int | None = None, seed: int = 0, start_step: int = 0,
+                  examples_per_class: int | None = None, ops: list | None = None,
+                  crop_min_area: float | None = None, random_flip: bool | None = None) -> InputFn:
     """An input function for `distribute(strategy, input_fn)` or direct use (`input_fn(None)`).
 
-    training=True: an endless stream of (images float32 (b, S, S, 3) in [-1, 1], labels int32 (b,)) with
-    inception crop + flip, starting `start_step` global batches in. training=False: one pass in natural
-    order, resize only, as (images, labels, weights), padded to whole global batches with weight 0.
-    b is the per-replica batch. Labels of a multi-label dataset are float32 multi-hot (b, num_classes).
+    training=True: an endless stream of (images float32 (b, S, S, 3) in [-1, 1], labels int32 (b,)),
+    starting `start_step` global batches in. training=False: one pass in natural order, as (images,
+    labels, weights), padded to whole global batches with weight 0. b is the per-replica batch.
+    Labels of a multi-label dataset are float32 multi-hot (b, num_classes).
     examples_per_class=k: a fixed subset (seeded by `seed`) of exactly k examples of every class
-    (single-label datasets only). crop_min_area (default 0.05, the paper's) and random_flip shape the
-    training augmentation.
+    (single-label datasets only).
+    ops: the image ops, [(op name, kwargs)] (trainers.data.ops). By default `eval_ops(image_size)`, or
+    in training `train_ops` of a config with image_size, crop_min_area and random_flip (None: their
+    declared defaults, 0.05 and True; the config's other fields too).
     """
-    for name, value, low in (("image_size", image_size, 1), ("global_batch_size", global_batch_size, 1),
-                             ("start_step", start_step, 0)):
+    counts = [("global_batch_size", global_batch_size, 1), ("start_step", start_step, 0)]
+    if ops is None:  # only the default ops resize to image_size
+        counts.insert(0, ("image_size", image_size, 1))
+    for name, value, low in counts:
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
             raise DatasetError(f"{name} must be an integer >= {low}, got {value!r}")
+    if ops is not None and (crop_min_area is not None or random_flip is not None):
+        raise TypeError("crop_min_area and random_flip shape the default training ops: "
+                        "with ops=, set them in the ops")
+    if ops is None:
+        ops = _default_train_ops(int(image_size), crop_min_area, random_flip) if training else \
+            eval_ops(int(image_size))
+    image_ops = Chain(ops)  # a bad op list fails here, before any record is read
     records = spec.records(split)
     if examples_per_class is not None:
         if not isinstance(examples_per_class, (int, np.integer)) or examples_per_class < 1:
@@ -214,17 +237,21 @@ def make_input_fn(spec: DatasetSpec, split: str, *, image_size: int, global_batc
                                                    "leave it at 0 (train on every example)"))
         records = examples_per_class_subset(records, int(examples_per_class), seed, spec.num_classes,
                                             spec.name, split)
-    if not 0.0 < crop_min_area <= 1.0:
-        raise DatasetError(f"crop_min_area must be in (0, 1], got {crop_min_area!r}")
     if records.count == 0:
         raise DatasetError(f"split {split!r} of {spec.name} has no examples: choose a non-empty split")
-    return InputFn(spec, split, records, int(image_size), int(global_batch_size), bool(training), int(seed),
-                   int(start_step), float(crop_min_area), bool(random_flip))
+    return InputFn(spec, split, records, ops=image_ops, global_batch_size=int(global_batch_size),
+                   training=bool(training), seed=int(seed), start_step=int(start_step))
 
 
-def multi_label_refusal(spec, what, fix):
-    """The one-line error for something that needs exactly one label per image."""
-    return f"{what} needs one label per image, but {spec.name} has images with several labels: {fix}"
+def _default_train_ops(image_size, crop_min_area, random_flip):
+    # Every training field at its declared default, so that train_ops may read any of them.
+    config = fields(TRAINING)
+    config.image_size = image_size
+    if crop_min_area is not None:
+        config.crop_min_area = float(crop_min_area)
+    if random_flip is not None:
+        config.random_flip = bool(random_flip)
+    return train_ops(config)
 
 
 def distribute(strategy, input_fn):

@@ -1,0 +1,128 @@
+"""Every configuration field, declared once: its default, its allowed values and its help text.
+
+The presets (configs/finetune.py, pretrain.py, fewshot.py) start from these defaults with
+`fields(...)` and change values, never declare new fields; the trainers' command-line flags,
+their `--help` and the README's flag table are generated from here (trainers/flags.py,
+trainers/flag_table.py). The type of a flag is the type of its default.
+"""
+
+import dataclasses
+
+import ml_collections
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    default: object
+    help: str
+    choices: tuple = ()
+
+
+LOSSES = ("softmax", "sigmoid")
+OPTIMIZERS = ("sgd", "adam")
+MOMENTUM_DTYPES = ("float32", "bfloat16")
+DECAY_TYPES = ("cosine", "linear")
+STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
+RECIPES = ("imagenet2012", "imagenet21k", "jft")
+
+FIELDS = {
+    # Data.
+    "dataset": Field("", "TFDS name (oxford_iiit_pet, cifar10, imagenet2012, ...), folder:PATH, or digits"),
+    "data_dir": Field("", "TFDS data_dir holding the prepared dataset ('' = TFDS default)"),
+    "manual_dir": Field("", "directory with manually downloaded archives (imagenet2012)"),
+    "train_split": Field("train", "TFDS split to train on, e.g. train[:90%]"),
+    "eval_splits": Field("test=test", "comma-separated name=split pairs evaluated every --eval_every steps"),
+    "examples_per_class": Field(0, "train on N examples of each class, drawn with --seed (0 = all)"),
+    "crop_min_area": Field(
+        0.05, "smallest area of the random training crop, a fraction of the image (paper: 0.05)"),
+    "random_flip": Field(
+        True, "random horizontal flips in training (off for digits: a mirrored digit is another shape)"),
+    "workdir": Field("", "where checkpoints, TensorBoard logs, config.json, results.json and model.npz go"),
+    # Model.
+    "model": Field(
+        "ViT-B_16", "official model name: ViT-Ti_16, ViT-S_16, ViT-B_16, ..., ViT-H_14, R50+ViT-B_16"),
+    "weights": Field("none", "initial weights: registry name, path to .npz/.weights.h5/.keras, or none"),
+    "image_size": Field(224, "training and evaluation resolution (pixels, square)"),
+    "patch_size": Field(0, "override the variant's patch size (0 = the variant's)"),
+    "hidden_size": Field(0, "override the variant's hidden size (0 = the variant's)"),
+    "num_layers": Field(0, "override the variant's depth (0 = the variant's)"),
+    "num_heads": Field(0, "override the variant's attention heads (0 = the variant's)"),
+    "mlp_dim": Field(0, "override the variant's MLP width (0 = the variant's)"),
+    "classifier": Field("token", "token (class token) or gap (global average pooling)", ("token", "gap")),
+    "pre_logits": Field(False, "add the tanh pre-logits layer (size = hidden size) before the head"),
+    "dropout_rate": Field(0.0, "dropout rate in the encoder"),
+    "new_head": Field(
+        True, "start from a zero head even if the weights have one of the right size (the paper's recipe)"),
+    "seed": Field(0, "random seed (model init, data order, augmentation)"),
+    # Optimisation.
+    "loss": Field("softmax", "softmax (cross-entropy, one label per image) or sigmoid (per-class binary "
+                  "cross-entropy, multi-label data; a new head starts with bias -10; evaluation reports "
+                  "prec@1)", LOSSES),
+    "recipe": Field("imagenet2012", "pre-training recipe, a row of the paper's Table 3: imagenet2012, "
+                    "imagenet21k or jft (default: the dataset's; sets lr, decay, weight decay, dropout, loss "
+                    "and steps)", RECIPES),
+    "optimizer": Field("sgd", "sgd (optax-style momentum 0.9: m = 0.9 m + g, w -= lr m) or adam (beta 0.9, "
+                       "0.999; decoupled weight decay)", OPTIMIZERS),
+    "momentum_dtype": Field(
+        "float32", "storage of the sgd momentum: float32, or bfloat16 (vit_jax's option: half the memory)",
+        MOMENTUM_DTYPES),
+    "base_lr": Field(0.01, "peak learning rate, reached after the warm-up; fine-tuning also takes 'sweep': "
+                     "one run per --sweep_lrs rate, the best on minival retrained on train+minival (the "
+                     "paper's protocol)"),
+    "sweep_lrs": Field("0.001,0.003,0.01,0.03", "comma-separated learning rates that --base_lr=sweep tries"),
+    "weight_decay": Field(0.0, "decoupled weight decay (multiplied by the learning rate)"),
+    "decay_type": Field("cosine", "learning-rate decay after the warm-up: cosine or linear", DECAY_TYPES),
+    "total_steps": Field(500, "optimizer steps in all"),
+    "warmup_steps": Field(100, "linear warm-up steps"),
+    "batch_size": Field(512, "global batch size (over all replicas and accumulation steps)"),
+    "accum_steps": Field(1, "split each batch into this many micro-batches (gradients summed)"),
+    "grad_norm_clip": Field(1.0, "clip the global norm of the all-reduced gradient (0 = off)"),
+    # Loop, logging, checkpoints.
+    "steps_per_loop": Field(50, "optimizer steps per compiled loop call (host round trip)"),
+    "eval_every": Field(100, "evaluate every N steps (0 = only at the end)"),
+    "checkpoint_every": Field(100, "checkpoint every N steps (0 = only at the end)"),
+    "keep_checkpoints": Field(3, "how many checkpoints to keep"),
+    # Hardware.
+    "strategy": Field("auto", "auto, tpu, gpu, cpu or multi_worker (TF_CONFIG)", STRATEGIES),
+    "tpu": Field("", "TPU name or 'local' (TPU VM) for --strategy=tpu"),
+    "cpu_devices": Field(1, "split the CPU into N logical devices (multi-replica testing)"),
+    "mixed_precision": Field(
+        "none", "none, bfloat16 (TPU, recent GPUs) or float16 (GPUs, with loss scaling)",
+        ("none", "bfloat16", "float16")),
+    "jit_compile": Field(
+        "auto", "XLA for the step: auto (GPU and single-device runs), true or false",
+        ("auto", "true", "false")),
+    # Few-shot probes during training (any trainer).
+    "fewshot_datasets": Field("", "comma-separated datasets for few-shot linear probes during training"),
+    "fewshot_every": Field(0, "run the few-shot probes every N steps (0 = only at the end)"),
+    "fewshot_shots": Field("1,5,10,25", "comma-separated shots per class for the few-shot probes"),
+    "fewshot_seeds": Field(1, "random draws of the few-shot training examples"),
+    "fewshot_l2_reg": Field(2.0**10, "L2 regulariser of the closed-form few-shot probe"),
+    "fewshot_batch_size": Field(256, "batch size for few-shot feature extraction"),
+    # The few-shot trainer (python -m trainers.fewshot).
+    "test_split": Field("test", "split the few-shot probes are scored on"),
+    "shots": Field("1,5,10,25", "comma-separated training examples per class, e.g. 1,5,10,25"),
+    "seeds": Field(3, "random draws of the k-shot training set per shot count (mean and std reported)"),
+    "l2_reg": Field(
+        "1024", "ridge regulariser: a positive number (default 2^10) or 'sweep' (chosen on held-out train)"),
+}
+
+# Fields every trainer has: where the data and workdir are, which model, which hardware.
+COMMON = ("dataset", "data_dir", "manual_dir", "train_split", "workdir", "model", "weights", "image_size",
+          "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "classifier", "pre_logits",
+          "dropout_rate", "seed", "strategy", "tpu", "cpu_devices")
+# Fields of the two training trainers (fine-tuning and pre-training).
+TRAINING = COMMON + (
+    "eval_splits", "examples_per_class", "crop_min_area", "random_flip", "loss", "optimizer",
+    "momentum_dtype", "base_lr", "weight_decay", "decay_type", "total_steps", "warmup_steps", "batch_size",
+    "accum_steps", "grad_norm_clip", "steps_per_loop", "eval_every", "checkpoint_every", "keep_checkpoints",
+    "mixed_precision", "jit_compile", "fewshot_datasets", "fewshot_every", "fewshot_shots", "fewshot_seeds",
+    "fewshot_l2_reg", "fewshot_batch_size")
+
+
+def fields(names):
+    """A ConfigDict holding `names` at their declared defaults (unlocked: the preset fills it in)."""
+    config = ml_collections.ConfigDict()
+    for name in names:
+        config[name] = FIELDS[name].default
+    return config

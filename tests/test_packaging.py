@@ -1,0 +1,222 @@
+"""What `pip install keras-vit` and its extras install, against what the code imports.
+
+The requirements come from running setup.py with `setuptools.setup` replaced by a recorder;
+the imports are read from the sources with `ast` (test_import_graph.py), so a new import in
+keras_vit, trainers/ or configs/ without its distribution in setup.py fails here. Then the
+library is used in a fresh interpreter on the JAX backend in which TensorFlow, TFDS and
+scikit-learn cannot be imported, as in an environment that installed keras-vit alone.
+"""
+import importlib.metadata
+import os
+import re
+import runpy
+import subprocess
+import sys
+import textwrap
+from unittest import mock
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from test_import_graph import PACKAGES, all_imports, find_modules
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+
+# Import name -> the distribution that provides it, for every non-standard-library module the
+# code and the tests import. A new one must be added here (and to setup.py).
+DISTRIBUTIONS = {
+    "PIL": "pillow",
+    "absl": "absl-py",
+    "h5py": "h5py",
+    "jax": "jax",
+    "keras": "keras",
+    "keras_hub": "keras-hub",
+    "matplotlib": "matplotlib",
+    "ml_collections": "ml-collections",
+    "ml_dtypes": "ml-dtypes",
+    "numpy": "numpy",
+    "packaging": "packaging",
+    "pytest": "pytest",
+    "scipy": "scipy",
+    "sklearn": "scikit-learn",
+    "tensorboard": "tensorboard",
+    "tensorflow": "tensorflow",
+    "tensorflow_datasets": "tensorflow-datasets",
+    "torch": "torch",
+}
+# Keras backends: keras_vit imports one inside a function only when it is the running backend.
+BACKENDS = {"tensorflow", "jax", "torch"}
+# The training stack a JAX or PyTorch user of the library must not get.
+TRAINING_ONLY = {"tensorflow", "tensorflow-datasets", "tensorboard", "scikit-learn", "absl-py",
+                 "ml-collections", "importlib-resources"}
+# In [train] though nothing here imports it: tfds.builder does, and TFDS does not declare it.
+UNDECLARED_TFDS_DEPENDENCY = "importlib-resources"
+
+
+@pytest.fixture(scope="module")
+def setup_kwargs():
+    """The keyword arguments setup.py passes to setuptools.setup."""
+    recorded = {}
+    with pytest.MonkeyPatch.context() as patch, \
+            mock.patch("setuptools.setup", lambda **kwargs: recorded.update(kwargs)):
+        patch.chdir(ROOT)  # setup.py reads README.md from the working directory
+        runpy.run_path(os.path.join(ROOT, "setup.py"))
+    return recorded
+
+
+def _names(requirements, extras):
+    """Canonical distribution names of requirement strings, self-referencing extras expanded."""
+    names = set()
+    for text in requirements:
+        requirement = Requirement(text)
+        if canonicalize_name(requirement.name) == "keras-vit":
+            for extra in requirement.extras:
+                names |= _names(extras[extra], extras)
+        else:
+            names.add(canonicalize_name(requirement.name))
+    return names
+
+
+@pytest.fixture(scope="module")
+def requires(setup_kwargs):
+    """{"install": names, extra: names, ...}."""
+    extras = setup_kwargs["extras_require"]
+    found = {name: _names(reqs, extras) for name, reqs in extras.items()}
+    found["install"] = _names(setup_kwargs["install_requires"], extras)
+    return found
+
+
+def _keras_requirements():
+    """What installing Keras brings along (h5py, absl-py, ml-dtypes, ...)."""
+    return {canonicalize_name(Requirement(text).name) for text in importlib.metadata.requires("keras")
+            if "extra ==" not in text}
+
+
+def _distributions(packages, root=ROOT, local=()):
+    """{distribution: where it is imported} for the non-project imports of the packages."""
+    found = {}
+    for module, path in find_modules(root, packages).items():
+        for imported in all_imports(module, path):
+            top = imported.target.split(".")[0]
+            if top in PACKAGES or top in local or top in sys.stdlib_module_names:
+                continue
+            assert top in DISTRIBUTIONS, (f"{module} line {imported.line} imports {top!r}: add its "
+                                          "distribution to DISTRIBUTIONS here and to setup.py")
+            where = f"{module} line {imported.line}"
+            found.setdefault((canonicalize_name(DISTRIBUTIONS[top]), imported.function_level),
+                             []).append(where)
+    return found
+
+
+# --- setup.py against the sources ---------------------------------------------------------
+
+
+def test_the_library_installs_without_the_training_stack(requires, setup_kwargs):
+    assert requires["install"] >= {"keras", "numpy", "scipy", "pillow"}
+    assert not requires["install"] & TRAINING_ONLY, sorted(requires["install"] & TRAINING_ONLY)
+    keras = next(Requirement(r) for r in setup_kwargs["install_requires"] if r.startswith("keras"))
+    assert "3.13.1" not in keras.specifier and "3.13.2" in keras.specifier  # known safe_mode bypasses
+
+
+def test_the_library_requires_what_keras_vit_imports(requires):
+    found = _distributions(("keras_vit",))
+    available = requires["install"] | _keras_requirements()
+    optional = set().union(*(names for extra, names in requires.items() if extra != "install"))
+    for (distribution, function_level), where in sorted(found.items()):
+        if function_level:  # the deliberate lazy ones (test_import_graph.py), all optional
+            assert distribution in available | optional | BACKENDS, (distribution, where)
+        else:
+            assert distribution in available, (f"keras_vit imports {distribution} ({where[0]}) "
+                                               "but `pip install keras-vit` does not install it")
+    assert ("h5py", False) in found and "h5py" in _keras_requirements()  # the table is in use
+
+
+def test_train_extra_is_what_trainers_and_configs_import(requires):
+    # Imports inside functions count too: the TFDS loaders and the digits demo run them.
+    needed = {distribution for distribution, _ in _distributions(("trainers", "configs"))}
+    missing = needed - requires["install"] - requires["train"]
+    assert not missing, f'trainers/configs import {sorted(missing)}: add them to [train] in setup.py'
+    unused = requires["train"] - needed - {UNDECLARED_TFDS_DEPENDENCY}
+    assert not unused, f"[train] installs {sorted(unused)}, which nothing in trainers/configs imports"
+    assert UNDECLARED_TFDS_DEPENDENCY in requires["train"]
+    assert {"tensorflow", "tensorflow-datasets", "scikit-learn"} <= requires["train"]
+
+
+def test_test_extra_installs_the_trainers_and_what_the_tests_import(requires):
+    assert requires["test"] >= requires["train"] | {"pytest", "pytest-timeout", "jax", "ruff"}
+    local = {name[:-3] for name in os.listdir(TESTS) if name.endswith(".py")}
+    found = _distributions(("tests",), local=local)
+    # `make test` installs these extras.
+    available = (requires["install"] | requires["test"] | requires["plots"]
+                 | _keras_requirements())
+    missing = {d: where for (d, _), where in found.items() if d not in available}
+    assert not missing, f"tests import what `make test` does not install: {missing}"
+
+
+def test_make_installs_the_train_test_and_plots_extras():
+    with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
+        makefile = f.read()
+    stamp = re.search(r"^\$\(STAMP\):(.*)$", makefile, re.MULTILINE)
+    assert stamp and "setup.py" in stamp.group(1).split("|")[0]  # reinstalls when setup.py changes
+    install = re.search(r'pip install .*-e "\.\[([a-z,]+)\]"', makefile)
+    assert install and {"train", "test", "plots"} <= set(install.group(1).split(","))
+
+
+# --- the library without TensorFlow -------------------------------------------------------
+
+_WITHOUT_TENSORFLOW = textwrap.dedent("""
+    import importlib.abc
+    import sys
+
+    BLOCKED = {"tensorflow", "tensorflow_datasets", "tensorboard", "sklearn", "ml_collections"}
+
+
+    class NotInstalled(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+
+    assert not BLOCKED & set(sys.modules)
+    sys.meta_path.insert(0, NotInstalled())
+
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    assert keras.backend.backend() == "jax", keras.backend.backend()
+    for name in ("weights", "checkpoints", "fileio", "initializers"):
+        assert hasattr(keras_vit, name), name
+    path = sys.argv[1]
+    images = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+
+    model = keras_vit.ViT_Ti16(input_shape=(32, 32, 3), classes=5, classifier_activation=None)
+    head = model.get_layer("head")  # zero at initialisation: give the logits something to show
+    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape))
+    logits = np.asarray(model(images))
+    keras_vit.weights.save_npz(model, path)
+
+    other = keras_vit.ViT_Ti16(input_shape=(32, 32, 3), classes=5, classifier_activation=None)
+    assert not np.allclose(np.asarray(other(images)), logits)
+    keras_vit.weights.load_weights(other, path)
+    np.testing.assert_array_equal(np.asarray(other(images)), logits)
+    built = keras_vit.ViT_Ti16(weights=path, classifier_activation=None)  # size, classes from the file
+    np.testing.assert_array_equal(np.asarray(built(images)), logits)
+
+    info = keras_vit.weights.describe(path)
+    assert info == dict(image_size=(32, 32), num_classes=5, representation_size=None,
+                        classifier="token"), info
+    assert not BLOCKED & {name.partition(".")[0] for name in sys.modules}
+    print("ok")
+""")
+
+
+def test_the_library_works_on_jax_with_no_tensorflow_installed(tmp_path):
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _WITHOUT_TENSORFLOW, str(tmp_path / "model.npz")],
+                          env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "ok"

@@ -1,0 +1,98 @@
+"""What the controller does between loop calls: log, checkpoint, evaluate.
+
+`LogTraining` runs after every loop call. Each other action has `every` (steps between its runs;
+0 = none during training) and is called as `action(step, out, seconds)` after a loop call that
+ended at a multiple of `every`, before the end of training (the final step has its own,
+unconditional, end-of-run work in trainers/training.py).
+The controller also stops its loop calls at every action's steps, so a resumed run splits its
+steps into the same calls as an uninterrupted one.
+"""
+
+import tensorflow as tf
+
+from keras_vit import fileio
+
+
+class Summaries:
+    """The run's TensorBoard writers: WORKDIR/train and WORKDIR/eval (no-ops on non-chief workers)."""
+
+    def __init__(self, workdir, chief):
+        if chief:
+            self.train = tf.summary.create_file_writer(fileio.join(workdir, "train"))
+            self.eval = tf.summary.create_file_writer(fileio.join(workdir, "eval"))
+        else:
+            self.train = self.eval = tf.summary.create_noop_writer()
+
+    def flush(self):
+        self.train.flush()
+        self.eval.flush()
+
+
+class LogTraining:
+    """Train scalars every loop call (loss, learning rate, gradient norm, throughput) and a console line."""
+
+    def __init__(self, summaries, schedule, *, total_steps, batch_size, replicas):
+        self.summaries, self.schedule = summaries, schedule
+        self.total_steps, self.batch_size, self.replicas = total_steps, batch_size, replicas
+
+    def __call__(self, start, step, out, seconds):
+        images_per_s = (step - start) * self.batch_size / max(seconds, 1e-9)
+        per_core = images_per_s / self.replicas
+        lr = float(self.schedule(step - 1))  # the rate of the last update taken
+        with self.summaries.train.as_default(step=step):
+            tf.summary.scalar("loss", out["loss"])
+            tf.summary.scalar("learning_rate", lr)
+            tf.summary.scalar("grad_norm", out["grad_norm"])
+            tf.summary.scalar("images_per_second", images_per_s)
+            tf.summary.scalar("images_per_second_per_core", per_core)
+        eta = (self.total_steps - step) * seconds / (step - start)
+        print(
+            f"step {step}/{self.total_steps}  loss {out['loss']:.4f}  lr {lr:.3g}  "
+            f"grad_norm {out['grad_norm']:.3f}  {images_per_s:.1f} img/s ({per_core:.1f}/core)  "
+            f"ETA {duration(eta)}",
+            flush=True,
+        )
+
+
+class SaveCheckpoint:
+    def __init__(self, checkpoints, every):
+        self.checkpoints, self.every = checkpoints, every
+
+    def __call__(self, step, out, seconds):
+        self.checkpoints.save()
+
+
+class Evaluate:
+    """Runs an evaluator, writes its tags to WORKDIR/eval and prints them; returns the tags."""
+
+    def __init__(self, evaluator, model, summaries, strategy):
+        self.evaluator, self.model, self.summaries, self.strategy = evaluator, model, summaries, strategy
+        self.every = evaluator.every
+
+    def __call__(self, step, out=None, seconds=None):
+        with self.strategy.scope():  # so the evaluator shares the trainer's devices
+            tags = {k: float(v) for k, v in self.evaluator.run(self.model).items()}
+        with self.summaries.eval.as_default(step=step):
+            for tag, value in tags.items():
+                if not tag.endswith("/examples"):
+                    tf.summary.scalar(tag, value)
+        print(f"step {step}  {describe(self.evaluator.name, tags)}", flush=True)
+        return tags
+
+
+def describe(name, tags):
+    """The console text of an evaluation: the classification tags grouped by split
+    ('test: accuracy 0.9000 loss 0.3000'), any other evaluator's as 'NAME: TAG VALUE ...'."""
+    shown = {tag: value for tag, value in tags.items() if not tag.endswith("/examples")}
+    if name != "eval":
+        return f"{name}: " + "  ".join(f"{tag} {value:.4f}" for tag, value in shown.items())
+    groups = {}
+    for tag, value in shown.items():
+        split, _, key = tag.rpartition("/")
+        groups.setdefault(split, []).append(f"{key} {value:.4f}")
+    return "  ".join(f"{split}: {' '.join(items)}" for split, items in groups.items())
+
+
+def duration(seconds):
+    seconds = int(max(0, seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"

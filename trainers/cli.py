@@ -1,0 +1,24 @@
+"""The trainers' command line: flags -> run(config), every error one line on stderr.
+
+Exit codes: 0 done (or stopped by SIGTERM after saving a checkpoint), 2 bad input, 1 the run
+failed (e.g. the loss diverged), 130 interrupted: each error's `exit_code` (trainers/errors.py).
+"""
+
+import sys
+
+from trainers.errors import TrainerError, one_line
+from trainers.flags import parse_flags, program_name
+
+
+def main(run, get_config, argv=None, help_overrides=None):
+    argv = sys.argv if argv is None else argv
+    program = program_name(argv)
+    try:
+        run(parse_flags(argv, get_config, help_overrides))
+    except TrainerError as e:
+        print(f"{program}: error: {one_line(e)}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"{program}: interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,57 @@
+"""The controller: the host loop around one small distributed step (trainers/loop.py).
+
+It calls `Trainer.train` for as many steps as there are until the next step at which an action
+is due (trainers/actions.py: log, checkpoint, evaluate), runs the due actions, and stops early
+and cleanly when a preemption asks (trainers/preemption.py). The boundaries are a pure function
+of the step, so a resumed run splits its remaining steps into the same loop calls as an
+uninterrupted one, which is what makes resume exact.
+"""
+
+import time
+
+from trainers import preemption
+from trainers.errors import TrainingError
+
+
+class Controller:
+    def __init__(self, *, trainer, strategy, total_steps, steps_per_loop, log, actions, checkpoints):
+        self.trainer, self.strategy = trainer, strategy
+        self.total_steps, self.steps_per_loop = total_steps, steps_per_loop
+        self.log = log  # called after every loop call, the last one included
+        self.actions = list(actions)
+        self.checkpoints = checkpoints
+
+    def next_boundary(self, step):
+        """The next step at which the host must act."""
+        ends = [self.total_steps]
+        for every in (self.steps_per_loop, *(action.every for action in self.actions)):
+            if every:
+                ends.append((step // every + 1) * every)
+        return min(ends)
+
+    def train(self, iterator, step):
+        """Trains from `step` to the end; returns the step reached and whether a preemption stopped it."""
+        total = self.total_steps
+        # SIGTERM: every worker saves the same step at a loop boundary and the run returns.
+        with preemption.Preemption(self.strategy, self.checkpoints.save) as preempted:
+            while step < total:
+                end = self.next_boundary(step)
+                tick = time.perf_counter()
+                out = self.trainer.train(iterator, end - step)
+                seconds = time.perf_counter() - tick
+                if not out["finite"]:
+                    raise TrainingError(
+                        f"the training loss became {out['loss']} (gradient norm {out['grad_norm']}) "
+                        f"between steps {step} and {end}; stopped without saving. "
+                        f"Last good checkpoint: {self.checkpoints.latest or 'none'}. "
+                        "Lower --base_lr or set --grad_norm_clip.")
+                self.log(step, end, out, seconds)
+                step = end
+                for action in self.actions:
+                    if action.every and step % action.every == 0 and step < total:
+                        action(step, out, seconds)
+                if step < total and preempted.saved_checkpoint():
+                    print(f"preempted (SIGTERM): saved a checkpoint at step {step}; "
+                          "rerun the same command to resume.", flush=True)
+                    return step, True
+        return step, False

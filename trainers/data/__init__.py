@@ -1,0 +1,23 @@
+"""The trainers' input side: where images come from, and the pipelines that batch them.
+
+    from trainers import data
+    spec = data.get_spec("oxford_iiit_pet", data_dir="/data/tfds")     # or "folder:PATH", "digits:0-4"
+    train_fn = data.make_input_fn(spec, "train[:90%]", image_size=384, global_batch_size=512, training=True)
+    batches = data.distribute(strategy, train_fn)
+
+Modules: `sources` (get_spec) over `tfds_source` (with `tfds_prepare`), `folders` and `digits`;
+`spec` (DatasetSpec, Records); `splits` (split syntax, in-memory splits); `subsets` (k examples per
+class); `ops` (the registered image ops); `pipeline` (InputFn, make_input_fn, distribute).
+"""
+from trainers.data.ops import eval_ops, register, registered, train_ops
+from trainers.data.pipeline import InputFn, distribute, make_input_fn, multi_hot
+from trainers.data.sources import get_spec
+from trainers.data.spec import NO_LABEL, DatasetSpec, Records, multi_label_refusal
+from trainers.data.subsets import examples_per_class_subset
+from trainers.errors import DatasetError
+
+__all__ = [
+    "NO_LABEL", "DatasetError", "DatasetSpec", "InputFn", "Records", "distribute", "eval_ops",
+    "examples_per_class_subset", "get_spec", "make_input_fn", "multi_hot", "multi_label_refusal", "register",
+    "registered", "train_ops",
+]

@@ -1,0 +1,175 @@
+"""Image ops: the steps an image goes through in training and evaluation, registered by name.
+
+A pipeline's ops are a list of (op name, kwargs), applied in order by `Chain`. `train_ops(config)`
+builds the training list from the run's config, `eval_ops(image_size)` the evaluation one:
+
+    train: decode, inception_crop(min_area), resize(size), flip_lr (with --random_flip), value_range(-1, 1)
+    eval:  decode, resize(size), value_range(-1, 1)
+
+An op is registered as a factory: `factory(**kwargs)` checks its arguments and returns the op, a
+function of the image, or of (image, seed) for a random op. Every random choice is a stateless op,
+and the k-th random op of a list (counting from 1) is seeded with fold_in(example seed, k), the
+example seed being a function of (run seed, epoch, example index) only: an example's augmentation
+is then the same in a resumed run and on any number of replicas or hosts. A deterministic op added
+anywhere, or a random op added after the others, leaves every other op's seed as it was.
+
+A new augmentation knob: register its op here if it is new, add its line to `train_ops`, and declare
+the config field it reads (configs/fields.py, with its help).
+"""
+import dataclasses
+import numbers
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from trainers.errors import DatasetError, first_line
+
+# The paper's fine-tuning crop (the official input pipeline): a random box covering 5%-100% of the
+# image with an aspect ratio between 3/4 and 4/3.
+CROP_MIN_AREA = 0.05
+CROP_ASPECT_RATIO_RANGE = (3.0 / 4.0, 4.0 / 3.0)
+# The value range the ViT checkpoints were trained on.
+UNIT_RANGE = (-1.0, 1.0)
+# Philox is pinned so that the derived seeds do not depend on the device TensorFlow would pick.
+SEED_ALG = "philox"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Registered:
+    factory: Callable
+    random: bool
+
+
+_REGISTRY: dict[str, _Registered] = {}
+
+
+def register(name, *, random=False):
+    """Registers the decorated op factory under `name`; random=True: its op takes (image, seed)."""
+    def add(factory):
+        if name in _REGISTRY:
+            raise ValueError(f"image op {name!r} is registered twice")
+        _REGISTRY[name] = _Registered(factory, random)
+        return factory
+    return add
+
+
+def registered():
+    """The names of the registered ops, sorted."""
+    return sorted(_REGISTRY)
+
+
+class Chain:
+    """A list of (op name, kwargs) as one function of (value, seed); DatasetError for a bad list."""
+
+    def __init__(self, ops):
+        self.ops = [_checked(op) for op in ops]
+        self._steps = [(_make(name, kwargs), _REGISTRY[name].random) for name, kwargs in self.ops]
+        self.random_ops = [name for name, _ in self.ops if _REGISTRY[name].random]
+
+    def __call__(self, value, seed=None):
+        draws = 0
+        for op, random in self._steps:
+            if random:
+                draws += 1
+                value = op(value, tf.random.experimental.stateless_fold_in(seed, draws, alg=SEED_ALG))
+            else:
+                value = op(value)
+        return value
+
+
+def _checked(op):
+    if not (isinstance(op, (tuple, list)) and len(op) == 2 and isinstance(op[1], dict)):
+        raise DatasetError(f"an image op is a pair (op name, kwargs dict), got {op!r}")
+    name, kwargs = op
+    if name not in _REGISTRY:
+        raise DatasetError(f"unknown image op {name!r}: the registered ops are {', '.join(registered())}")
+    return name, dict(kwargs)
+
+
+def _make(name, kwargs):
+    try:
+        return _REGISTRY[name].factory(**kwargs)
+    except (TypeError, ValueError) as e:  # an unknown keyword, a value out of range
+        arguments = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+        raise DatasetError(f"image op {name}({arguments}): {first_line(e)}") from None
+
+
+def train_ops(config):
+    """The training ops from the run's config (a ConfigDict, or any object with the fields read here)."""
+    ops = [
+        ("decode", {}),
+        ("inception_crop", {"min_area": config.crop_min_area}),
+        ("resize", {"size": config.image_size}),
+        ("flip_lr", {}) if config.random_flip else None,
+        ("value_range", {"low": UNIT_RANGE[0], "high": UNIT_RANGE[1]}),
+    ]
+    return [op for op in ops if op is not None]
+
+
+def eval_ops(image_size):
+    """The evaluation ops: the paper's, resize only."""
+    return [("decode", {}), ("resize", {"size": image_size}),
+            ("value_range", {"low": UNIT_RANGE[0], "high": UNIT_RANGE[1]})]
+
+
+# ------------------------------------------------------------------------------------------------- ops
+
+def decode_image(encoded):
+    """Encoded JPEG/PNG/GIF/BMP bytes -> uint8 (h, w, 3); grayscale and RGBA become RGB."""
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
+@register("decode")
+def decode():
+    return decode_image
+
+
+@register("inception_crop", random=True)
+def inception_crop(min_area=CROP_MIN_AREA):
+    """A random crop covering min_area-100% of the image, aspect ratio 3/4-4/3 (the whole image when
+    no such box is found in 10 attempts)."""
+    if not 0.0 < min_area <= 1.0:
+        raise ValueError(f"min_area must be in (0, 1], got {min_area!r}")
+
+    def crop(image, seed):
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4], tf.float32), seed=seed,
+            min_object_covered=0.0, area_range=(min_area, 1.0), aspect_ratio_range=CROP_ASPECT_RATIO_RANGE,
+            max_attempts=10, use_image_if_no_bounding_boxes=True)
+        return tf.slice(image, begin, size)
+
+    return crop
+
+
+@register("resize")
+def resize(size, method="bilinear"):
+    """(h, w, 3) -> float32 (size, size, 3), pixel values kept (0-255)."""
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+        raise ValueError(f"size must be an integer >= 1, got {size!r}")
+
+    def resized(image):
+        return tf.image.resize(tf.cast(image, tf.float32), [int(size), int(size)], method=method)
+
+    return resized
+
+
+@register("flip_lr", random=True)
+def flip_lr():
+    """A left-right mirror with probability 1/2."""
+    return tf.image.stateless_random_flip_left_right
+
+
+@register("value_range")
+def value_range(low=UNIT_RANGE[0], high=UNIT_RANGE[1]):
+    """float pixels in [0, 255] -> [low, high], clipped."""
+    if not low < high:
+        raise ValueError(f"low must be below high, got {low!r} and {high!r}")
+    # For (-1, 1) this is x / 127.5 - 1, exactly: 255 / 2 and adding -1 are exact in floating point.
+    scale = 255.0 / (high - low)
+
+    def scaled(image):
+        return tf.clip_by_value(image / scale + low, low, high)
+
+    return scaled

@@ -1,0 +1,131 @@
+"""Command-line flags, generated from the declared fields (configs/fields.py) of a trainer's preset.
+
+Every field of the preset is a flag of the same name whose type, allowed values and help come from
+its declaration. Flags default to "not given"; the preset is chosen by the given flags that its
+`get_config` takes (--dataset; for pre-training also --recipe and --model), then every given flag
+overrides it, and the result is locked: a misspelt field is an error, not a new field.
+"""
+
+import difflib
+import inspect
+import json
+import os
+
+import ml_collections
+from absl import flags
+
+from configs.fields import FIELDS
+from trainers.errors import UsageError
+
+
+def program_name(argv):
+    return os.path.basename(argv[0]).replace(".py", "") if argv else "trainer"
+
+
+def parse_flags(argv, get_config, help_overrides=None):
+    """argv -> the resolved, locked ConfigDict: the preset, then every given flag.
+
+    `help_overrides` replaces the declared help of fields whose meaning differs in one trainer.
+    """
+    defaults = get_config()
+    values = _define(defaults, help_overrides or {})
+    if any(a in ("--help", "-h", "--helpfull") for a in argv[1:]):
+        print(f"usage: python -m trainers.{program_name(argv)} --dataset=NAME --workdir=DIR [flags]\n")
+        print(values.get_help())
+        raise SystemExit(0)
+    try:
+        rest = values(argv)
+    except flags.Error as e:
+        raise UsageError(str(e)) from None
+    if len(rest) > 1:
+        raise UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
+    preset_args = {
+        name: values[name].value
+        for name in inspect.signature(get_config).parameters
+        if name in defaults and values[name].value is not None
+    }
+    config = get_config(**preset_args) if preset_args else defaults
+    for name in defaults:
+        if values[name].value is not None:
+            config[name] = values[name].value
+    config.lock()
+    return config
+
+
+def _define(defaults, help_overrides):
+    values = flags.FlagValues()
+    for name, default in defaults.items():
+        field = FIELDS[name]
+        help_text = help_overrides.get(name, field.help)
+        if name == "base_lr":
+            # A number; "sweep" too where the preset has the grid to sweep (fine-tuning).
+            parser = _LearningRateParser(sweepable="sweep_lrs" in defaults)
+            flags.DEFINE(parser, name, None, help_text, flag_values=values)
+        elif field.choices:
+            flags.DEFINE_enum(name, None, field.choices, help_text, flag_values=values)
+        elif isinstance(default, bool):
+            flags.DEFINE_bool(name, None, help_text, flag_values=values)
+        elif isinstance(default, int):
+            flags.DEFINE_integer(name, None, help_text, flag_values=values)
+        elif isinstance(default, float):
+            flags.DEFINE_float(name, None, help_text, flag_values=values)
+        else:
+            flags.DEFINE_string(name, None, help_text, flag_values=values)
+    return values
+
+
+def check_known_fields(config, known):
+    """A config built in Python (a notebook) may hold a misspelt field: one line naming the closest."""
+    for name in config:
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known fields: {', '.join(sorted(known))}"
+            raise UsageError(f"unknown config field {name!r}{hint}")
+
+
+def parse_eval_splits(text):
+    """'minival=train[90%:],test=test' -> {'minival': 'train[90%:]', 'test': 'test'}."""
+    splits = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, split = item.partition("=")
+        if not sep or not name or not split:
+            raise UsageError(f"--eval_splits entry {item!r} is not name=split (e.g. test=test).")
+        if name in splits:
+            raise UsageError(f"--eval_splits names {name!r} twice.")
+        splits[name.strip()] = split.strip()
+    return splits
+
+
+def parse_base_lr(value, sweepable=True):
+    """--base_lr as given (a flag's text or a config value) -> a float, or "sweep" where allowed."""
+    try:
+        return _read_base_lr(value, sweepable)
+    except ValueError as e:
+        raise UsageError(f"--base_lr={value}: {e}.") from None
+
+
+def _read_base_lr(value, sweepable):
+    if isinstance(value, str) and value.strip().lower() == "sweep":
+        if not sweepable:
+            raise ValueError("sweep is a fine-tuning option (python -m trainers.finetune); give a number")
+        return "sweep"
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError("must be a number or 'sweep'" if sweepable else "must be a number") from None
+
+
+class _LearningRateParser(flags.ArgumentParser):
+    """absl parser of --base_lr; a bad value reads "flag --base_lr=VALUE: must be a number or 'sweep'"."""
+
+    def __init__(self, sweepable):
+        self.sweepable = sweepable
+
+    def parse(self, argument):
+        return _read_base_lr(argument, self.sweepable)
+
+
+def config_to_json(config):
+    """The config as the workdir's config.json holds it (sorted keys, indented)."""
+    fields = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else dict(config)
+    return json.dumps(fields, indent=2, sort_keys=True)

@@ -1,0 +1,75 @@
+"""The model a trainer's config asks for: variant, shape overrides, weights, head.
+
+Bad model or weights arguments become one-line `UsageError`s before anything is written.
+"""
+
+import keras
+
+import keras_vit
+from keras_vit import checkpoints, fileio
+from trainers.errors import UsageError, first_line
+
+# big_vision's init_head_bias for sigmoid runs: a new head predicts sigmoid(-10) ~ 4.5e-5 for
+# every class, so the first steps do not spend their gradient pushing thousands of negatives down.
+SIGMOID_HEAD_BIAS = -10.0
+
+
+def model_kwargs(config, num_classes):
+    """keras_vit.create_model keyword arguments for this config (trainers feed [-1, 1] images)."""
+    kwargs = dict(
+        image_size=config.image_size,
+        num_classes=num_classes,
+        include_preprocessing=False,
+        dropout_rate=config.dropout_rate,
+        classifier=config.classifier,
+        classifier_activation=None,  # the loss takes logits
+    )
+    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        if config[name]:
+            kwargs[name] = config[name]
+    hidden = kwargs.get("hidden_size", keras_vit.VARIANTS[config.model]["hidden_size"])
+    kwargs["representation_size"] = hidden if config.pre_logits else None
+    return kwargs
+
+
+def weights_arg(config):
+    return None if config.weights.lower() in ("", "none") else config.weights
+
+
+def build_model(config, num_classes, pre_logits_from_weights=False):
+    """The model for this config.
+
+    pre_logits_from_weights: the weights file decides whether the model has a pre-logits
+    layer (few-shot probes keep a pre-training run's representation); otherwise
+    --pre_logits does (fine-tuning drops the checkpoint's, as vit_jax does).
+    """
+    weights = weights_arg(config)
+    if weights and weights not in checkpoints.REGISTRY and not fileio.exists(weights):
+        raise UsageError(f"--weights {weights!r}: no such file (give a registry name, a path, or none).")
+    kwargs = model_kwargs(config, num_classes)
+    if pre_logits_from_weights and weights:
+        del kwargs["representation_size"]
+    try:
+        model = keras_vit.create_model(config.model, weights=weights, **kwargs)
+    except (ValueError, OSError) as e:
+        raise UsageError(f"cannot build {config.model} with --weights={config.weights}: {first_line(e)}") \
+            from None
+    if weights and config.get("new_head", False):
+        # The paper's fine-tuning always starts from a zero head, also when the checkpoint's
+        # head happens to have the right number of classes.
+        for variable in model.get_layer("head").weights:
+            variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
+    if config.get("loss", "softmax") == "sigmoid":
+        _start_new_head_for_sigmoid(model.get_layer("head"))
+    return model
+
+
+def _start_new_head_for_sigmoid(head):
+    """Sets the bias of a new head to SIGMOID_HEAD_BIAS; a head loaded from weights is kept.
+
+    A new head is all zeros (from scratch, a checkpoint of another class count, --new_head);
+    a trained one never is.
+    """
+    if any(bool(keras.ops.any(keras.ops.not_equal(variable, 0))) for variable in head.weights):
+        return
+    head.bias.assign(keras.ops.full(head.bias.shape, SIGMOID_HEAD_BIAS, head.bias.dtype))

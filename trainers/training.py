@@ -1,0 +1,224 @@
+"""One training run from a resolved config: validate, build, resume, train, evaluate, export.
+
+Shared by trainers.finetune and trainers.pretrain. The order matters for the error contract:
+everything that can be wrong with the input (config, strategy, dataset, model, weights,
+evaluators) is checked before the first byte is written to the workdir.
+
+Workdir layout: config.json, results.json, model.npz (official layout), checkpoints/,
+train/ and eval/ (TensorBoard event files).
+"""
+
+import json
+import time
+
+import keras
+import tensorflow as tf
+from tensorboard.plugins.hparams import api as hparams_api
+
+from keras_vit import fileio
+from keras_vit import weights as weights_lib
+from trainers import actions, data, distribute, loop, optimizers
+from trainers.controller import Controller
+from trainers.errors import FewShotError, UsageError
+from trainers.evaluators.classification import ClassificationEvaluator
+from trainers.evaluators.fewshot import FewShotEvaluator
+from trainers.flags import config_to_json, parse_eval_splits
+from trainers.model_builder import build_model
+from trainers.run_checkpoints import RunCheckpoints
+from trainers.validation import check_replicas, validate_training
+
+POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
+def run(config):
+    """Trains per `config`; returns the results dict (also written to WORKDIR/results.json).
+
+    If SIGTERM arrives (on any worker), a checkpoint is saved and the returned dict has
+    "preempted": True (trainers/preemption.py).
+    """
+    if hasattr(config, "copy_and_resolve_references"):
+        config = config.copy_and_resolve_references()
+    validate_training(config)
+    eval_splits = parse_eval_splits(config.eval_splits)
+    strategy = distribute.create_strategy(config.strategy, tpu=config.tpu or None,
+                                          cpu_devices=config.cpu_devices or 1)
+    check_replicas(config, strategy.num_replicas_in_sync)
+    spec = data.get_spec(config.dataset, data_dir=config.data_dir or None,
+                         manual_dir=config.manual_dir or None)
+    _check_labels(config, spec)
+    trainer, schedule = _build_trainer(config, strategy, spec)
+    eval_data = {name: data.distribute(strategy, _input_fn(config, spec, split, training=False))
+                 for name, split in eval_splits.items()}
+    classification = ClassificationEvaluator(trainer, eval_data, every=config.eval_every)
+    with strategy.scope():
+        evaluators = [classification, *_fewshot_evaluators(config, strategy)]
+    # Validation is over: from here on the workdir is written.
+    return _Run(config, strategy, spec, trainer, schedule, classification, evaluators).train()
+
+
+def _check_labels(config, spec):
+    """A multi-label dataset needs the sigmoid loss and all of its examples."""
+    if not spec.multi_label:
+        return
+    if config.loss != "sigmoid":
+        raise UsageError(f"{spec.name} has images with several labels: train it with --loss=sigmoid "
+                         f"(softmax cross-entropy takes one label per image).")
+    if config.examples_per_class:
+        raise UsageError(data.multi_label_refusal(spec, "--examples_per_class",
+                                                  "leave it at 0 (train on every example)"))
+
+
+def _build_trainer(config, strategy, spec):
+    keras.utils.set_random_seed(config.seed)
+    previous_policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(POLICIES[config.mixed_precision])
+    try:
+        with strategy.scope():
+            model = build_model(config, spec.num_classes)
+            schedule = optimizers.WarmupDecay(config.base_lr, config.total_steps, config.warmup_steps,
+                                              config.decay_type)
+            optimizer = optimizers.make_optimizer(
+                config.optimizer, schedule, momentum_dtype=config.momentum_dtype,
+                weight_decay=config.weight_decay, loss_scaling=config.mixed_precision == "float16")
+            trainer = loop.Trainer(
+                strategy=strategy, model=model, optimizer=optimizer, global_batch_size=config.batch_size,
+                accum_steps=config.accum_steps, grad_norm_clip=config.grad_norm_clip,
+                jit_compile=use_jit(config.jit_compile, strategy), loss=config.loss)
+    finally:
+        keras.mixed_precision.set_global_policy(previous_policy)
+    return trainer, schedule
+
+
+def _fewshot_evaluators(config, strategy):
+    """The few-shot probes on frozen features that --fewshot_datasets asks for (any trainer)."""
+    datasets = [d.strip() for d in config.fewshot_datasets.split(",") if d.strip()]
+    if not datasets:
+        return []
+    try:
+        return [FewShotEvaluator(
+            datasets, data_dir=config.data_dir or None, image_size=config.image_size,
+            batch_size=config.fewshot_batch_size, shots=config.fewshot_shots, seeds=config.fewshot_seeds,
+            l2_reg=config.fewshot_l2_reg, strategy=strategy, every=config.fewshot_every)]
+    except FewShotError as e:
+        raise UsageError(f"few-shot evaluation: {e}") from None
+
+
+def _input_fn(config, spec, split, training, start_step=0):
+    return data.make_input_fn(
+        spec, split, image_size=config.image_size, global_batch_size=config.batch_size, training=training,
+        seed=config.seed, start_step=start_step,
+        # only the training split is subsampled; evaluation sees the whole split
+        examples_per_class=(config.examples_per_class or None) if training else None,
+        crop_min_area=config.crop_min_area, random_flip=config.random_flip)
+
+
+def use_jit(setting, strategy):
+    """XLA for the per-replica step. "auto": on GPUs only. TPUStrategy compiles the whole step
+    with XLA anyway; on CPU, XLA under MirroredStrategy fails in TF 2.21 (variables on another
+    device) and gains little for one device, so it stays off there."""
+    if setting != "auto":
+        return setting == "true"
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return False
+    try:
+        devices = strategy.extended.worker_devices
+    except RuntimeError:  # the default strategy: one device, TensorFlow's choice
+        devices = ["GPU"] if tf.config.list_logical_devices("GPU") else ["CPU"]
+    return all("GPU" in d.upper() for d in devices)
+
+
+def is_chief(strategy):
+    """The process that writes logs, results and the real checkpoints (worker 0 or 'chief')."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or isinstance(strategy, tf.distribute.TPUStrategy):
+        return True
+    cluster = resolver.cluster_spec().as_dict()
+    if not cluster or resolver.task_type is None:
+        return True
+    if resolver.task_type == "chief":
+        return True
+    return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in cluster
+
+
+class _Run:
+    """The workdir side of a run: resume, the controller's actions, the final evaluation and export."""
+
+    def __init__(self, config, strategy, spec, trainer, schedule, classification, evaluators):
+        self.config, self.strategy, self.spec, self.trainer = config, strategy, spec, trainer
+        self.schedule, self.classification, self.evaluators = schedule, classification, evaluators
+        self.workdir = config.workdir
+        self.chief = is_chief(strategy)
+
+    def train(self):
+        config, trainer, strategy = self.config, self.trainer, self.strategy
+        start_time = time.time()
+        if self.chief:
+            fileio.makedirs(self.workdir)
+            fileio.write_atomic(fileio.join(self.workdir, "config.json"), config_to_json(config) + "\n")
+        task_id = 0 if self.chief else strategy.cluster_resolver.task_id
+        checkpoints = RunCheckpoints(trainer, self.workdir, chief=self.chief, task_id=task_id,
+                                     keep=config.keep_checkpoints)
+        latest = checkpoints.restore()
+        if latest:
+            print(f"Resumed from {latest} at step {checkpoints.step}.", flush=True)
+        self.summaries = actions.Summaries(self.workdir, self.chief)
+        step = checkpoints.step
+        if step == 0:
+            self._log_start()
+        evaluations = [actions.Evaluate(e, trainer.model, self.summaries, strategy) for e in self.evaluators]
+        controller = Controller(
+            trainer=trainer, strategy=strategy, total_steps=config.total_steps,
+            steps_per_loop=config.steps_per_loop,
+            log=actions.LogTraining(self.summaries, self.schedule, total_steps=config.total_steps,
+                                    batch_size=config.batch_size, replicas=strategy.num_replicas_in_sync),
+            actions=[actions.SaveCheckpoint(checkpoints, config.checkpoint_every), *evaluations],
+            checkpoints=checkpoints)
+        train_input = _input_fn(config, self.spec, config.train_split, training=True, start_step=step)
+        step, preempted = controller.train(iter(data.distribute(strategy, train_input)), step)
+        if preempted:
+            return {"preempted": True, "steps": step}
+        checkpoints.save_if_new()
+        tags = {}
+        for evaluation in evaluations:
+            tags.update(evaluation(step))
+        return self._finish(step, tags, time.time() - start_time)
+
+    def _finish(self, step, tags, seconds):
+        config = self.config
+        metrics = self.classification.by_split(tags)
+        metrics = {name: {**m, "examples": int(m["examples"])} for name, m in metrics.items()}
+        results = {
+            "dataset": config.dataset,
+            "model": config.model,
+            "steps": step,
+            "train_loss": float(self.trainer.last_loss.numpy()),
+            "eval": metrics,
+            "skipped_images": int(getattr(self.spec, "skipped", 0) or 0),
+            "wall_time_s": round(seconds, 2),
+            "replicas": self.strategy.num_replicas_in_sync,
+        }
+        results.update({tag: value for tag, value in tags.items()
+                        if tag.partition("/")[0] not in metrics})
+        metric = self.trainer.metric_name
+        for name, m in metrics.items():
+            print(f"final {name}: {metric} {m[metric]:.4f}  loss {m['loss']:.4f}  ({m['examples']} images)",
+                  flush=True)
+        if self.chief:
+            weights_lib.save_npz(self.trainer.model, fileio.join(self.workdir, "model.npz"))
+            fileio.write_atomic(fileio.join(self.workdir, "results.json"),
+                                json.dumps(results, indent=2, sort_keys=True) + "\n")
+        self.summaries.flush()
+        return results
+
+    def _log_start(self):
+        """Hyperparameters and a few (evaluation-pipeline) input images, once per workdir."""
+        if not self.chief:
+            return
+        hparams = {k: v for k, v in self.config.items() if isinstance(v, (bool, int, float, str))}
+        with self.summaries.train.as_default(step=0):
+            hparams_api.hparams(hparams)
+        name, split = next(iter(parse_eval_splits(self.config.eval_splits).items()))
+        dataset = _input_fn(self.config, self.spec, split, training=False)(tf.distribute.InputContext())
+        images = next(iter(dataset))[0][:4]
+        with self.summaries.eval.as_default(step=0):
+            tf.summary.image(f"{name}/input_images", (tf.cast(images, tf.float32) + 1.0) / 2.0, max_outputs=4)
