@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast demo lint clean
+.PHONY: install test test-fast demo lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,8 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -28,6 +29,10 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
 
 clean:
 	rm -rf runs .pytest_cache

@@ -1,4 +1,5 @@
 """Packaging for keras-vit: the Vision Transformer library and its tf.distribute trainers."""
+
 from setuptools import find_packages, setup
 
 # The library alone: Keras 3 on any backend. TensorFlow is not among them, so a JAX or PyTorch
@@ -30,19 +31,21 @@ TRAIN_REQUIRES = [
 # The tests run the trainers too, so they need everything [train] installs. The list is
 # repeated rather than written as "keras-vit[train]": pip resolves such a self-reference only
 # since 21.2 (and an older pip or another installer may fetch keras-vit from the index).
-TEST_REQUIRES = ["pytest", "pytest-timeout", "jax[cpu]", "ruff"]
+# ruff is pinned: `make test` enforces its formatter's output, which changes between releases.
+TEST_REQUIRES = ["pytest", "pytest-timeout", "jax[cpu]", "ruff==0.17.6"]
 
 setup(
     name="keras-vit",
     version="0.1.0",
     description="Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3, with "
-                "official checkpoints and a tf.distribute trainer.",
+    "official checkpoints and a tf.distribute trainer.",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=find_packages(include=["keras_vit", "keras_vit.*", "trainers", "trainers.*",
-                                    "configs", "configs.*"]),
+    packages=find_packages(
+        include=["keras_vit", "keras_vit.*", "trainers", "trainers.*", "configs", "configs.*"]
+    ),
     package_data={"keras_vit": ["data/*.json"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={

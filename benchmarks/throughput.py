@@ -7,6 +7,7 @@ Prints a table and the ratio keras_vit / keras-hub (> 1: keras_vit is faster).
     pip install -e ".[bench]"
     python -m benchmarks.throughput --variant=ViT-B_16 --batch_size=8 --steps=10
 """
+
 import argparse
 import os
 import statistics
@@ -23,8 +24,9 @@ import keras_vit  # noqa: E402
 
 
 def keras_vit_encoder(variant, image_size):
-    return keras_vit.create_model(variant, image_size=image_size, include_top=False,
-                                  include_preprocessing=False)
+    return keras_vit.create_model(
+        variant, image_size=image_size, include_top=False, include_preprocessing=False
+    )
 
 
 def keras_hub_encoder(variant, image_size):
@@ -32,9 +34,14 @@ def keras_hub_encoder(variant, image_size):
 
     shape = keras_vit.VARIANTS[variant]
     return keras_hub.models.ViTBackbone(
-        image_shape=(image_size, image_size, 3), patch_size=shape["patch_size"],
-        num_layers=shape["num_layers"], num_heads=shape["num_heads"], hidden_dim=shape["hidden_size"],
-        mlp_dim=shape["mlp_dim"], layer_norm_epsilon=1e-6)
+        image_shape=(image_size, image_size, 3),
+        patch_size=shape["patch_size"],
+        num_layers=shape["num_layers"],
+        num_heads=shape["num_heads"],
+        hidden_dim=shape["hidden_size"],
+        mlp_dim=shape["mlp_dim"],
+        layer_norm_epsilon=1e-6,
+    )
 
 
 def _steps_per_second(step, images, steps, warmup=2):
@@ -63,8 +70,10 @@ def measure(model, images, steps, jit_compile):
 
     train = tf.function(train, jit_compile=jit_compile)
     batch = images.shape[0]
-    return {"inference": batch * _steps_per_second(infer, images, steps),
-            "train step": batch * _steps_per_second(train, images, steps)}
+    return {
+        "inference": batch * _steps_per_second(infer, images, steps),
+        "train step": batch * _steps_per_second(train, images, steps),
+    }
 
 
 def main():
@@ -77,22 +86,29 @@ def main():
     args = parser.parse_args()
     if args.variant.startswith("R50"):
         parser.error("keras-hub has no hybrid ViT; choose a plain variant")
-    images = tf.constant(np.random.default_rng(0).uniform(
-        -1, 1, (args.batch_size, args.image_size, args.image_size, 3)).astype("float32"))
+    images = tf.constant(
+        np.random.default_rng(0)
+        .uniform(-1, 1, (args.batch_size, args.image_size, args.image_size, 3))
+        .astype("float32")
+    )
     results = {}
     for name, build in (("keras_vit", keras_vit_encoder), ("keras-hub", keras_hub_encoder)):
         model = build(args.variant, args.image_size)
         results[name] = (model.count_params(), measure(model, images, args.steps, args.jit_compile))
         del model
         keras.backend.clear_session()
-    print(f"{args.variant} encoder, {args.image_size} px, batch {args.batch_size}, backend "
-          f"{keras.backend.backend()}, jit_compile={args.jit_compile}, {os.cpu_count()} CPU cores")
+    print(
+        f"{args.variant} encoder, {args.image_size} px, batch {args.batch_size}, backend "
+        f"{keras.backend.backend()}, jit_compile={args.jit_compile}, {os.cpu_count()} CPU cores"
+    )
     print(f"{'':12}{'parameters':>14}{'inference img/s':>18}{'train step img/s':>18}")
     for name, (params, speed) in results.items():
         print(f"{name:12}{params:>14,}{speed['inference']:>18.2f}{speed['train step']:>18.2f}")
     ours, theirs = results["keras_vit"][1], results["keras-hub"][1]
-    print(f"{'ratio':12}{'':>14}{ours['inference'] / theirs['inference']:>18.2f}"
-          f"{ours['train step'] / theirs['train step']:>18.2f}   (keras_vit / keras-hub)")
+    print(
+        f"{'ratio':12}{'':>14}{ours['inference'] / theirs['inference']:>18.2f}"
+        f"{ours['train step'] / theirs['train step']:>18.2f}   (keras_vit / keras-hub)"
+    )
 
 
 if __name__ == "__main__":

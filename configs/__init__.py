@@ -31,6 +31,23 @@ TRANSFER_SPLITS = {
 # The digits presets' model and input: a ViT small enough to train from scratch on the 1,797
 # UCI digits on a laptop CPU. On 8 x 8 scans the paper's 5% crop is 2 x 2 pixels, and a
 # mirrored digit is another shape, hence larger crops and no flips.
-DIGITS = dict(model="ViT-Ti_16", weights="none", image_size=32, patch_size=8, hidden_size=64,
-              num_layers=2, num_heads=4, mlp_dim=128, crop_min_area=0.5, random_flip=False,
-              batch_size=64, steps_per_loop=50)
+# The model: the 8x8 scans upsampled to 16x16 in 4x4 patches (16 tokens and the class token),
+# width 64, 4 blocks. `make demo` uses the same model (trainers/demo.py).
+DIGITS_ARCHITECTURE = dict(
+    model="ViT-Ti_16",
+    image_size=16,
+    patch_size=4,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    mlp_dim=128,
+    classifier="token",
+)
+DIGITS = dict(
+    DIGITS_ARCHITECTURE,
+    weights="none",
+    crop_min_area=0.5,
+    random_flip=False,
+    batch_size=64,
+    steps_per_loop=50,
+)

@@ -11,9 +11,10 @@ Any dataset the trainers read, any model and weights:
         --image_size=224 --workdir=/tmp/fewshot_cifar10
     Expected (paper, Figure 3 scale): 10-shot CIFAR-10 accuracy well above 90 % for ImageNet-21k
     ViT-B/16 features; on this CPU use a smaller --image_size and a fake_tfds data_dir to try it.
-A pre-trained workdir of trainers.pretrain (its pre-logits are found in the file):
-    python -m trainers.fewshot --dataset=digits:5-9 --model=ViT-Ti_16 --weights=/tmp/pre/model.npz \
-        --image_size=16 --patch_size=4 --hidden_size=64 --num_layers=2 --num_heads=4 --mlp_dim=128 \
+A pre-trained workdir of trainers.pretrain (its pre-logits are found in the file); the digits
+preset has the pre-training digits preset's architecture, so no shape flags are needed:
+    python -m trainers.pretrain --dataset=digits --workdir=/tmp/digits_pre
+    python -m trainers.fewshot --dataset=digits:5-9 --weights=/tmp/digits_pre/model.npz \
         --workdir=/tmp/fewshot_digits
 Raw pixels as features (the baseline every representation should beat):
     python -m trainers.fewshot --dataset=digits:5-9 --model=pixels --image_size=8 --workdir=/tmp/px
@@ -21,8 +22,11 @@ digits: the bundled scikit-learn digits, with the architecture of configs/pretra
     preset, so --weights=<that run>/model.npz loads without more flags (its pre-logits included).
 """
 
-from configs import pretrain as pretrain_config
+from configs import DIGITS_ARCHITECTURE
 from configs.fields import COMMON, fields
+
+# The few-shot trainer's fields: the common ones, then the probes.
+FIELDS = COMMON + ("test_split", "shots", "seeds", "l2_reg", "batch_size")
 
 # Where the few-shot trainer's flags mean something else than the training trainers'.
 HELP = {
@@ -30,20 +34,15 @@ HELP = {
     "batch_size": "global batch size of the feature extraction",
 }
 
-ARCHITECTURE_FIELDS = ("model", "image_size", "patch_size", "hidden_size", "num_layers", "num_heads",
-                       "mlp_dim", "classifier")
-
 
 def get_config(dataset="cifar10"):
     # Data, model ("pixels": raw resized pixels, no model; pre_logits: with --weights=none add
     # the layer, else the weights file decides), hardware: as the other trainers; then the probes
     # (k-shot sets from train_split, accuracy on test_split).
-    c = fields(COMMON + ("test_split", "shots", "seeds", "l2_reg", "batch_size"))
+    c = fields(FIELDS)
     c.dataset = dataset
     c.batch_size = 256  # feature-extraction batch (global)
     if dataset.split(":")[0] == "digits":
-        pre = pretrain_config.get_config("digits")
-        for name in ARCHITECTURE_FIELDS:
-            c[name] = pre[name]
+        c.update(DIGITS_ARCHITECTURE)  # the digits pre-training preset's model: its model.npz loads
         c.batch_size = 512
     return c

@@ -34,13 +34,16 @@ FIELDS = {
     "eval_splits": Field("test=test", "comma-separated name=split pairs evaluated every --eval_every steps"),
     "examples_per_class": Field(0, "train on N examples of each class, drawn with --seed (0 = all)"),
     "crop_min_area": Field(
-        0.05, "smallest area of the random training crop, a fraction of the image (paper: 0.05)"),
+        0.05, "smallest area of the random training crop, a fraction of the image (paper: 0.05)"
+    ),
     "random_flip": Field(
-        True, "random horizontal flips in training (off for digits: a mirrored digit is another shape)"),
+        True, "random horizontal flips in training (off for digits: a mirrored digit is another shape)"
+    ),
     "workdir": Field("", "where checkpoints, TensorBoard logs, config.json, results.json and model.npz go"),
     # Model.
     "model": Field(
-        "ViT-B_16", "official model name: ViT-Ti_16, ViT-S_16, ViT-B_16, ..., ViT-H_14, R50+ViT-B_16"),
+        "ViT-B_16", "official model name: ViT-Ti_16, ViT-S_16, ViT-B_16, ..., ViT-H_14, R50+ViT-B_16"
+    ),
     "weights": Field("none", "initial weights: registry name, path to .npz/.weights.h5/.keras, or none"),
     "image_size": Field(224, "training and evaluation resolution (pixels, square)"),
     "patch_size": Field(0, "override the variant's patch size (0 = the variant's)"),
@@ -52,23 +55,41 @@ FIELDS = {
     "pre_logits": Field(False, "add the tanh pre-logits layer (size = hidden size) before the head"),
     "dropout_rate": Field(0.0, "dropout rate in the encoder"),
     "new_head": Field(
-        True, "start from a zero head even if the weights have one of the right size (the paper's recipe)"),
+        True, "start from a zero head even if the weights have one of the right size (the paper's recipe)"
+    ),
     "seed": Field(0, "random seed (model init, data order, augmentation)"),
     # Optimisation.
-    "loss": Field("softmax", "softmax (cross-entropy, one label per image) or sigmoid (per-class binary "
-                  "cross-entropy, multi-label data; a new head starts with bias -10; evaluation reports "
-                  "prec@1)", LOSSES),
-    "recipe": Field("imagenet2012", "pre-training recipe, a row of the paper's Table 3: imagenet2012, "
-                    "imagenet21k or jft (default: the dataset's; sets lr, decay, weight decay, dropout, loss "
-                    "and steps)", RECIPES),
-    "optimizer": Field("sgd", "sgd (optax-style momentum 0.9: m = 0.9 m + g, w -= lr m) or adam (beta 0.9, "
-                       "0.999; decoupled weight decay)", OPTIMIZERS),
+    "loss": Field(
+        "softmax",
+        "softmax (cross-entropy, one label per image) or sigmoid (per-class binary "
+        "cross-entropy, multi-label data; a new head starts with bias -10; evaluation reports "
+        "prec@1)",
+        LOSSES,
+    ),
+    "recipe": Field(
+        "imagenet2012",
+        "pre-training recipe, a row of the paper's Table 3: imagenet2012, "
+        "imagenet21k or jft (default: the dataset's; sets lr, decay, weight decay, dropout, loss "
+        "and steps)",
+        RECIPES,
+    ),
+    "optimizer": Field(
+        "sgd",
+        "sgd (optax-style momentum 0.9: m = 0.9 m + g, w -= lr m) or adam (beta 0.9, "
+        "0.999; decoupled weight decay)",
+        OPTIMIZERS,
+    ),
     "momentum_dtype": Field(
-        "float32", "storage of the sgd momentum: float32, or bfloat16 (vit_jax's option: half the memory)",
-        MOMENTUM_DTYPES),
-    "base_lr": Field(0.01, "peak learning rate, reached after the warm-up; fine-tuning also takes 'sweep': "
-                     "one run per --sweep_lrs rate, the best on minival retrained on train+minival (the "
-                     "paper's protocol)"),
+        "float32",
+        "storage of the sgd momentum: float32, or bfloat16 (vit_jax's option: half the memory)",
+        MOMENTUM_DTYPES,
+    ),
+    "base_lr": Field(
+        0.01,
+        "peak learning rate, reached after the warm-up; fine-tuning also takes 'sweep': "
+        "one run per --sweep_lrs rate, the best on minival retrained on train+minival (the "
+        "paper's protocol)",
+    ),
     "sweep_lrs": Field("0.001,0.003,0.01,0.03", "comma-separated learning rates that --base_lr=sweep tries"),
     "weight_decay": Field(0.0, "decoupled weight decay (multiplied by the learning rate)"),
     "decay_type": Field("cosine", "learning-rate decay after the warm-up: cosine or linear", DECAY_TYPES),
@@ -87,37 +108,87 @@ FIELDS = {
     "tpu": Field("", "TPU name or 'local' (TPU VM) for --strategy=tpu"),
     "cpu_devices": Field(1, "split the CPU into N logical devices (multi-replica testing)"),
     "mixed_precision": Field(
-        "none", "none, bfloat16 (TPU, recent GPUs) or float16 (GPUs, with loss scaling)",
-        ("none", "bfloat16", "float16")),
+        "none",
+        "none, bfloat16 (TPU, recent GPUs) or float16 (GPUs, with loss scaling)",
+        ("none", "bfloat16", "float16"),
+    ),
     "jit_compile": Field(
-        "auto", "XLA for the step: auto (GPU and single-device runs), true or false",
-        ("auto", "true", "false")),
+        "auto",
+        "XLA for the step: auto (GPU and single-device runs), true or false",
+        ("auto", "true", "false"),
+    ),
     # Few-shot probes during training (any trainer).
     "fewshot_datasets": Field("", "comma-separated datasets for few-shot linear probes during training"),
     "fewshot_every": Field(0, "run the few-shot probes every N steps (0 = only at the end)"),
     "fewshot_shots": Field("1,5,10,25", "comma-separated shots per class for the few-shot probes"),
     "fewshot_seeds": Field(1, "random draws of the few-shot training examples"),
-    "fewshot_l2_reg": Field(2.0**10, "L2 regulariser of the closed-form few-shot probe"),
+    "fewshot_l2_reg": Field(
+        "1024",
+        "L2 regulariser of the closed-form few-shot probe: a positive number (default 2^10) or 'sweep'",
+    ),
     "fewshot_batch_size": Field(256, "batch size for few-shot feature extraction"),
     # The few-shot trainer (python -m trainers.fewshot).
     "test_split": Field("test", "split the few-shot probes are scored on"),
     "shots": Field("1,5,10,25", "comma-separated training examples per class, e.g. 1,5,10,25"),
     "seeds": Field(3, "random draws of the k-shot training set per shot count (mean and std reported)"),
     "l2_reg": Field(
-        "1024", "ridge regulariser: a positive number (default 2^10) or 'sweep' (chosen on held-out train)"),
+        "1024", "ridge regulariser: a positive number (default 2^10) or 'sweep' (chosen on held-out train)"
+    ),
 }
 
 # Fields every trainer has: where the data and workdir are, which model, which hardware.
-COMMON = ("dataset", "data_dir", "manual_dir", "train_split", "workdir", "model", "weights", "image_size",
-          "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "classifier", "pre_logits",
-          "dropout_rate", "seed", "strategy", "tpu", "cpu_devices")
+COMMON = (
+    "dataset",
+    "data_dir",
+    "manual_dir",
+    "train_split",
+    "workdir",
+    "model",
+    "weights",
+    "image_size",
+    "patch_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "mlp_dim",
+    "classifier",
+    "pre_logits",
+    "dropout_rate",
+    "seed",
+    "strategy",
+    "tpu",
+    "cpu_devices",
+)
 # Fields of the two training trainers (fine-tuning and pre-training).
 TRAINING = COMMON + (
-    "eval_splits", "examples_per_class", "crop_min_area", "random_flip", "loss", "optimizer",
-    "momentum_dtype", "base_lr", "weight_decay", "decay_type", "total_steps", "warmup_steps", "batch_size",
-    "accum_steps", "grad_norm_clip", "steps_per_loop", "eval_every", "checkpoint_every", "keep_checkpoints",
-    "mixed_precision", "jit_compile", "fewshot_datasets", "fewshot_every", "fewshot_shots", "fewshot_seeds",
-    "fewshot_l2_reg", "fewshot_batch_size")
+    "eval_splits",
+    "examples_per_class",
+    "crop_min_area",
+    "random_flip",
+    "loss",
+    "optimizer",
+    "momentum_dtype",
+    "base_lr",
+    "weight_decay",
+    "decay_type",
+    "total_steps",
+    "warmup_steps",
+    "batch_size",
+    "accum_steps",
+    "grad_norm_clip",
+    "steps_per_loop",
+    "eval_every",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "mixed_precision",
+    "jit_compile",
+    "fewshot_datasets",
+    "fewshot_every",
+    "fewshot_shots",
+    "fewshot_seeds",
+    "fewshot_l2_reg",
+    "fewshot_batch_size",
+)
 
 
 def fields(names):

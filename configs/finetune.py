@@ -29,10 +29,10 @@ folder:PATH (one sub-folder per class under PATH/train and PATH/test): the Pets 
     python -m trainers.finetune --dataset=folder:/data/my_images --workdir=/tmp/mine
 digits (the bundled scikit-learn digits, 8x8 upsampled): a tiny ViT from scratch on CPU.
     python -m trainers.finetune --dataset=digits --workdir=/tmp/digits
-    Measured: test accuracy 0.958 after its 1,500 steps, 33 s on 2 CPU cores.
+    Measured: test accuracy 0.961 after its 1,500 steps, 90 s on 2 CPU cores.
     No minival split: to sweep, add one, e.g. --base_lr=sweep --train_split=train[:80%]
-    --eval_splits=minival=train[80%:],test=test. Measured so: chose 0.03 (minival 0.951),
-    test accuracy 0.956, 7 min on 2 shared CPU cores.
+    --eval_splits=minival=train[80%:],test=test. Measured so: chose 0.03 (minival 0.969),
+    test accuracy 0.961, 4 min 47 s on 2 CPU cores.
 Any other TFDS image-classification dataset by name gets the Pets recipe with `train` and
 `test` splits; override with --train_split / --eval_splits.
 """

@@ -1,4 +1,5 @@
 """keras-vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3."""
+
 # The submodules users call as keras_vit.weights.describe(...) and the like are attributes
 # after a plain `import keras_vit`; none of them imports TensorFlow. Not `convert`: it is run
 # as `python -m keras_vit.convert`, which warns when the package has already imported it.
@@ -24,8 +25,27 @@ from keras_vit.preprocessing import decode_predictions, preprocess_input
 __version__ = "0.1.0"
 
 __all__ = [
-    "CONSTRUCTORS", "R50_ViT_B16", "VARIANTS", "ViT", "ViT_B8", "ViT_B16", "ViT_B32", "ViT_H14",
-    "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16", "create_model", "decode_predictions",
-    "checkpoints", "fileio", "initializers", "layers", "preprocess_input", "variants", "visualize",
+    "CONSTRUCTORS",
+    "R50_ViT_B16",
+    "VARIANTS",
+    "ViT",
+    "ViT_B8",
+    "ViT_B16",
+    "ViT_B32",
+    "ViT_H14",
+    "ViT_L16",
+    "ViT_L32",
+    "ViT_S16",
+    "ViT_S32",
+    "ViT_Ti16",
+    "create_model",
+    "decode_predictions",
+    "checkpoints",
+    "fileio",
+    "initializers",
+    "layers",
+    "preprocess_input",
+    "variants",
+    "visualize",
     "weights",
 ]

@@ -7,6 +7,7 @@ in `augreg/`, where we register the checkpoint the README recommends per variant
 ImageNet fine-tune. No sha256 is published for any of them, so `sha256` is None throughout:
 downloads are verified structurally instead (every key and shape against the model).
 """
+
 import dataclasses
 
 BUCKET = "https://storage.googleapis.com/vit_models"
@@ -15,9 +16,18 @@ IMAGENET_CLASSES = 1000
 
 # Width of each official variant: the original imagenet21k checkpoints have a pre-logits
 # layer of this size.
-_HIDDEN = {"ViT-Ti_16": 192, "ViT-S_16": 384, "ViT-S_32": 384, "ViT-B_8": 768, "ViT-B_16": 768,
-           "ViT-B_32": 768, "ViT-L_16": 1024, "ViT-L_32": 1024, "ViT-H_14": 1280,
-           "R50+ViT-B_16": 768}
+_HIDDEN = {
+    "ViT-Ti_16": 192,
+    "ViT-S_16": 384,
+    "ViT-S_32": 384,
+    "ViT-B_8": 768,
+    "ViT-B_16": 768,
+    "ViT-B_32": 768,
+    "ViT-L_16": 1024,
+    "ViT-L_32": 1024,
+    "ViT-H_14": 1280,
+    "R50+ViT-B_16": 768,
+}
 
 # AugReg: the recommended ImageNet-21k pre-training per variant (README table) and the
 # fine-tune the README lists next to it; the two file stems share the pre-training part.
@@ -34,34 +44,51 @@ _AUGREG = {
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
     """One published file: where it is and what model it fits."""
-    name: str                      # registry name, e.g. "imagenet21k+imagenet2012"
-    variant: str                   # official model name, e.g. "ViT-B_16"
+
+    name: str  # registry name, e.g. "imagenet21k+imagenet2012"
+    variant: str  # official model name, e.g. "ViT-B_16"
     url: str
-    file_name: str                 # name in the Keras cache (unique across the registry)
-    image_size: int                # native resolution (square)
+    file_name: str  # name in the Keras cache (unique across the registry)
+    image_size: int  # native resolution (square)
     num_classes: int
     representation_size: int | None  # width of the pre-logits layer, None if absent
-    sha256: str | None = None      # None: not published; verified structurally instead
+    sha256: str | None = None  # None: not published; verified structurally instead
     classifier: str = "token"
 
     def describe(self):
-        return dict(image_size=(self.image_size, self.image_size), num_classes=self.num_classes,
-                    representation_size=self.representation_size, classifier=self.classifier)
+        return dict(
+            image_size=(self.image_size, self.image_size),
+            num_classes=self.num_classes,
+            representation_size=self.representation_size,
+            classifier=self.classifier,
+        )
 
 
 def _original(name, variant, image_size, num_classes, pre_logits, stem=None):
     stem = stem or variant
     folder = name.replace("-224", "")
     url = f"{BUCKET}/{folder.replace('+', '%2B')}/{stem.replace('+', '%2B')}.npz"
-    return Checkpoint(name=name, variant=variant, url=url, file_name=f"{folder}_{stem}.npz",
-                      image_size=image_size, num_classes=num_classes,
-                      representation_size=_HIDDEN[variant] if pre_logits else None)
+    return Checkpoint(
+        name=name,
+        variant=variant,
+        url=url,
+        file_name=f"{folder}_{stem}.npz",
+        image_size=image_size,
+        num_classes=num_classes,
+        representation_size=_HIDDEN[variant] if pre_logits else None,
+    )
 
 
 def _augreg(name, variant, stem, image_size, num_classes):
-    return Checkpoint(name=name, variant=variant, url=f"{BUCKET}/augreg/{stem}.npz",
-                      file_name=f"augreg_{stem}.npz", image_size=image_size,
-                      num_classes=num_classes, representation_size=None)
+    return Checkpoint(
+        name=name,
+        variant=variant,
+        url=f"{BUCKET}/augreg/{stem}.npz",
+        file_name=f"augreg_{stem}.npz",
+        image_size=image_size,
+        num_classes=num_classes,
+        representation_size=None,
+    )
 
 
 def _build():
@@ -75,8 +102,16 @@ def _build():
     for variant in ("ViT-B_16", "ViT-B_32", "ViT-L_16", "ViT-L_32", "R50+ViT-B_16"):
         add(_original("imagenet21k+imagenet2012", variant, 384, IMAGENET_CLASSES, pre_logits=False))
     for variant in ("ViT-B_16", "ViT-L_16"):
-        add(_original("imagenet21k+imagenet2012-224", variant, 224, IMAGENET_CLASSES,
-                      pre_logits=False, stem=f"{variant}-224"))
+        add(
+            _original(
+                "imagenet21k+imagenet2012-224",
+                variant,
+                224,
+                IMAGENET_CLASSES,
+                pre_logits=False,
+                stem=f"{variant}-224",
+            )
+        )
     for variant, (stem, finetune_lr) in _AUGREG.items():
         add(_augreg("augreg-imagenet21k", variant, stem, 224, IMAGENET21K_CLASSES))
         finetuned = f"{stem}--imagenet2012-steps_20k-{finetune_lr}-res_384"
@@ -95,16 +130,22 @@ def names():
 def lookup(name, variant):
     """The Checkpoint for `name` and `variant`; ValueError (one line) when there is none."""
     if name not in REGISTRY:
-        raise ValueError(f"unknown weights {name!r}: not a registry name; known names: "
-                         f"{', '.join(names())} (or pass the path of a .npz, .weights.h5 or "
-                         ".keras file)")
+        raise ValueError(
+            f"unknown weights {name!r}: not a registry name; known names: "
+            f"{', '.join(names())} (or pass the path of a .npz, .weights.h5 or "
+            ".keras file)"
+        )
     if variant is None:
-        raise ValueError(f"weights {name!r} is a registry name and needs a model variant "
-                         f"(one of {', '.join(sorted(REGISTRY[name]))})")
+        raise ValueError(
+            f"weights {name!r} is a registry name and needs a model variant "
+            f"(one of {', '.join(sorted(REGISTRY[name]))})"
+        )
     entries = REGISTRY[name]
     if variant not in entries:
         others = [n for n in names() if variant in REGISTRY[n]]
-        raise ValueError(f"no {name!r} checkpoint is published for {variant}; "
-                         f"{variant} has: {', '.join(others) or 'none'}; "
-                         f"{name!r} exists for: {', '.join(sorted(entries))}")
+        raise ValueError(
+            f"no {name!r} checkpoint is published for {variant}; "
+            f"{variant} has: {', '.join(others) or 'none'}; "
+            f"{name!r} exists for: {', '.join(sorted(entries))}"
+        )
     return entries[variant]

@@ -12,6 +12,7 @@
 Either path may be on any TensorFlow file system (gs://...). The output is written
 atomically; it must not be the input. Bad input exits with status 2 and a one-line message.
 """
+
 import argparse
 import os
 import posixpath
@@ -28,8 +29,9 @@ def convert(src, dst, model_name=None):
     if not fileio.isfile(src):
         raise ValueError(f"{src}: no such file; pass an existing checkpoint")
     if _same_file(src, dst):
-        raise ValueError(f"{dst} is the input file; write the output to another path "
-                         "(the input was left as it is)")
+        raise ValueError(
+            f"{dst} is the input file; write the output to another path (the input was left as it is)"
+        )
     if not dst.endswith((".weights.h5", ".npz")):
         raise ValueError(f"{dst}: the output must end in .weights.h5 or .npz")
     if dst.endswith(".weights.h5") and not model_name:
@@ -37,17 +39,21 @@ def convert(src, dst, model_name=None):
     if dst.endswith(".weights.h5"):
         model = _build(model_name, src)
         weights.save_weights(model, dst)
-        return (f"wrote {dst}: {model_name} at {model.image_size[0]}x{model.image_size[1]}, "
-                f"{model.num_classes if model.include_top else 'no'} classes")
+        return (
+            f"wrote {dst}: {model_name} at {model.image_size[0]}x{model.image_size[1]}, "
+            f"{model.num_classes if model.include_top else 'no'} classes"
+        )
     if model_name:
         params = weights.export_params(_build(model_name, src))
     else:
         params = weights.read_params(src)
     weights.save_npz(params, dst)
     found = npz_layout.architecture(params)
-    return (f"wrote {dst}: {len(params)} arrays in the vit_jax layout "
-            f"(hidden {found['hidden_size']}, {found['num_layers']} layers, "
-            f"image {found['image_size']})")
+    return (
+        f"wrote {dst}: {len(params)} arrays in the vit_jax layout "
+        f"(hidden {found['hidden_size']}, {found['num_layers']} layers, "
+        f"image {found['image_size']})"
+    )
 
 
 def _same_file(src, dst):
@@ -66,18 +72,21 @@ def _normalized(path):
 def _build(model_name, src):
     if model_name not in models.VARIANTS:
         raise ValueError(f"unknown --model {model_name!r}; known: {', '.join(models.VARIANTS)}")
-    return models.create_model(model_name, weights=src, classifier_activation=None,
-                               include_preprocessing=True)
+    return models.create_model(
+        model_name, weights=src, classifier_activation=None, include_preprocessing=True
+    )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m keras_vit.convert",
-        description="Convert ViT checkpoints between official .npz and Keras weight files.")
+        description="Convert ViT checkpoints between official .npz and Keras weight files.",
+    )
     parser.add_argument("src", help="official .npz, keras_vit .weights.h5 or .keras file")
     parser.add_argument("dst", help="output .weights.h5 or .npz")
-    parser.add_argument("--model", default=None,
-                        help="official variant name, e.g. ViT-B_16 (needed for .weights.h5)")
+    parser.add_argument(
+        "--model", default=None, help="official variant name, e.g. ViT-B_16 (needed for .weights.h5)"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -6,6 +6,7 @@ imported only then, so keras_vit keeps working on the JAX and PyTorch backends w
 Errors of TensorFlow's file systems come out as the built-in ones (FileNotFoundError,
 OSError), so callers handle one kind.
 """
+
 import builtins
 import contextlib
 import errno
@@ -30,8 +31,10 @@ def _gfile(path):
     try:
         import tensorflow as tf
     except ImportError:
-        raise ImportError(f"{path}: paths with a URL scheme are read and written with TensorFlow's "
-                          "file systems; pip install tensorflow to use them") from None
+        raise ImportError(
+            f"{path}: paths with a URL scheme are read and written with TensorFlow's "
+            "file systems; pip install tensorflow to use them"
+        ) from None
     return tf.io.gfile
 
 
@@ -42,8 +45,7 @@ def _as_os_errors(path):
     try:
         yield
     except tf.errors.NotFoundError as err:
-        raise FileNotFoundError(errno.ENOENT, f"no such file or directory ({err.message})",
-                                path) from None
+        raise FileNotFoundError(errno.ENOENT, f"no such file or directory ({err.message})", path) from None
     except tf.errors.OpError as err:
         raise OSError(f"{path}: {' '.join(err.message.split())}") from None
 

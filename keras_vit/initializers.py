@@ -11,6 +11,7 @@ constructed, and then returns the same values at every call: one instance shared
 weights makes them equal. `for_weight` gives each weight its own instance, drawn when the
 weight is built, so `keras.utils.set_random_seed` still makes a model reproducible.
 """
+
 import math
 import random
 
@@ -18,7 +19,7 @@ import keras
 
 # The standard deviation of a unit normal truncated to [-2, 2]; dividing by it makes the
 # truncated samples have the intended variance (as jax.nn.initializers.variance_scaling).
-TRUNCATED_NORMAL_STDDEV = .87962566103423978
+TRUNCATED_NORMAL_STDDEV = 0.87962566103423978
 
 
 def kernel_fans(shape, num_input_axes=None):
@@ -28,8 +29,10 @@ def kernel_fans(shape, num_input_axes=None):
     if num_input_axes is None:
         num_input_axes = len(shape) - 1
     if not 0 < num_input_axes < len(shape):
-        raise ValueError(f"A kernel of shape {shape} cannot have {num_input_axes} input axes; "
-                         "pass num_input_axes between 1 and its rank - 1.")
+        raise ValueError(
+            f"A kernel of shape {shape} cannot have {num_input_axes} input axes; "
+            "pass num_input_axes between 1 and its rank - 1."
+        )
     return math.prod(shape[:num_input_axes]), math.prod(shape[num_input_axes:])
 
 

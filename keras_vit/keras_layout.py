@@ -6,6 +6,7 @@ Layer names are the weight format: a Keras variable path such as
 stored as `cls/token`. Keras weight files (`.weights.h5`, and the one inside a `.keras` zip)
 are read with h5py directly, by those layer names, without rebuilding or deserialising a model.
 """
+
 import io
 import json
 import zipfile
@@ -13,7 +14,7 @@ import zipfile
 import h5py  # installed with Keras, which saves its weight files with it
 import numpy as np
 
-from keras_vit.npz_layout import CheckpointError
+from keras_vit.errors import CheckpointError, first_line
 
 _TRANSFORMER_SCOPE = ("posembed_input", "encoder_norm")
 _KERAS_TO_FLAX = {"gamma": "scale", "beta": "bias"}
@@ -44,12 +45,11 @@ def model_variables(model):
 
 def export_params(model):
     """The weights of a keras_vit model as {official key: float32 array} (vit_jax layout)."""
-    return {key: np.asarray(variable.numpy(), np.float32)
-            for key, variable in model_variables(model)}
+    return {key: np.asarray(variable.numpy(), np.float32) for key, variable in model_variables(model)}
 
 
 def _is_norm(layer_name):
-    return (layer_name.startswith(("LayerNorm_", "gn")) or layer_name == "encoder_norm")
+    return layer_name.startswith(("LayerNorm_", "gn")) or layer_name == "encoder_norm"
 
 
 def _variable_names(layer_name, count):
@@ -82,15 +82,18 @@ def _h5_params(handle, source):
             for layer_group in f["layers"].values() if "layers" in f else ():
                 _walk(layer_group, [], by_layer)
     except (OSError, ValueError, KeyError) as err:
-        raise CheckpointError(f"{source}: not a readable Keras weights file "
-                              f"({str(err).splitlines()[0]}); save it again") from None
+        raise CheckpointError(
+            f"{source}: not a readable Keras weights file ({first_line(err)}); save it again"
+        ) from None
     params = {}
     for layer_path, arrays in by_layer.items():
         for var_name, array in zip(_variable_names(layer_path.split("/")[-1], len(arrays)), arrays):
             params[official_key(f"{layer_path}/{var_name}")] = np.asarray(array)
     if "embedding/kernel" not in params:
-        raise CheckpointError(f"{source}: holds no keras_vit weights (no 'embedding' layer); "
-                              "pass a file saved from a keras_vit model")
+        raise CheckpointError(
+            f"{source}: holds no keras_vit weights (no 'embedding' layer); "
+            "pass a file saved from a keras_vit model"
+        )
     return params
 
 
@@ -102,10 +105,13 @@ def read_keras_weights(path):
                 config = json.loads(archive.read("config.json"))
                 weights = archive.read("model.weights.h5")
         except (zipfile.BadZipFile, KeyError, OSError, ValueError) as err:
-            raise CheckpointError(f"{path}: not a readable .keras file ({err}); "
-                                  "save the model again with model.save()") from None
+            raise CheckpointError(
+                f"{path}: not a readable .keras file ({err}); save the model again with model.save()"
+            ) from None
         if config.get("class_name") != "ViT":
-            raise CheckpointError(f"{path}: holds a {config.get('class_name')} model, not a "
-                                  "keras_vit ViT; pass a file saved from a keras_vit model")
+            raise CheckpointError(
+                f"{path}: holds a {config.get('class_name')} model, not a "
+                "keras_vit ViT; pass a file saved from a keras_vit model"
+            )
         return _h5_params(io.BytesIO(weights), path)
     return _h5_params(path, path)

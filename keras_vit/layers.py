@@ -3,6 +3,7 @@
 Sub-layer and weight names follow the official Flax parameter names, because they are
 part of the weight format: `keras_vit.weights` maps official checkpoint keys onto them.
 """
+
 import keras
 from keras import ops
 
@@ -28,27 +29,23 @@ class PatchEmbedding(keras.layers.Layer):
     truncated normal, fan_in = P * P * C), the bias at zero.
     """
 
-    def __init__(self, patch_size, hidden_size, kernel_initializer=None, bias_initializer="zeros",
-                 **kwargs):
+    def __init__(self, patch_size, hidden_size, kernel_initializer=None, bias_initializer="zeros", **kwargs):
         super().__init__(**kwargs)
         self.patch_size = patch_size
         self.hidden_size = hidden_size
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or initializers.LecunNormal())
+        self.kernel_initializer = keras.initializers.get(kernel_initializer or initializers.LecunNormal())
         self.bias_initializer = keras.initializers.get(bias_initializer)
 
     def build(self, input_shape):
         patch = _pair(self.patch_size)
         self.kernel = self.add_weight(
-            name="kernel", shape=(*patch, input_shape[-1], self.hidden_size),
-            initializer=initializers.for_weight(self.kernel_initializer, num_input_axes=3))
+            name="kernel",
+            shape=(*patch, input_shape[-1], self.hidden_size),
+            initializer=initializers.for_weight(self.kernel_initializer, num_input_axes=3),
+        )
         self.bias = self.add_weight(
-            name="bias", shape=(self.hidden_size,),
-            initializer=initializers.for_weight(self.bias_initializer))
-
-    def grid_size(self, height, width):
-        patch = _pair(self.patch_size)
-        return height // patch[0], width // patch[1]
+            name="bias", shape=(self.hidden_size,), initializer=initializers.for_weight(self.bias_initializer)
+        )
 
     def call(self, images):
         patch = _pair(self.patch_size)
@@ -65,12 +62,14 @@ class PatchEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "patch_size": self.patch_size,
-            "hidden_size": self.hidden_size,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-        })
+        config.update(
+            {
+                "patch_size": self.patch_size,
+                "hidden_size": self.hidden_size,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
         return config
 
 
@@ -84,8 +83,8 @@ class ClassToken(keras.layers.Layer):
 
     def build(self, input_shape):
         self.token = self.add_weight(
-            name="token", shape=(1, 1, input_shape[-1]),
-            initializer=initializers.for_weight(self.initializer))
+            name="token", shape=(1, 1, input_shape[-1]), initializer=initializers.for_weight(self.initializer)
+        )
 
     def call(self, tokens):
         batch = ops.shape(tokens)[0]
@@ -143,7 +142,8 @@ def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_toke
     grid = pos_embedding[:, num_prefix_tokens:]
     if grid.shape[1] != old_grid[0] * old_grid[1]:
         raise ValueError(
-            f"Position embeddings have {grid.shape[1]} patch rows, not {old_grid[0]} x {old_grid[1]}.")
+            f"Position embeddings have {grid.shape[1]} patch rows, not {old_grid[0]} x {old_grid[1]}."
+        )
     dim = grid.shape[-1]
     grid = ops.reshape(grid, (old_grid[0], old_grid[1], dim))
     grid = _linear_resize_axis(grid, new_grid[0], axis=0)
@@ -183,8 +183,7 @@ class PositionEmbedding(keras.layers.Layer):
         self.num_prefix_tokens = num_prefix_tokens
         self.patch_size = None if patch_size is None else _pair(patch_size)
         # The official initialiser: a plain (untruncated) normal with stddev 0.02.
-        self.initializer = keras.initializers.get(
-            initializer or keras.initializers.RandomNormal(stddev=0.02))
+        self.initializer = keras.initializers.get(initializer or keras.initializers.RandomNormal(stddev=0.02))
 
     @property
     def _length(self):
@@ -194,21 +193,28 @@ class PositionEmbedding(keras.layers.Layer):
         if self.patch_size is None and input_shape[1] is not None and input_shape[1] != self._length:
             raise ValueError(
                 f"PositionEmbedding for a {self.grid_size} grid expects {self._length} tokens, "
-                f"got {input_shape[1]}.")
+                f"got {input_shape[1]}."
+            )
         self.pos_embedding = self.add_weight(
-            name="pos_embedding", shape=(1, self._length, input_shape[-1]),
-            initializer=initializers.for_weight(self.initializer))
+            name="pos_embedding",
+            shape=(1, self._length, input_shape[-1]),
+            initializer=initializers.for_weight(self.initializer),
+        )
 
     def call_grid(self, patch_input_shape):
         """The (h, w) patch grid for a (B, H, W, C) patch input shape (ints or scalar tensors)."""
         if self.patch_size is None:
-            raise ValueError("this PositionEmbedding has a fixed grid; build it with patch_size "
-                             "to take inputs of other sizes.")
+            raise ValueError(
+                "this PositionEmbedding has a fixed grid; build it with patch_size "
+                "to take inputs of other sizes."
+            )
         height, width = patch_input_shape[1], patch_input_shape[2]
         grid = (height // self.patch_size[0], width // self.patch_size[1])
         if all(isinstance(size, int) for size in grid) and min(grid) < 1:
-            raise ValueError(f"an input of {height} x {width} is smaller than one "
-                             f"{self.patch_size[0]} x {self.patch_size[1]} patch.")
+            raise ValueError(
+                f"an input of {height} x {width} is smaller than one "
+                f"{self.patch_size[0]} x {self.patch_size[1]} patch."
+            )
         return grid
 
     def call(self, tokens, patch_input=None):
@@ -219,29 +225,32 @@ class PositionEmbedding(keras.layers.Layer):
             # traced) are tensors, and always take the resize, which is exact at equal size.
             if not all(isinstance(size, int) for size in grid) or grid != self.grid_size:
                 pos_embedding = resize_position_embedding(
-                    pos_embedding, self.grid_size, grid, self.num_prefix_tokens)
+                    pos_embedding, self.grid_size, grid, self.num_prefix_tokens
+                )
         elif tokens.shape[1] is not None and tokens.shape[1] != self._length:
             raise ValueError(
                 f"PositionEmbedding for a {self.grid_size} grid expects {self._length} tokens, "
                 f"got {tokens.shape[1]}; pass the patch input (and build the layer with "
-                "patch_size) to take other grids.")
+                "patch_size) to take other grids."
+            )
         return tokens + ops.cast(pos_embedding, tokens.dtype)
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def resize(self, new_grid):
-        return resize_position_embedding(
-            self.pos_embedding, self.grid_size, new_grid, self.num_prefix_tokens)
+        return resize_position_embedding(self.pos_embedding, self.grid_size, new_grid, self.num_prefix_tokens)
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "grid_size": self.grid_size,
-            "num_prefix_tokens": self.num_prefix_tokens,
-            "initializer": keras.initializers.serialize(self.initializer),
-            "patch_size": self.patch_size,
-        })
+        config.update(
+            {
+                "grid_size": self.grid_size,
+                "num_prefix_tokens": self.num_prefix_tokens,
+                "initializer": keras.initializers.serialize(self.initializer),
+                "patch_size": self.patch_size,
+            }
+        )
         return config
 
 
@@ -259,13 +268,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     attention probabilities (B, heads, N, N).
     """
 
-    def __init__(self, num_heads, dropout_rate=0.0, kernel_initializer=None, bias_initializer="zeros",
-                 **kwargs):
+    def __init__(
+        self, num_heads, dropout_rate=0.0, kernel_initializer=None, bias_initializer="zeros", **kwargs
+    ):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.dropout_rate = dropout_rate
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or initializers.XavierUniform())
+        self.kernel_initializer = keras.initializers.get(kernel_initializer or initializers.XavierUniform())
         self.bias_initializer = keras.initializers.get(bias_initializer)
 
     def build(self, input_shape):
@@ -278,17 +287,28 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             # Each kernel and bias gets its own instance: a shared one gives equal weights.
             return dict(
                 kernel_initializer=initializers.for_weight(self.kernel_initializer, num_input_axes),
-                bias_initializer=initializers.for_weight(self.bias_initializer))
+                bias_initializer=initializers.for_weight(self.bias_initializer),
+            )
 
         for name in ("query", "key", "value"):
             layer = keras.layers.EinsumDense(
-                "btd,dhk->bthk", output_shape=(None, self.num_heads, head_dim), bias_axes="hk",
-                name=name, dtype=self.dtype_policy, **initialisers(1))
+                "btd,dhk->bthk",
+                output_shape=(None, self.num_heads, head_dim),
+                bias_axes="hk",
+                name=name,
+                dtype=self.dtype_policy,
+                **initialisers(1),
+            )
             layer.build(input_shape)
             setattr(self, name, layer)
         self.out = keras.layers.EinsumDense(
-            "bthk,hkd->btd", output_shape=(None, hidden), bias_axes="d", name="out",
-            dtype=self.dtype_policy, **initialisers(2))
+            "bthk,hkd->btd",
+            output_shape=(None, hidden),
+            bias_axes="d",
+            name="out",
+            dtype=self.dtype_policy,
+            **initialisers(2),
+        )
         self.out.build((input_shape[0], input_shape[1], self.num_heads, head_dim))
         self.dropout = keras.layers.Dropout(self.dropout_rate)
 
@@ -316,12 +336,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "num_heads": self.num_heads,
-            "dropout_rate": self.dropout_rate,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-        })
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "dropout_rate": self.dropout_rate,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
         return config
 
 
@@ -332,23 +354,25 @@ class MlpBlock(keras.layers.Layer):
     Kernels start Xavier-uniform, biases normal(1e-6), as the official MlpBlock.
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, kernel_initializer=None, bias_initializer=None,
-                 **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, kernel_initializer=None, bias_initializer=None, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = mlp_dim
         self.dropout_rate = dropout_rate
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or initializers.XavierUniform())
+        self.kernel_initializer = keras.initializers.get(kernel_initializer or initializers.XavierUniform())
         # The official MLP biases start at normal(1e-6), not at zero.
         self.bias_initializer = keras.initializers.get(
-            bias_initializer or keras.initializers.RandomNormal(stddev=1e-6))
+            bias_initializer or keras.initializers.RandomNormal(stddev=1e-6)
+        )
 
     def _dense(self, units, name):
         # Each kernel and bias gets its own instance: a shared one gives equal weights.
         return keras.layers.Dense(
-            units, name=name, dtype=self.dtype_policy,
+            units,
+            name=name,
+            dtype=self.dtype_policy,
             kernel_initializer=initializers.for_weight(self.kernel_initializer, num_input_axes=1),
-            bias_initializer=initializers.for_weight(self.bias_initializer))
+            bias_initializer=initializers.for_weight(self.bias_initializer),
+        )
 
     def build(self, input_shape):
         self.dense_0 = self._dense(self.mlp_dim, "Dense_0")
@@ -369,12 +393,14 @@ class MlpBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "mlp_dim": self.mlp_dim,
-            "dropout_rate": self.dropout_rate,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-        })
+        config.update(
+            {
+                "mlp_dim": self.mlp_dim,
+                "dropout_rate": self.dropout_rate,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
         return config
 
 
@@ -386,8 +412,15 @@ class EncoderBlock(keras.layers.Layer):
     (scaled so that the expectation is unchanged).
     """
 
-    def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
-                 stochastic_depth_rate=0.0, **kwargs):
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        stochastic_depth_rate=0.0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
@@ -399,17 +432,21 @@ class EncoderBlock(keras.layers.Layer):
     def build(self, input_shape):
         policy = self.dtype_policy
         self.norm1 = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_0", dtype=policy)
+            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_0", dtype=policy
+        )
         self.norm1.build(input_shape)
         self.attention = MultiHeadSelfAttention(
-            self.num_heads, dropout_rate=self.attention_dropout_rate,
-            name="MultiHeadDotProductAttention_1", dtype=policy)
+            self.num_heads,
+            dropout_rate=self.attention_dropout_rate,
+            name="MultiHeadDotProductAttention_1",
+            dtype=policy,
+        )
         self.attention.build(input_shape)
         self.norm2 = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_2", dtype=policy)
+            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_2", dtype=policy
+        )
         self.norm2.build(input_shape)
-        self.mlp = MlpBlock(self.mlp_dim, dropout_rate=self.dropout_rate, name="MlpBlock_3",
-                            dtype=policy)
+        self.mlp = MlpBlock(self.mlp_dim, dropout_rate=self.dropout_rate, name="MlpBlock_3", dtype=policy)
         self.mlp.build(input_shape)
         self.dropout = keras.layers.Dropout(self.dropout_rate)
 
@@ -440,13 +477,15 @@ class EncoderBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "num_heads": self.num_heads,
-            "mlp_dim": self.mlp_dim,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": self.attention_dropout_rate,
-            "stochastic_depth_rate": self.stochastic_depth_rate,
-        })
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "mlp_dim": self.mlp_dim,
+                "dropout_rate": self.dropout_rate,
+                "attention_dropout_rate": self.attention_dropout_rate,
+                "stochastic_depth_rate": self.stochastic_depth_rate,
+            }
+        )
         return config
 
 
@@ -467,7 +506,7 @@ class TokenPooling(keras.layers.Layer):
     def call(self, tokens):
         if self.mode == "token":
             return tokens[:, 0]
-        return ops.mean(tokens[:, self.num_prefix_tokens:], axis=1)
+        return ops.mean(tokens[:, self.num_prefix_tokens :], axis=1)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[-1])

@@ -1,4 +1,5 @@
 """The Vision Transformer model, its variant table and the public constructors."""
+
 import keras
 from keras import ops
 
@@ -44,8 +45,10 @@ def _token_grid(image_size, patch_size, resnet_layers):
             size = [None if s is None else -(-s // 2) for s in size]
     grid = tuple(None if s is None else s // p for s, p in zip(size, patch))
     if min((g for g in grid if g is not None), default=1) < 1:
-        raise ValueError(f"image size {tuple(image_size)} is smaller than one patch of the token "
-                         f"grid (patch size {patch}); use a larger image_size.")
+        raise ValueError(
+            f"image size {tuple(image_size)} is smaller than one patch of the token "
+            f"grid (patch size {patch}); use a larger image_size."
+        )
     return grid
 
 
@@ -80,12 +83,30 @@ class ViT(keras.Model):
             the constructors pass the weights' own size). Unused for a fixed size.
     """
 
-    def __init__(self, image_size=DEFAULT_IMAGE_SIZE, patch_size=16, hidden_size=768, num_layers=12,
-                 num_heads=12, mlp_dim=3072, num_classes=DEFAULT_CLASSES, classifier="token",
-                 representation_size=None, dropout_rate=0.0, attention_dropout_rate=0.0,
-                 stochastic_depth_rate=0.0, include_top=True, pooling=None,
-                 classifier_activation="softmax", include_preprocessing=True, num_channels=3,
-                 resnet_layers=None, resnet_width=1, base_image_size=None, **kwargs):
+    def __init__(
+        self,
+        image_size=DEFAULT_IMAGE_SIZE,
+        patch_size=16,
+        hidden_size=768,
+        num_layers=12,
+        num_heads=12,
+        mlp_dim=3072,
+        num_classes=DEFAULT_CLASSES,
+        classifier="token",
+        representation_size=None,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        stochastic_depth_rate=0.0,
+        include_top=True,
+        pooling=None,
+        classifier_activation="softmax",
+        include_preprocessing=True,
+        num_channels=3,
+        resnet_layers=None,
+        resnet_width=1,
+        base_image_size=None,
+        **kwargs,
+    ):
         if classifier not in ("token", "gap"):
             raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
         if pooling not in (None, "token", "gap"):
@@ -122,31 +143,47 @@ class ViT(keras.Model):
             x = vit_layers.ClassToken(name="cls", dtype=policy)(x)
         if dynamic:
             # The layer reads each call's grid off the tensor the patches are cut from.
-            x = vit_layers.PositionEmbedding(stored_grid, prefix, patch_size=patch_size,
-                                             name="posembed_input", dtype=policy)(x, patch_input)
+            x = vit_layers.PositionEmbedding(
+                stored_grid, prefix, patch_size=patch_size, name="posembed_input", dtype=policy
+            )(x, patch_input)
         else:
             x = vit_layers.PositionEmbedding(grid, prefix, name="posembed_input", dtype=policy)(x)
         x = keras.layers.Dropout(dropout_rate, name="embedding_dropout", dtype=policy)(x)
         for index in range(num_layers):
             rate = stochastic_depth_rate * index / max(num_layers - 1, 1)
             x = vit_layers.EncoderBlock(
-                num_heads, mlp_dim, dropout_rate=dropout_rate,
-                attention_dropout_rate=attention_dropout_rate, stochastic_depth_rate=rate,
-                name=f"encoderblock_{index}", dtype=policy)(x)
+                num_heads,
+                mlp_dim,
+                dropout_rate=dropout_rate,
+                attention_dropout_rate=attention_dropout_rate,
+                stochastic_depth_rate=rate,
+                name=f"encoderblock_{index}",
+                dtype=policy,
+            )(x)
         x = keras.layers.LayerNormalization(
-            epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm", dtype=policy)(x)
+            epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm", dtype=policy
+        )(x)
         if pooling:
             x = vit_layers.TokenPooling(pooling, prefix, name=f"{pooling}_pool", dtype=policy)(x)
         if pooling and representation_size:
             # Flax's nn.Dense default (LeCun normal, zero bias), not Keras' glorot_uniform.
-            x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits",
-                                   kernel_initializer=initializers.LecunNormal(num_input_axes=1),
-                                   dtype=policy)(x)
+            x = keras.layers.Dense(
+                representation_size,
+                activation="tanh",
+                name="pre_logits",
+                kernel_initializer=initializers.LecunNormal(num_input_axes=1),
+                dtype=policy,
+            )(x)
         if include_top:
             # The official head starts at zero; logits and softmax stay float32 under
             # mixed precision.
-            x = keras.layers.Dense(num_classes, activation=classifier_activation,
-                                   kernel_initializer="zeros", name="head", dtype="float32")(x)
+            x = keras.layers.Dense(
+                num_classes,
+                activation=classifier_activation,
+                kernel_initializer="zeros",
+                name="head",
+                dtype="float32",
+            )(x)
         elif x.dtype != "float32":
             x = keras.layers.Activation("linear", name="output_float32", dtype="float32")(x)
         super().__init__(inputs=inputs, outputs=x, **kwargs)
@@ -263,7 +300,8 @@ class ViT(keras.Model):
         maps = []
         for index in range(self.num_layers):
             x, probs = self.get_layer(f"encoderblock_{index}")(
-                x, training=False, return_attention_scores=True)
+                x, training=False, return_attention_scores=True
+            )
             maps.append(probs)
         return maps
 
@@ -279,7 +317,8 @@ class ViT(keras.Model):
                 return keras.Model(self.input, self.get_layer(name).output, name=f"{self.name}_repr")
         prefix = 1 if self.classifier == "token" else 0
         pooled = vit_layers.TokenPooling(self.classifier, prefix, name=f"{self.classifier}_pool")(
-            self.get_layer("encoder_norm").output)
+            self.get_layer("encoder_norm").output
+        )
         return keras.Model(self.input, pooled, name=f"{self.name}_repr")
 
 
@@ -290,7 +329,8 @@ def _read_weights(variant, weights, cache_dir=None):
         return {}, None
     if not isinstance(weights, str):
         raise ValueError(
-            f"weights must be None, a registry name or a file path, got {type(weights).__name__}.")
+            f"weights must be None, a registry name or a file path, got {type(weights).__name__}."
+        )
     return weights_lib.read_checkpoint(weights, variant=variant, cache_dir=cache_dir)
 
 
@@ -329,18 +369,37 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
     return model
 
 
-def _application(variant, include_top, weights, input_shape, pooling, classes,
-                 classifier_activation, include_preprocessing, **kwargs):
+def _application(
+    variant,
+    include_top,
+    weights,
+    input_shape,
+    pooling,
+    classes,
+    classifier_activation,
+    include_preprocessing,
+    **kwargs,
+):
     image_size, num_channels = None, kwargs.pop("num_channels", 3)
     if input_shape is not None:
         if len(input_shape) != 3 or input_shape[2] is None:
-            raise ValueError(f"input_shape must be (height, width, channels) with a channel count "
-                             f"(height and width may be None), got {input_shape}.")
+            raise ValueError(
+                f"input_shape must be (height, width, channels) with a channel count "
+                f"(height and width may be None), got {input_shape}."
+            )
         image_size, num_channels = tuple(input_shape[:2]), input_shape[2]
     return create_model(
-        variant, weights=weights, image_size=image_size, num_classes=classes,
-        include_top=include_top, pooling=pooling, classifier_activation=classifier_activation,
-        include_preprocessing=include_preprocessing, num_channels=num_channels, **kwargs)
+        variant,
+        weights=weights,
+        image_size=image_size,
+        num_classes=classes,
+        include_top=include_top,
+        pooling=pooling,
+        classifier_activation=classifier_activation,
+        include_preprocessing=include_preprocessing,
+        num_channels=num_channels,
+        **kwargs,
+    )
 
 
 _DOC = """Instantiates {variant}, optionally with official weights.
@@ -369,10 +428,28 @@ _DOC = """Instantiates {variant}, optionally with official weights.
 
 
 def _make_constructor(function_name, variant):
-    def constructor(include_top=True, weights=None, input_shape=None, pooling=None, classes=None,
-                    classifier_activation="softmax", include_preprocessing=True, **kwargs):
-        return _application(variant, include_top, weights, input_shape, pooling, classes,
-                            classifier_activation, include_preprocessing, **kwargs)
+    def constructor(
+        include_top=True,
+        weights=None,
+        input_shape=None,
+        pooling=None,
+        classes=None,
+        classifier_activation="softmax",
+        include_preprocessing=True,
+        **kwargs,
+    ):
+        return _application(
+            variant,
+            include_top,
+            weights,
+            input_shape,
+            pooling,
+            classes,
+            classifier_activation,
+            include_preprocessing,
+            **kwargs,
+        )
+
     constructor.__name__ = constructor.__qualname__ = function_name
     constructor.__doc__ = _DOC.format(variant=variant)
     return constructor
@@ -391,7 +468,14 @@ R50_ViT_B16 = _make_constructor("R50_ViT_B16", "R50+ViT-B_16")
 
 # Public constructor name -> official variant name.
 CONSTRUCTORS = {
-    "ViT_Ti16": "ViT-Ti_16", "ViT_S16": "ViT-S_16", "ViT_S32": "ViT-S_32", "ViT_B8": "ViT-B_8",
-    "ViT_B16": "ViT-B_16", "ViT_B32": "ViT-B_32", "ViT_L16": "ViT-L_16", "ViT_L32": "ViT-L_32",
-    "ViT_H14": "ViT-H_14", "R50_ViT_B16": "R50+ViT-B_16",
+    "ViT_Ti16": "ViT-Ti_16",
+    "ViT_S16": "ViT-S_16",
+    "ViT_S32": "ViT-S_32",
+    "ViT_B8": "ViT-B_8",
+    "ViT_B16": "ViT-B_16",
+    "ViT_B32": "ViT-B_32",
+    "ViT_L16": "ViT-L_16",
+    "ViT_L32": "ViT-L_32",
+    "ViT_H14": "ViT-H_14",
+    "R50_ViT_B16": "R50+ViT-B_16",
 }

@@ -6,6 +6,7 @@ The canonical layout here is the original vit_jax file: Flax parameter paths joi
 `MultiHeadDotProductAttention_1`, `LayerNorm_2`, `MlpBlock_3`). big_vision files differ as
 its `vit.fix_old_checkpoints` and flax's `convert_pre_linen` describe, in reverse.
 """
+
 import math
 import re
 import zipfile
@@ -13,18 +14,18 @@ import zipfile
 import numpy as np
 
 from keras_vit import fileio
+from keras_vit.errors import CheckpointError, first_line
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
 # Linen numbers sub-modules per type, pre-linen Flax numbered them in creation order.
-_LINEN_TO_VIT_JAX = {"LayerNorm_0": "LayerNorm_0", "MultiHeadDotProductAttention_0":
-                     "MultiHeadDotProductAttention_1", "LayerNorm_1": "LayerNorm_2",
-                     "MlpBlock_0": "MlpBlock_3"}
+_LINEN_TO_VIT_JAX = {
+    "LayerNorm_0": "LayerNorm_0",
+    "MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1",
+    "LayerNorm_1": "LayerNorm_2",
+    "MlpBlock_0": "MlpBlock_3",
+}
 _STRIP_PREFIXES = ("opt/target/", "params/")
 _GROUP_NORM = re.compile(r"(^|/)gn(\d+|_root|_proj)/(scale|bias)$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used; the message is one line naming the file."""
 
 
 def read_npz(path, source=None):
@@ -43,18 +44,21 @@ def read_npz(path, source=None):
     except FileNotFoundError:
         raise CheckpointError(f"{source}: no such file; check the path") from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise CheckpointError(f"{source}: not a readable .npz checkpoint ({reason}); "
-                              "download it again or convert it with keras_vit.convert") from None
+        raise CheckpointError(
+            f"{source}: not a readable .npz checkpoint ({first_line(err)}); "
+            "download it again or convert it with keras_vit.convert"
+        ) from None
     if not arrays:
         raise CheckpointError(f"{source}: the .npz archive is empty; it is not a checkpoint")
     for key, value in arrays.items():
         # NpzFile hands back raw bytes for members that are not .npy arrays.
         if not isinstance(value, np.ndarray) or value.dtype.kind not in "fiu":
             kind = value.dtype if isinstance(value, np.ndarray) else "a non-array member"
-            raise CheckpointError(f"{source}: not a readable .npz checkpoint ({key!r} is {kind}, "
-                                  "not numbers); download it again or convert it with "
-                                  "keras_vit.convert")
+            raise CheckpointError(
+                f"{source}: not a readable .npz checkpoint ({key!r} is {kind}, "
+                "not numbers); download it again or convert it with "
+                "keras_vit.convert"
+            )
     return arrays
 
 
@@ -64,12 +68,12 @@ def to_vit_jax_layout(params):
     for key, value in params.items():
         for prefix in _STRIP_PREFIXES:
             if key.startswith(prefix):
-                key = key[len(prefix):]
+                key = key[len(prefix) :]
         if key in ("pos_embedding", "Transformer/pos_embedding"):
             key = POSEMB
         if key.startswith("Transformer/encoderblock/"):
             # Blocks stacked on a leading layer axis (big_vision's scanned encoder).
-            rest = key[len("Transformer/encoderblock/"):]
+            rest = key[len("Transformer/encoderblock/") :]
             for i, layer_value in enumerate(value):
                 out[_rename_block_key(f"Transformer/encoderblock_{i}/{rest}")] = layer_value
             continue
@@ -132,8 +136,9 @@ def architecture(params):
         num_heads=query.shape[1] if query is not None else None,
         mlp_dim=mlp.shape[-1] if mlp is not None else None,
         num_classes=params["head/kernel"].shape[-1] if "head/kernel" in params else None,
-        representation_size=(params["pre_logits/kernel"].shape[-1]
-                             if "pre_logits/kernel" in params else None),
+        representation_size=(
+            params["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in params else None
+        ),
         classifier="token" if "cls" in params else "gap",
         resnet_layers=tuple(resnet_layers) if hybrid else None,
         resnet_width=params["conv_root/kernel"].shape[-1] // 64 if hybrid else None,

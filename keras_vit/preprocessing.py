@@ -9,11 +9,13 @@ values (never inside a traced or compiled function, where it would cost time). T
 ImageNet-1k class index (WordNet id and name per class, in the standard class order) ships
 with the package, so decoding never downloads anything.
 """
+
 import functools
 import json
 import warnings
 from importlib import resources
 
+import keras
 import numpy as np
 
 NUM_IMAGENET_CLASSES = 1000
@@ -37,17 +39,17 @@ def preprocess_input(x):
         if not np.issubdtype(x.dtype, np.floating):
             x = x.astype(np.float32)
     else:
-        from keras import ops
-
-        x = ops.convert_to_tensor(x)
+        x = keras.ops.convert_to_tensor(x)
         if "float" not in str(x.dtype):
-            x = ops.cast(x, "float32")
+            x = keras.ops.cast(x, "float32")
     if has_negative_values(x):
         warnings.warn(
             "keras_vit.preprocess_input: the input has negative values, so it is not pixels in "
             "[0, 255]; it looks scaled to [-1, 1] already and is being scaled again. Call "
             "preprocess_input once, and only for a model built with include_preprocessing=False.",
-            DoubleScalingWarning, stacklevel=2)
+            DoubleScalingWarning,
+            stacklevel=2,
+        )
     return x / 127.5 - 1.0
 
 
@@ -66,9 +68,10 @@ def warn_if_scaled_for_model(images, model_name, samples=64):
     """Warns when a model with include_preprocessing=True is given scaled images; True if it did.
 
     Looks at the first `samples` images only: enough to see scaled data, and a bounded cost
-    for a large array given to predict.
+    for a large array given to predict. Meant for `ViT`'s methods: the warning points two
+    frames above its caller, at the code that called the model.
     """
-    if isinstance(images, np.ndarray) or _is_backend_tensor(images):
+    if isinstance(images, np.ndarray) or keras.ops.is_tensor(images):
         if len(images.shape) == 4:
             images = images[:samples]
     if not has_negative_values(images):
@@ -78,23 +81,18 @@ def warn_if_scaled_for_model(images, model_name, samples=64):
         "(include_preprocessing=True), but it was given negative values, which pixels never "
         "have: the images look scaled already (by keras_vit.preprocess_input?) and are being "
         "scaled twice. Give the model pixels in [0, 255], or build it with "
-        "include_preprocessing=False.", DoubleScalingWarning, stacklevel=4)
+        "include_preprocessing=False.",
+        DoubleScalingWarning,
+        stacklevel=4,
+    )
     return True
-
-
-def _is_backend_tensor(x):
-    import keras
-
-    return keras.ops.is_tensor(x)
 
 
 def _concrete_min(x):
     if isinstance(x, np.ndarray):
         return float(np.min(x)) if x.size and x.dtype.kind in "fiu" else None
-    if not _is_backend_tensor(x):
+    if not keras.ops.is_tensor(x):
         return None
-    import keras
-
     backend = keras.backend.backend()
     # Only the backend's own kind of tensor can be a traced one; asking it whether it is
     # tracing avoids adding a reduction to a graph being built.
@@ -123,8 +121,7 @@ def _concrete_min(x):
 @functools.lru_cache(maxsize=1)
 def imagenet_class_index():
     """[(wordnet id, class name)] of the 1000 ImageNet-1k classes, by class index."""
-    text = resources.files("keras_vit").joinpath("data/imagenet_class_index.json").read_text(
-        encoding="utf-8")
+    text = resources.files("keras_vit").joinpath("data/imagenet_class_index.json").read_text(encoding="utf-8")
     index = json.loads(text)
     return [tuple(index[str(i)]) for i in range(NUM_IMAGENET_CLASSES)]
 
@@ -137,9 +134,11 @@ def decode_predictions(preds, top=5):
     """
     preds = np.asarray(preds)
     if preds.ndim != 2 or preds.shape[1] != NUM_IMAGENET_CLASSES:
-        raise ValueError(f"decode_predictions expects a batch of ImageNet-1k scores of shape "
-                         f"(samples, {NUM_IMAGENET_CLASSES}), got {preds.shape}; use a model with "
-                         "a 1000-class head (e.g. weights='imagenet21k+imagenet2012')")
+        raise ValueError(
+            f"decode_predictions expects a batch of ImageNet-1k scores of shape "
+            f"(samples, {NUM_IMAGENET_CLASSES}), got {preds.shape}; use a model with "
+            "a 1000-class head (e.g. weights='imagenet21k+imagenet2012')"
+        )
     if top < 1:
         raise ValueError(f"top must be at least 1, got {top}")
     classes = imagenet_class_index()

@@ -3,6 +3,7 @@
 Weight-standardised convolutions and GroupNorm(32) as in the official hybrid models;
 names follow the official checkpoint keys (conv_root, gn_root, block1/unit1/conv1, ...).
 """
+
 import keras
 from keras import ops
 
@@ -27,14 +28,15 @@ class StdConv2D(keras.layers.Layer):
         self.filters = filters
         self.kernel_size = kernel_size
         self.strides = strides
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or initializers.LecunNormal())
+        self.kernel_initializer = keras.initializers.get(kernel_initializer or initializers.LecunNormal())
 
     def build(self, input_shape):
         size = (self.kernel_size, self.kernel_size)
         self.kernel = self.add_weight(
-            name="kernel", shape=(*size, input_shape[-1], self.filters),
-            initializer=initializers.for_weight(self.kernel_initializer, num_input_axes=3))
+            name="kernel",
+            shape=(*size, input_shape[-1], self.filters),
+            initializer=initializers.for_weight(self.kernel_initializer, num_input_axes=3),
+        )
 
     def call(self, inputs):
         kernel = ops.cast(self.kernel, "float32")
@@ -47,23 +49,30 @@ class StdConv2D(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         def out(size):
             return None if size is None else -(-size // self.strides)
+
         return (input_shape[0], out(input_shape[1]), out(input_shape[2]), self.filters)
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "filters": self.filters,
-            "kernel_size": self.kernel_size,
-            "strides": self.strides,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-        })
+        config.update(
+            {
+                "filters": self.filters,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
         return config
 
 
 def _group_norm(name, policy, zero_init=False):
     return keras.layers.GroupNormalization(
-        groups=GROUP_NORM_GROUPS, epsilon=GROUP_NORM_EPSILON, name=name, dtype=policy,
-        gamma_initializer="zeros" if zero_init else "ones")
+        groups=GROUP_NORM_GROUPS,
+        epsilon=GROUP_NORM_EPSILON,
+        name=name,
+        dtype=policy,
+        gamma_initializer="zeros" if zero_init else "ones",
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -133,8 +142,12 @@ class ResNetStage(keras.layers.Layer):
         self.units = []
         shape = tuple(input_shape)
         for index in range(self.num_units):
-            unit = ResidualUnit(self.features, self.strides if index == 0 else 1,
-                                name=f"unit{index + 1}", dtype=self.dtype_policy)
+            unit = ResidualUnit(
+                self.features,
+                self.strides if index == 0 else 1,
+                name=f"unit{index + 1}",
+                dtype=self.dtype_policy,
+            )
             unit.build(shape)
             shape = unit.compute_output_shape(shape)
             self.units.append(unit)
@@ -151,8 +164,7 @@ class ResNetStage(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "num_units": self.num_units, "features": self.features, "strides": self.strides})
+        config.update({"num_units": self.num_units, "features": self.features, "strides": self.strides})
         return config
 
 
@@ -164,6 +176,7 @@ def resnet_stem(x, layers, width=1, dtype=None):
     x = keras.layers.Activation("relu", name="root_relu", dtype=dtype)(x)
     x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="root_pool", dtype=dtype)(x)
     for index, units in enumerate(layers):
-        x = ResNetStage(units, base * 2 ** index, strides=1 if index == 0 else 2,
-                        name=f"block{index + 1}", dtype=dtype)(x)
+        x = ResNetStage(
+            units, base * 2**index, strides=1 if index == 0 else 2, name=f"block{index + 1}", dtype=dtype
+        )(x)
     return x

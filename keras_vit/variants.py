@@ -17,8 +17,9 @@ VARIANTS = {
     "ViT-L_16": dict(patch_size=16, hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096),
     "ViT-L_32": dict(patch_size=32, hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096),
     "ViT-H_14": dict(patch_size=14, hidden_size=1280, num_layers=32, num_heads=16, mlp_dim=5120),
-    "R50+ViT-B_16": dict(patch_size=1, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072,
-                         resnet_layers=(3, 4, 9)),
+    "R50+ViT-B_16": dict(
+        patch_size=1, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072, resnet_layers=(3, 4, 9)
+    ),
 }
 
 
@@ -26,6 +27,7 @@ def variant_of(model):
     """Official name of the variant `model` was built as, or None for any other shape."""
     for name, spec in VARIANTS.items():
         if all(getattr(model, key, None) == value for key, value in spec.items()) and (
-                bool(spec.get("resnet_layers")) == bool(getattr(model, "resnet_layers", None))):
+            bool(spec.get("resnet_layers")) == bool(getattr(model, "resnet_layers", None))
+        ):
             return name
     return None

@@ -8,6 +8,7 @@
 
 All take and return NumPy arrays; plotting is left to the caller (matplotlib, `plots` extra).
 """
+
 import numpy as np
 
 
@@ -16,7 +17,7 @@ def attention_rollout(attention_maps, grid_size, num_prefix_tokens=1):
 
     Args:
         attention_maps: the list `model.attention_maps(images)` returns, each (B, heads, T, T).
-        grid_size: (h, w) patch grid (`model.grid_size`).
+        grid_size: (h, w) patch grid of the images (`model.token_grid(images.shape[1:3])`).
         num_prefix_tokens: 1 for classifier 'token' models.
 
     Returns:
@@ -41,7 +42,7 @@ def attention_rollout(attention_maps, grid_size, num_prefix_tokens=1):
 def position_embedding_similarity(model):
     """(h, w, h, w) cosine similarity between the position embeddings of the patch grid."""
     layer = model.get_layer("posembed_input")
-    posemb = np.asarray(layer.pos_embedding)[0, layer.num_prefix_tokens:].astype(np.float64)
+    posemb = np.asarray(layer.pos_embedding)[0, layer.num_prefix_tokens :].astype(np.float64)
     unit = posemb / np.linalg.norm(posemb, axis=-1, keepdims=True)
     height, width = layer.grid_size
     return (unit @ unit.T).reshape(height, width, height, width)

@@ -9,6 +9,7 @@ fine-tuning code adapts it: position embeddings resized with
 `scipy.ndimage.zoom(order=1)` on the patch grid, a new zero head when the class count differs,
 pre-logits kept when the model has them.
 """
+
 import hashlib
 import http.client
 import logging
@@ -23,11 +24,23 @@ import scipy.ndimage
 
 from keras_vit import checkpoints, fileio, keras_layout, npz_layout, variants
 from keras_vit.checkpoints import REGISTRY, Checkpoint
+from keras_vit.errors import CheckpointError, first_line
 from keras_vit.keras_layout import export_params
-from keras_vit.npz_layout import POSEMB, CheckpointError
+from keras_vit.npz_layout import POSEMB
 
-__all__ = ["REGISTRY", "Checkpoint", "CheckpointError", "describe", "export_params", "fetch",
-           "load_weights", "read_checkpoint", "read_params", "save_npz", "save_weights"]
+__all__ = [
+    "REGISTRY",
+    "Checkpoint",
+    "CheckpointError",
+    "describe",
+    "export_params",
+    "fetch",
+    "load_weights",
+    "read_checkpoint",
+    "read_params",
+    "save_npz",
+    "save_weights",
+]
 
 logger = logging.getLogger("keras_vit")
 CACHE_SUBDIR = "models"
@@ -62,8 +75,10 @@ def read_checkpoint(weights, variant=None, cache_dir=None):
     params = read_params(_checkpoint_path(weights))
     found = npz_layout.architecture(params)
     if found["image_size"] is None:
-        raise CheckpointError(f"{weights}: position embeddings are not a square patch grid; "
-                              "it is not a ViT checkpoint keras_vit can read")
+        raise CheckpointError(
+            f"{weights}: position embeddings are not a square patch grid; "
+            "it is not a ViT checkpoint keras_vit can read"
+        )
     return {key: found[key] for key in _DESCRIBE_KEYS}, params
 
 
@@ -102,8 +117,10 @@ def read_params(path, source=None):
                 return keras_layout.read_keras_weights(local)
             except CheckpointError as err:
                 raise CheckpointError(str(err).replace(local, source)) from None
-    raise CheckpointError(f"{source}: unknown file type; pass an official .npz checkpoint, a "
-                          "keras_vit .weights.h5 or a .keras file")
+    raise CheckpointError(
+        f"{source}: unknown file type; pass an official .npz checkpoint, a "
+        "keras_vit .weights.h5 or a .keras file"
+    )
 
 
 def fetch(entry, cache_dir=None):
@@ -124,8 +141,9 @@ def _fetch(entry, cache_dir):
         try:
             return target, _read_verified(entry, target, target)
         except CheckpointError as err:
-            logger.warning("keras_vit: downloading %s again: the cached copy failed its check (%s)",
-                           entry.url, err)
+            logger.warning(
+                "keras_vit: downloading %s again: the cached copy failed its check (%s)", entry.url, err
+            )
     _remove_abandoned_downloads(directory, entry.file_name)
     params = fileio.write_atomic(target, lambda tmp: _download(entry, tmp, target))
     return target, params
@@ -135,8 +153,10 @@ def _download(entry, tmp, target):
     """Fills the local file `tmp` from the entry's URL; its params once it passes the checks."""
     print(f"Downloading {entry.url} to {target}", flush=True)  # as keras.utils.get_file does
     try:
-        with urllib.request.urlopen(entry.url, timeout=_DOWNLOAD_TIMEOUT_S) as response, \
-                open(tmp, "wb") as out:
+        with (
+            urllib.request.urlopen(entry.url, timeout=_DOWNLOAD_TIMEOUT_S) as response,
+            open(tmp, "wb") as out,
+        ):
             expected = response.headers.get("Content-Length")
             received = 0
             while chunk := response.read(_DOWNLOAD_CHUNK):
@@ -145,10 +165,10 @@ def _download(entry, tmp, target):
         if expected is not None and received != int(expected):
             raise OSError(f"the connection closed after {received} of {expected} bytes")
     except (OSError, ValueError, http.client.HTTPException) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise CheckpointError(f"could not download {entry.url} ({reason}); download it by hand "
-                              f"and put it at {target}, or pass its local path as weights"
-                              ) from None
+        raise CheckpointError(
+            f"could not download {entry.url} ({first_line(err)}); download it by hand "
+            f"and put it at {target}, or pass its local path as weights"
+        ) from None
     return _read_verified(entry, tmp, entry.url, target)
 
 
@@ -156,17 +176,21 @@ def _read_verified(entry, path, source, target=None):
     """The params of `path` if it is the entry's file: its sha256, else its architecture."""
     target = target or path
     if entry.sha256 and _sha256(path) != entry.sha256:
-        raise CheckpointError(f"{source}: the file does not have the published sha256 "
-                              f"{entry.sha256} and was not kept; retry, or download it by hand "
-                              f"and check it before putting it at {target}")
+        raise CheckpointError(
+            f"{source}: the file does not have the published sha256 "
+            f"{entry.sha256} and was not kept; retry, or download it by hand "
+            f"and check it before putting it at {target}"
+        )
     params = read_params(path, source)
     found = npz_layout.architecture(params)
     expected = entry.describe()
     for key in _DESCRIBE_KEYS:
         if found[key] != expected[key]:
-            raise CheckpointError(f"{source}: {key} is {found[key]} but {entry.name} {entry.variant} "
-                                  f"has {expected[key]}; the file is not the published one and "
-                                  "was not kept; check the registry entry's URL")
+            raise CheckpointError(
+                f"{source}: {key} is {found[key]} but {entry.name} {entry.variant} "
+                f"has {expected[key]}; the file is not the published one and "
+                "was not kept; check the registry entry's URL"
+            )
     return params
 
 
@@ -216,8 +240,11 @@ def assign_params(model, params, source):
     model_keys = {key for key, _ in targets}
     values = {}
     head_kernel = next((tuple(v.shape) for k, v in targets if k == "head/kernel"), None)
-    keep_head = ("head/kernel" in params and tuple(params["head/kernel"].shape) == head_kernel
-                 and "head/bias" in params)
+    keep_head = (
+        "head/kernel" in params
+        and tuple(params["head/kernel"].shape) == head_kernel
+        and "head/bias" in params
+    )
     for key, variable in targets:
         shape = tuple(variable.shape)
         if key.startswith("head/") and not keep_head:
@@ -232,13 +259,16 @@ def assign_params(model, params, source):
             raise CheckpointError(
                 f"{source}: does not fit this model: {key!r} has shape {tuple(value.shape)} in the "
                 f"checkpoint but {shape} in the model; build the variant the checkpoint was "
-                f"trained as ({_summary(params)})")
+                f"trained as ({_summary(params)})"
+            )
         values[key] = value
     extra = sorted(set(params) - model_keys - set(_OPTIONAL_KEYS))
     if extra:
-        raise CheckpointError(f"{source}: {extra[0]!r} (and {len(extra) - 1} more keys) has no "
-                              "place in this model; it is a checkpoint of another architecture "
-                              f"({_summary(params)})")
+        raise CheckpointError(
+            f"{source}: {extra[0]!r} (and {len(extra) - 1} more keys) has no "
+            "place in this model; it is a checkpoint of another architecture "
+            f"({_summary(params)})"
+        )
     _log_head(params, head_kernel, keep_head, model_keys)
     for key, variable in targets:
         variable.assign(np.asarray(values[key], dtype=variable.dtype))
@@ -246,8 +276,7 @@ def assign_params(model, params, source):
 
 def _missing_hint(key):
     if key == "cls":
-        return ("has no class token (a classifier='gap' checkpoint); build the model with "
-                "classifier='gap'")
+        return "has no class token (a classifier='gap' checkpoint); build the model with classifier='gap'"
     if key.startswith("pre_logits/"):
         return "has no pre-logits layer; build the model with representation_size=None"
     return f"key {key!r} that the model needs is missing; is it a checkpoint of another variant?"
@@ -255,8 +284,11 @@ def _missing_hint(key):
 
 def _summary(params):
     found = npz_layout.architecture(params)
-    parts = [f"{k}={found[k]}" for k in ("patch_size", "hidden_size", "num_layers", "num_heads",
-                                         "resnet_layers") if found[k]]
+    parts = [
+        f"{k}={found[k]}"
+        for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "resnet_layers")
+        if found[k]
+    ]
     return "checkpoint has " + ", ".join(parts)
 
 
@@ -264,24 +296,33 @@ def _adapt_posemb(posemb, model, model_has_cls, source):
     """The official high-resolution fine-tuning step, plus big_vision's no-class-row layout."""
     prefix, side = npz_layout.split_posemb(posemb)
     if prefix is None:
-        raise CheckpointError(f"{source}: position embeddings with {posemb.shape[1]} rows are "
-                              "not a square patch grid; it is not a ViT checkpoint")
+        raise CheckpointError(
+            f"{source}: position embeddings with {posemb.shape[1]} rows are "
+            "not a square patch grid; it is not a ViT checkpoint"
+        )
     grid = tuple(model.get_layer("posembed_input").grid_size)
     rows = posemb[:, prefix:]
     if (side, side) != grid:
         zoom = (grid[0] / side, grid[1] / side, 1)
         rows = scipy.ndimage.zoom(rows[0].reshape(side, side, -1), zoom, order=1)
         rows = rows.reshape(1, grid[0] * grid[1], -1)
-        logger.info("keras_vit: resized position embeddings from a %dx%d to a %dx%d patch grid "
-                    "(scipy.ndimage.zoom, order 1, class-token row kept)", side, side, *grid)
+        logger.info(
+            "keras_vit: resized position embeddings from a %dx%d to a %dx%d patch grid "
+            "(scipy.ndimage.zoom, order 1, class-token row kept)",
+            side,
+            side,
+            *grid,
+        )
     if not model_has_cls:
         return rows
     if prefix:
         return np.concatenate([posemb[:, :1], rows], axis=1)
     # big_vision adds position embeddings before prepending the class token, so the class
     # token carries none: a zero row reproduces that exactly.
-    logger.info("keras_vit: checkpoint has no class-token position row (big_vision layout); "
-                "using zeros, which is what big_vision computes")
+    logger.info(
+        "keras_vit: checkpoint has no class-token position row (big_vision layout); "
+        "using zeros, which is what big_vision computes"
+    )
     return np.concatenate([np.zeros_like(rows[:, :1]), rows], axis=1)
 
 
@@ -292,8 +333,9 @@ def _log_head(params, head_kernel, keep_head, model_keys):
         return
     if not keep_head:
         found = params["head/kernel"].shape[-1] if "head/kernel" in params else "no"
-        logger.info("keras_vit: new zero-initialised head of %d classes (checkpoint head: %s)",
-                    head_kernel[-1], found)
+        logger.info(
+            "keras_vit: new zero-initialised head of %d classes (checkpoint head: %s)", head_kernel[-1], found
+        )
 
 
 def save_npz(model, path):
@@ -328,7 +370,9 @@ def _checkpoint_path(weights):
         return path
     looks_like_path = os.sep in path or fileio.is_remote(path) or path.endswith((".npz", ".h5", ".keras"))
     if looks_like_path:
-        raise CheckpointError(f"{path}: no such checkpoint file; check the path, or pass a "
-                              f"registry name ({', '.join(checkpoints.names())})")
+        raise CheckpointError(
+            f"{path}: no such checkpoint file; check the path, or pass a "
+            f"registry name ({', '.join(checkpoints.names())})"
+        )
     checkpoints.lookup(path, None)  # raises the unknown-name error listing the known names
     raise AssertionError("unreachable")

@@ -4,6 +4,7 @@ Splitting the CPU must happen before TensorFlow initialises its devices, so it i
 here, at import, before any test module imports keras or tensorflow. Multi-replica code is
 then testable in-process with MirroredStrategy(["/cpu:0", "/cpu:1"]).
 """
+
 import os
 import sys
 
@@ -14,7 +15,8 @@ import tensorflow as tf  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(
-    _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+    _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+)
 
 # The repository root, so tests import keras_vit, trainers and configs from the work tree.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

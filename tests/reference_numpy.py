@@ -6,6 +6,7 @@ code with keras_vit: it reads a flat dict in the original vit_jax checkpoint lay
 Covers the plain ViT and the hybrid with a BiT ResNet stem (weight-standardised convolutions,
 GroupNorm with 32 groups, SAME padding, as vit_jax's models_resnet).
 """
+
 import math
 
 import numpy as np
@@ -41,8 +42,10 @@ def vit_forward(params, images, *, num_heads, classifier="token", resize_to_grid
     if resize_to_grid is not None:
         posemb = resize_posemb(posemb, resize_to_grid, num_prefix=1 if has_cls else 0)
     if posemb.shape[1] != x.shape[1]:
-        raise ValueError(f"position embeddings have {posemb.shape[1]} rows, the image gives "
-                         f"{x.shape[1]} tokens; pass resize_to_grid=({grid_h}, {grid_w})")
+        raise ValueError(
+            f"position embeddings have {posemb.shape[1]} rows, the image gives "
+            f"{x.shape[1]} tokens; pass resize_to_grid=({grid_h}, {grid_w})"
+        )
     x = x + posemb
 
     block = 0
@@ -80,7 +83,7 @@ def patch_embed(x, kernel, bias):
     ph, pw, channels, width = kernel.shape
     batch, height, wid, _ = x.shape
     gh, gw = height // ph, wid // pw
-    x = x[:, :gh * ph, :gw * pw].reshape(batch, gh, ph, gw, pw, channels)
+    x = x[:, : gh * ph, : gw * pw].reshape(batch, gh, ph, gw, pw, channels)
     return np.einsum("bhpwqc,pqcd->bhwd", x, kernel) + bias
 
 
@@ -91,7 +94,7 @@ def layer_norm(x, scale, bias, eps=LAYER_NORM_EPS):
 
 
 def gelu_tanh(x):
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
 def softmax(x, axis=-1):
@@ -126,6 +129,7 @@ def self_attention(p, prefix, x, num_heads):
 
 # ---- the BiT ResNet stem of the hybrid variants (vit_jax models_resnet semantics) ----
 
+
 def same_pads(size, kernel, stride):
     """TensorFlow/Flax 'SAME': output ceil(size/stride), the extra pixel goes after."""
     out = -(-size // stride)
@@ -142,7 +146,7 @@ def conv2d_same(x, kernel, stride=1):
     out = np.zeros((batch, oh, ow, out_ch))
     for i in range(kh):
         for j in range(kw):
-            patch = x[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride]
+            patch = x[:, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride]
             out += patch @ kernel[i, j]
     return out
 
@@ -173,8 +177,9 @@ def max_pool_same(x, size=3, stride=2):
     out = np.full((batch, oh, ow, channels), -np.inf)
     for i in range(size):
         for j in range(size):
-            out = np.maximum(out, x[:, i:i + stride * (oh - 1) + 1:stride,
-                                   j:j + stride * (ow - 1) + 1:stride])
+            out = np.maximum(
+                out, x[:, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride]
+            )
     return out
 
 

@@ -4,21 +4,37 @@
 the way big_vision stores the same weights (`params/` prefix, top-level `pos_embedding`,
 linen sub-module numbers, blocks stacked on a leading axis), independently of keras_vit.
 """
+
 import numpy as np
 
 # Real variant shapes (vit_jax/configs/models.py).
 TI16 = dict(patch_size=16, hidden_size=192, num_layers=12, num_heads=3, mlp_dim=768)
 S32 = dict(patch_size=32, hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536)
-R50_B16 = dict(patch_size=1, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072,
-               resnet_layers=(3, 4, 9))
+R50_B16 = dict(
+    patch_size=1, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072, resnet_layers=(3, 4, 9)
+)
 # A reduced hybrid: the same stem structure with one unit per stage and a small encoder.
-SMALL_HYBRID = dict(patch_size=1, hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128,
-                    resnet_layers=(1, 1, 1))
+SMALL_HYBRID = dict(
+    patch_size=1, hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128, resnet_layers=(1, 1, 1)
+)
 
 
-def vit_jax_params(seed, *, image_size, patch_size, hidden_size, num_layers, num_heads, mlp_dim,
-                   num_classes=10, representation_size=None, classifier="token",
-                   resnet_layers=None, resnet_width=1, num_channels=3):
+def vit_jax_params(
+    seed,
+    *,
+    image_size,
+    patch_size,
+    hidden_size,
+    num_layers,
+    num_heads,
+    mlp_dim,
+    num_classes=10,
+    representation_size=None,
+    classifier="token",
+    resnet_layers=None,
+    resnet_width=1,
+    num_channels=3,
+):
     """A random checkpoint in the vit_jax layout, scaled so activations stay O(1)."""
     rng = np.random.default_rng(seed)
     p = {}
@@ -46,17 +62,18 @@ def vit_jax_params(seed, *, image_size, patch_size, hidden_size, num_layers, num
                     dense(prefix + "conv_proj/kernel", channels, (1, 1, channels, features * 4))
                     small(prefix + "gn_proj/scale", (features * 4,), 1.0)
                     small(prefix + "gn_proj/bias", (features * 4,))
-                for name, shape in (("1", (1, 1, channels, features)),
-                                    ("2", (3, 3, features, features)),
-                                    ("3", (1, 1, features, features * 4))):
+                for name, shape in (
+                    ("1", (1, 1, channels, features)),
+                    ("2", (3, 3, features, features)),
+                    ("3", (1, 1, features, features * 4)),
+                ):
                     dense(prefix + f"conv{name}/kernel", np.prod(shape[:3]), shape)
                     out = shape[-1]
                     small(prefix + f"gn{name}/scale", (out,), 1.0)
                     small(prefix + f"gn{name}/bias", (out,))
                 channels = features * 4
     d = hidden_size
-    dense("embedding/kernel", patch_size * patch_size * channels,
-          (patch_size, patch_size, channels, d))
+    dense("embedding/kernel", patch_size * patch_size * channels, (patch_size, patch_size, channels, d))
     small("embedding/bias", (d,))
     grid = image_size // (patch_size * stride)
     tokens = grid * grid
@@ -95,9 +112,12 @@ def vit_jax_params(seed, *, image_size, patch_size, hidden_size, num_layers, num
     return p
 
 
-_VIT_JAX_TO_LINEN = {"LayerNorm_0": "LayerNorm_0", "MultiHeadDotProductAttention_1":
-                     "MultiHeadDotProductAttention_0", "LayerNorm_2": "LayerNorm_1",
-                     "MlpBlock_3": "MlpBlock_0"}
+_VIT_JAX_TO_LINEN = {
+    "LayerNorm_0": "LayerNorm_0",
+    "MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0",
+    "LayerNorm_2": "LayerNorm_1",
+    "MlpBlock_3": "MlpBlock_0",
+}
 
 
 def to_big_vision(params, *, stacked=True, cls_row=True):
@@ -122,8 +142,7 @@ def to_big_vision(params, *, stacked=True, cls_row=True):
         else:
             out[f"params/{key}"] = value
     for key, by_layer in blocks.items():
-        out[f"params/Transformer/encoderblock/{key}"] = np.stack(
-            [by_layer[i] for i in range(len(by_layer))])
+        out[f"params/Transformer/encoderblock/{key}"] = np.stack([by_layer[i] for i in range(len(by_layer))])
     return out
 
 

@@ -161,12 +161,18 @@ def test_model_kwargs_apply_overrides_and_pre_logits():
 
 
 def test_misspelt_flag_is_one_line_naming_the_closest_field(capsys, workdir, cifar_dir):
-    _fails_cleanly(capsys, workdir, ["--dataset=cifar10", f"--data_dir={cifar_dir}", "--totl_steps=5"],
-                   "Did you mean: total_steps")
+    _fails_cleanly(
+        capsys,
+        workdir,
+        ["--dataset=cifar10", f"--data_dir={cifar_dir}", "--totl_steps=5"],
+        "Did you mean: total_steps",
+    )
 
 
 def test_config_is_locked_after_the_flags():
-    config = trainer_flags.parse_flags(["finetune", "--dataset=cifar10", "--total_steps=7"], finetune.get_config)
+    config = trainer_flags.parse_flags(
+        ["finetune", "--dataset=cifar10", "--total_steps=7"], finetune.get_config
+    )
     config.total_steps = 9  # existing fields stay writable (notebooks)
     with pytest.raises(AttributeError, match="total_steps"):
         config.totl_steps = 5
@@ -176,6 +182,8 @@ def test_misspelt_field_of_a_python_config_is_one_line(tmp_path):
     """A notebook that builds its own (unlocked) config gets the closest field's name, before any work."""
     fields = finetune_config.get_config("digits").to_dict()
     fields.update(workdir=str(tmp_path / "run"), totl_steps=5)
-    with pytest.raises(errors.UsageError, match="unknown config field 'totl_steps'; did you mean 'total_steps'"):
+    with pytest.raises(
+        errors.UsageError, match="unknown config field 'totl_steps'; did you mean 'total_steps'"
+    ):
         training.run(ml_collections.ConfigDict(fields))
     assert not (tmp_path / "run").exists()

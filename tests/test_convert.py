@@ -1,4 +1,5 @@
 """python -m keras_vit.convert: official .npz <-> Keras weight files, both ways."""
+
 import os
 import subprocess
 import sys
@@ -20,8 +21,9 @@ def test_round_trip_through_weights_h5(tmp_path, monkeypatch):
     src = synth.save(tmp_path / "src.npz", synth.to_big_vision(params))
     h5 = str(tmp_path / "model.weights.h5")
     assert convert.main([src, h5, "--model=Test-S_16"]) == 0
-    assert weights.describe(h5) == dict(image_size=(64, 64), num_classes=7,
-                                        representation_size=64, classifier="token")
+    assert weights.describe(h5) == dict(
+        image_size=(64, 64), num_classes=7, representation_size=64, classifier="token"
+    )
     from_h5 = keras_vit.create_model("Test-S_16", weights=h5, classifier_activation=None)
     from_npz = keras_vit.create_model("Test-S_16", weights=src, classifier_activation=None)
     x = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
@@ -45,12 +47,12 @@ def test_big_vision_npz_to_vit_jax_npz(tmp_path):
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
-    assert convert.main([str(tmp_path / "missing.npz"), str(tmp_path / "x.weights.h5"),
-                         "--model=ViT-B_16"]) == 2
+    assert (
+        convert.main([str(tmp_path / "missing.npz"), str(tmp_path / "x.weights.h5"), "--model=ViT-B_16"]) == 2
+    )
     err = capsys.readouterr().err
     assert err == f"error: {tmp_path}/missing.npz: no such file; pass an existing checkpoint\n"
-    src = synth.save(tmp_path / "c.npz", synth.vit_jax_params(2, image_size=32,
-                                                              **dict(SMALL, patch_size=8)))
+    src = synth.save(tmp_path / "c.npz", synth.vit_jax_params(2, image_size=32, **dict(SMALL, patch_size=8)))
     assert convert.main([src, str(tmp_path / "x.weights.h5")]) == 2
     assert "--model is required" in capsys.readouterr().err
     assert convert.main([src, str(tmp_path / "x.weights.h5"), "--model=ViT-B_16"]) == 2
@@ -60,21 +62,41 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_command_line(tmp_path):
-    src = synth.save(tmp_path / "c.npz", synth.vit_jax_params(3, image_size=32, num_classes=3,
-                                                              **synth.TI16))
-    run = subprocess.run([sys.executable, "-m", "keras_vit.convert", src,
-                          str(tmp_path / "ti.weights.h5"), "--model=ViT-Ti_16"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    src = synth.save(tmp_path / "c.npz", synth.vit_jax_params(3, image_size=32, num_classes=3, **synth.TI16))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "keras_vit.convert",
+            src,
+            str(tmp_path / "ti.weights.h5"),
+            "--model=ViT-Ti_16",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == f"wrote {tmp_path}/ti.weights.h5: ViT-Ti_16 at 32x32, 3 classes"
-    bad = subprocess.run([sys.executable, "-m", "keras_vit.convert", src, str(tmp_path / "x.txt")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "keras_vit.convert", src, str(tmp_path / "x.txt")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # Importing the package starts TensorFlow, whose own start-up lines may precede ours.
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1] == (
-        f"error: {tmp_path}/x.txt: the output must end in .weights.h5 or .npz")
-    mismatch = subprocess.run([sys.executable, "-m", "keras_vit.convert", src,
-                               str(tmp_path / "b.weights.h5"), "--model=ViT-B_16"],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        f"error: {tmp_path}/x.txt: the output must end in .weights.h5 or .npz"
+    )
+    mismatch = subprocess.run(
+        [sys.executable, "-m", "keras_vit.convert", src, str(tmp_path / "b.weights.h5"), "--model=ViT-B_16"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert mismatch.returncode == 2 and "Traceback" not in mismatch.stderr
     assert mismatch.stderr.strip().splitlines()[-1].startswith(f"error: {src}: does not fit")

@@ -1,5 +1,6 @@
 """Input pipelines: sources, shapes and ranges, exact resume, replica/host invariance, eval padding,
 few-shot subsets, corrupt images and every DatasetError."""
+
 import hashlib
 import io
 import os
@@ -26,8 +27,18 @@ def tfds_dir(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("tfds"))
     if not os.path.exists(FAKE_TFDS):
         pytest.skip(f"{FAKE_TFDS} (builds the stand-in TFDS data) is not here")
-    command = [sys.executable, FAKE_TFDS, "--dataset", "oxford_iiit_pet", "--data_dir", root,
-               "--per_class", "2", "--test_per_class", "1"]
+    command = [
+        sys.executable,
+        FAKE_TFDS,
+        "--dataset",
+        "oxford_iiit_pet",
+        "--data_dir",
+        root,
+        "--per_class",
+        "2",
+        "--test_per_class",
+        "1",
+    ]
     subprocess.run(command, check=True, capture_output=True, timeout=300)
     return root
 
@@ -49,8 +60,10 @@ def take(input_fn, n, context=None):
 def global_batches(input_fn, n, pipelines, replicas):
     """Global batches as the replicas of `pipelines` hosts see them: host-major, replicas in turn."""
     per_host = replicas // pipelines
-    streams = [take(input_fn, n * per_host, tf.distribute.InputContext(pipelines, i, replicas))
-               for i in range(pipelines)]
+    streams = [
+        take(input_fn, n * per_host, tf.distribute.InputContext(pipelines, i, replicas))
+        for i in range(pipelines)
+    ]
     out = []
     for step in range(n):
         parts = [streams[h][step * per_host + r] for h in range(pipelines) for r in range(per_host)]
@@ -63,8 +76,9 @@ def eval_image(encoded, size):
 
 
 def train_ops(image_size, crop_min_area=0.05, random_flip=True):
-    return data.train_ops(types.SimpleNamespace(image_size=image_size, crop_min_area=crop_min_area,
-                                                random_flip=random_flip))
+    return data.train_ops(
+        types.SimpleNamespace(image_size=image_size, crop_min_area=crop_min_area, random_flip=random_flip)
+    )
 
 
 def assert_same_batches(a, b):
@@ -75,6 +89,7 @@ def assert_same_batches(a, b):
 
 
 # --------------------------------------------------------------------------------------------- sources
+
 
 def test_digits_is_a_stratified_split_of_the_real_1797_images(digits):
     assert digits.num_classes == 10 and digits.class_names == [str(i) for i in range(10)]
@@ -138,8 +153,9 @@ def test_augmentation_changes_between_epochs_and_eval_is_plain_resize(digits):
     epochs = [b[0][0] for b in take(fn, 4)]
     assert any(not np.array_equal(epochs[0], e) for e in epochs[1:])
     plain = eval_image(one.payloads[0], 16)
-    evaluated = take(data.InputFn(spec, "test", one, ops=data.eval_ops(16), global_batch_size=1,
-                                  training=False), 1)[0][0][0]
+    evaluated = take(
+        data.InputFn(spec, "test", one, ops=data.eval_ops(16), global_batch_size=1, training=False), 1
+    )[0][0][0]
     np.testing.assert_allclose(evaluated, plain)
 
 
@@ -149,20 +165,39 @@ def test_crop_min_area_and_flip_shape_the_training_augmentation(digits):
     one.payloads, one.labels, one.count = one.payloads[:1], one.labels[:1], 1
     plain = eval_image(one.payloads[0], 16)
     # A crop of the whole (square) image and no flip: training sees the evaluation image.
-    fn = data.InputFn(spec, "train", one, ops=train_ops(16, crop_min_area=1.0, random_flip=False),
-                      global_batch_size=1, training=True)
+    fn = data.InputFn(
+        spec,
+        "train",
+        one,
+        ops=train_ops(16, crop_min_area=1.0, random_flip=False),
+        global_batch_size=1,
+        training=True,
+    )
     for batch in take(fn, 3):
         np.testing.assert_allclose(batch[0][0], plain, atol=1e-6)
     # With flips on, some epochs see the mirrored image, and only it or the original.
-    fn = data.InputFn(spec, "train", one, ops=train_ops(16, crop_min_area=1.0, random_flip=True),
-                      global_batch_size=1, training=True)
+    fn = data.InputFn(
+        spec,
+        "train",
+        one,
+        ops=train_ops(16, crop_min_area=1.0, random_flip=True),
+        global_batch_size=1,
+        training=True,
+    )
     seen = [b[0][0] for b in take(fn, 8)]
     mirrored = plain[:, ::-1]
     assert all(np.allclose(x, plain, atol=1e-6) or np.allclose(x, mirrored, atol=1e-6) for x in seen)
     assert any(np.allclose(x, mirrored, atol=1e-6) for x in seen)
     # The keyword arguments build the same ops.
-    fn = data.make_input_fn(spec, "train[:1]", image_size=16, global_batch_size=1, training=True,
-                            crop_min_area=1.0, random_flip=False)
+    fn = data.make_input_fn(
+        spec,
+        "train[:1]",
+        image_size=16,
+        global_batch_size=1,
+        training=True,
+        crop_min_area=1.0,
+        random_flip=False,
+    )
     np.testing.assert_allclose(take(fn, 1)[0][0][0], plain, atol=1e-6)
     with pytest.raises(data.DatasetError, match=r"inception_crop\(min_area=0.0\): min_area must be in"):
         data.make_input_fn(spec, "train", image_size=8, global_batch_size=1, training=True, crop_min_area=0)
@@ -173,14 +208,30 @@ def test_crop_min_area_and_flip_shape_the_training_augmentation(digits):
 PINNED_FIRST_BATCHES = [
     # (make_input_fn keywords, sha256 of the images (first 16 hex digits), labels,
     #  images[0, 5, 7, 0] and images[3, 11, 2, 1])
-    (dict(image_size=24, global_batch_size=8, training=True, seed=7),
-     "b7498ed83e245bc7", [5, 3, 1, 2, 0, 0, 8, 9], (-0.6705882549285889, -0.9779784679412842)),
-    (dict(image_size=24, global_batch_size=8, training=True, seed=7, crop_min_area=0.5, random_flip=False),
-     "2126509badf0a2da", [5, 3, 1, 2, 0, 0, 8, 9], (0.5455882549285889, -1.0)),
-    (dict(image_size=16, global_batch_size=8, training=True, seed=3, start_step=500),
-     "a6b05b4f2c9c75e9", [6, 8, 6, 2, 3, 8, 6, 5], (0.6522977352142334, 0.36348044872283936)),
-    (dict(split="test", image_size=24, global_batch_size=8, training=False),
-     "b7a200416741adce", [7, 6, 3, 7, 7, 3, 2, 8], (0.5816993713378906, -1.0)),
+    (
+        dict(image_size=24, global_batch_size=8, training=True, seed=7),
+        "b7498ed83e245bc7",
+        [5, 3, 1, 2, 0, 0, 8, 9],
+        (-0.6705882549285889, -0.9779784679412842),
+    ),
+    (
+        dict(image_size=24, global_batch_size=8, training=True, seed=7, crop_min_area=0.5, random_flip=False),
+        "2126509badf0a2da",
+        [5, 3, 1, 2, 0, 0, 8, 9],
+        (0.5455882549285889, -1.0),
+    ),
+    (
+        dict(image_size=16, global_batch_size=8, training=True, seed=3, start_step=500),
+        "a6b05b4f2c9c75e9",
+        [6, 8, 6, 2, 3, 8, 6, 5],
+        (0.6522977352142334, 0.36348044872283936),
+    ),
+    (
+        dict(split="test", image_size=24, global_batch_size=8, training=False),
+        "b7a200416741adce",
+        [7, 6, 3, 7, 7, 3, 2, 8],
+        (0.5816993713378906, -1.0),
+    ),
 ]
 
 
@@ -196,6 +247,7 @@ def test_first_digits_batch_is_pinned(digits, keywords, digest, labels, pixels):
 
 # ------------------------------------------------------------------------------------ resume, sharding
 
+
 @pytest.mark.parametrize("dataset", ["digits", "pets"])
 def test_exact_resume_matches_uninterrupted_stream(dataset, digits, pets):
     spec, split = {"digits": (data.get_spec("digits:0-2"), "train"), "pets": (pets, "train[:90%]")}[dataset]
@@ -204,8 +256,15 @@ def test_exact_resume_matches_uninterrupted_stream(dataset, digits, pets):
         batch = 64
 
     def input_fn(seed=9, start_step=0):
-        return data.make_input_fn(spec, split, image_size=16, global_batch_size=batch, training=True,
-                                  seed=seed, start_step=start_step)
+        return data.make_input_fn(
+            spec,
+            split,
+            image_size=16,
+            global_batch_size=batch,
+            training=True,
+            seed=seed,
+            start_step=start_step,
+        )
 
     fresh = take(input_fn(), steps)
     for start in (1, 5):
@@ -218,8 +277,9 @@ def test_exact_resume_matches_uninterrupted_stream(dataset, digits, pets):
 @pytest.mark.parametrize("dataset", ["digits", "pets"])
 def test_global_batches_do_not_depend_on_pipelines_or_replicas(dataset, digits, pets):
     spec = {"digits": digits, "pets": pets}[dataset]
-    fn = data.make_input_fn(spec, "train", image_size=16, global_batch_size=8, training=True, seed=2,
-                            start_step=3)
+    fn = data.make_input_fn(
+        spec, "train", image_size=16, global_batch_size=8, training=True, seed=2, start_step=3
+    )
     reference = take(fn, 4)
     for pipelines, replicas in ((1, 2), (2, 2), (2, 4), (4, 4)):
         assert_same_batches(global_batches(fn, 4, pipelines, replicas), reference)
@@ -249,12 +309,13 @@ def test_mirrored_replicas_together_see_the_global_batch(digits):
 
 # ----------------------------------------------------------------------------------------------- eval
 
+
 @pytest.mark.parametrize("dataset", ["digits", "pets"])
 def test_eval_is_one_padded_pass_with_weights(dataset, digits, pets):
     spec = {"digits": digits, "pets": pets}[dataset]
     n = spec.num_examples["test"]
     fn = data.make_input_fn(spec, "test", image_size=16, global_batch_size=32, training=False)
-    batches = take(fn, 10 ** 6)
+    batches = take(fn, 10**6)
     assert len(batches) == fn.num_batches == -(-n // 32)
     for images, labels, weights in batches:
         assert images.shape == (32, 16, 16, 3) and images.dtype == np.float32
@@ -267,21 +328,25 @@ def test_eval_is_one_padded_pass_with_weights(dataset, digits, pets):
     # two hosts x two replicas: same global batches, and the same number of steps on every replica
     assert_same_batches(global_batches(fn, len(batches), 2, 4), batches)
     for i in range(2):
-        assert len(take(fn, 10 ** 6, tf.distribute.InputContext(2, i, 4))) == 2 * len(batches)
+        assert len(take(fn, 10**6, tf.distribute.InputContext(2, i, 4))) == 2 * len(batches)
 
 
 # ---------------------------------------------------------------------------------------------- few-shot
 
+
 def test_examples_per_class_is_a_fixed_seeded_subset(digits):
-    fn = data.make_input_fn(digits, "train", image_size=8, global_batch_size=10, training=False,
-                            examples_per_class=10, seed=1)
+    fn = data.make_input_fn(
+        digits, "train", image_size=8, global_batch_size=10, training=False, examples_per_class=10, seed=1
+    )
     assert fn.num_examples == 100
     labels = np.concatenate([b[1] for b in take(fn, 100)])
     np.testing.assert_array_equal(np.bincount(labels), [10] * 10)
-    same = data.make_input_fn(digits, "train", image_size=8, global_batch_size=10, training=True,
-                              examples_per_class=10, seed=1)
-    other = data.make_input_fn(digits, "train", image_size=8, global_batch_size=10, training=True,
-                               examples_per_class=10, seed=2)
+    same = data.make_input_fn(
+        digits, "train", image_size=8, global_batch_size=10, training=True, examples_per_class=10, seed=1
+    )
+    other = data.make_input_fn(
+        digits, "train", image_size=8, global_batch_size=10, training=True, examples_per_class=10, seed=2
+    )
     np.testing.assert_array_equal(same.records.payloads, fn.records.payloads)
     assert not np.array_equal(other.records.payloads, fn.records.payloads)
     stream = np.concatenate([b[1] for b in take(same, 10)])  # one epoch of training = the 100 examples
@@ -289,16 +354,19 @@ def test_examples_per_class_is_a_fixed_seeded_subset(digits):
 
 
 def test_examples_per_class_on_tfds(pets):
-    fn = data.make_input_fn(pets, "train", image_size=8, global_batch_size=37, training=True,
-                            examples_per_class=1, seed=0)
+    fn = data.make_input_fn(
+        pets, "train", image_size=8, global_batch_size=37, training=True, examples_per_class=1, seed=0
+    )
     assert fn.num_examples == 37 and fn.records.payloads is not None
     np.testing.assert_array_equal(np.sort(take(fn, 1)[0][1]), np.arange(37))
     with pytest.raises(data.DatasetError, match="fewer than 3 examples of class"):
-        data.make_input_fn(pets, "train", image_size=8, global_batch_size=8, training=True,
-                           examples_per_class=3)
+        data.make_input_fn(
+            pets, "train", image_size=8, global_batch_size=8, training=True, examples_per_class=3
+        )
 
 
 # ----------------------------------------------------------------------------------------------- folder
+
 
 def _png(array):
     buf = io.BytesIO()
@@ -365,6 +433,7 @@ def test_folder_errors(folder, tmp_path):
 
 # ----------------------------------------------------------------------------------------------- errors
 
+
 def one_line(error):
     text = str(error.value)
     assert "\n" not in text and text
@@ -405,8 +474,9 @@ def test_bad_numbers(digits):
 
 
 def _tree(root):
-    return sorted(os.path.relpath(os.path.join(d, f), root)
-                  for d, dirs, files in os.walk(root) for f in dirs + files)
+    return sorted(
+        os.path.relpath(os.path.join(d, f), root) for d, dirs, files in os.walk(root) for f in dirs + files
+    )
 
 
 def test_not_prepared_and_offline_says_how_to_prepare(tmp_path, monkeypatch):
@@ -453,8 +523,9 @@ def test_not_an_image_classification_dataset(tmp_path):
 
 def test_examples_per_class_too_big_for_memory_streams_the_same_examples(pets, monkeypatch):
     def subset():
-        fn = data.make_input_fn(pets, "train", image_size=16, global_batch_size=37, training=False,
-                                examples_per_class=1, seed=3)
+        fn = data.make_input_fn(
+            pets, "train", image_size=16, global_batch_size=37, training=False, examples_per_class=1, seed=3
+        )
         return fn, take(fn, 1)
 
     in_memory_fn, in_memory = subset()
@@ -468,8 +539,9 @@ def test_streamed_split_in_several_shuffle_windows(pets, monkeypatch):
     monkeypatch.setattr(pipeline, "SHUFFLE_BUFFER", 16)  # 74 records: windows of 16, 16, 16, 16 and 10
 
     def input_fn(start_step=0):
-        return data.make_input_fn(pets, "train", image_size=8, global_batch_size=37, training=True, seed=1,
-                                  start_step=start_step)
+        return data.make_input_fn(
+            pets, "train", image_size=8, global_batch_size=37, training=True, seed=1, start_step=start_step
+        )
 
     fresh = take(input_fn(), 6)
     epoch = np.concatenate([fresh[0][1], fresh[1][1]])

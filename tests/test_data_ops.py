@@ -1,5 +1,6 @@
 """The registered image ops: the lists train_ops and eval_ops build, their seeds, a new op, and
 the one-line DatasetError of every bad list."""
+
 import types
 
 import numpy as np
@@ -45,14 +46,24 @@ def test_train_ops_follow_the_config():
     config = fields(TRAINING)  # the run's fields at their declared defaults: the paper's augmentation
     config.image_size = 32
     assert ops.train_ops(config) == [
-        ("decode", {}), ("inception_crop", {"min_area": 0.05}), ("resize", {"size": 32}), ("flip_lr", {}),
-        ("value_range", {"low": -1.0, "high": 1.0})]
+        ("decode", {}),
+        ("inception_crop", {"min_area": 0.05}),
+        ("resize", {"size": 32}),
+        ("flip_lr", {}),
+        ("value_range", {"low": -1.0, "high": 1.0}),
+    ]
     config.crop_min_area, config.random_flip = 0.5, False
     assert ops.train_ops(config) == [
-        ("decode", {}), ("inception_crop", {"min_area": 0.5}), ("resize", {"size": 32}),
-        ("value_range", {"low": -1.0, "high": 1.0})]
-    assert ops.eval_ops(32) == [("decode", {}), ("resize", {"size": 32}),
-                                ("value_range", {"low": -1.0, "high": 1.0})]
+        ("decode", {}),
+        ("inception_crop", {"min_area": 0.5}),
+        ("resize", {"size": 32}),
+        ("value_range", {"low": -1.0, "high": 1.0}),
+    ]
+    assert ops.eval_ops(32) == [
+        ("decode", {}),
+        ("resize", {"size": 32}),
+        ("value_range", {"low": -1.0, "high": 1.0}),
+    ]
 
 
 def test_the_kth_random_op_is_seeded_with_fold_in_k():
@@ -62,7 +73,8 @@ def test_the_kth_random_op_is_seeded_with_fold_in_k():
     image = ops.inception_crop(0.3)(image, tf.random.experimental.stateless_fold_in(SEED, 1, alg="philox"))
     image = tf.image.resize(tf.cast(image, tf.float32), [16, 16], method="bilinear")
     image = tf.image.stateless_random_flip_left_right(
-        image, tf.random.experimental.stateless_fold_in(SEED, 2, alg="philox"))
+        image, tf.random.experimental.stateless_fold_in(SEED, 2, alg="philox")
+    )
     np.testing.assert_array_equal(got, tf.clip_by_value(image / 127.5 - 1.0, -1.0, 1.0))
 
 
@@ -89,8 +101,13 @@ def test_a_registered_op_joins_a_pipeline_and_leaves_the_other_seeds_alone(regis
 
     assert "invert" in ops.registered()
     plain = data.make_input_fn(digits, "test", image_size=8, global_batch_size=4, training=False)
-    inverted = data.make_input_fn(digits, "test", global_batch_size=4, training=False, ops=[
-        ("decode", {}), ("invert", {}), ("resize", {"size": 8}), ("value_range", {})])
+    inverted = data.make_input_fn(
+        digits,
+        "test",
+        global_batch_size=4,
+        training=False,
+        ops=[("decode", {}), ("invert", {}), ("resize", {"size": 8}), ("value_range", {})],
+    )
     (a, labels, _), (b, same_labels, _) = next(iter(plain(None))), next(iter(inverted(None)))
     np.testing.assert_allclose(b, -a, atol=1e-6)
     np.testing.assert_array_equal(labels, same_labels)
@@ -104,28 +121,47 @@ def test_a_registered_op_joins_a_pipeline_and_leaves_the_other_seeds_alone(regis
 
 
 def test_an_unknown_op_is_a_one_line_error_naming_the_registered_ones(digits):
-    message = _one_line_error(lambda: data.make_input_fn(
-        digits, "train", global_batch_size=4, training=True, ops=[("decode", {}), ("colour_jitter", {})]))
-    assert message == ("unknown image op 'colour_jitter': the registered ops are "
-                       "decode, flip_lr, inception_crop, resize, value_range")
+    message = _one_line_error(
+        lambda: data.make_input_fn(
+            digits, "train", global_batch_size=4, training=True, ops=[("decode", {}), ("colour_jitter", {})]
+        )
+    )
+    assert message == (
+        "unknown image op 'colour_jitter': the registered ops are "
+        "decode, flip_lr, inception_crop, resize, value_range"
+    )
 
 
-@pytest.mark.parametrize("op, expected", [
-    (("resize", {"size": 0}), "image op resize(size=0): size must be an integer >= 1, got 0"),
-    (("resize", {"height": 8}), "image op resize(height=8): "),
-    (("inception_crop", {"min_area": 1.5}),
-     "image op inception_crop(min_area=1.5): min_area must be in (0, 1]"),
-    (("value_range", {"low": 1, "high": -1}), "image op value_range(low=1, high=-1): low must be below high"),
-    ("decode", "an image op is a pair (op name, kwargs dict), got 'decode'"),
-])
+@pytest.mark.parametrize(
+    "op, expected",
+    [
+        (("resize", {"size": 0}), "image op resize(size=0): size must be an integer >= 1, got 0"),
+        (("resize", {"height": 8}), "image op resize(height=8): "),
+        (
+            ("inception_crop", {"min_area": 1.5}),
+            "image op inception_crop(min_area=1.5): min_area must be in (0, 1]",
+        ),
+        (
+            ("value_range", {"low": 1, "high": -1}),
+            "image op value_range(low=1, high=-1): low must be below high",
+        ),
+        ("decode", "an image op is a pair (op name, kwargs dict), got 'decode'"),
+    ],
+)
 def test_bad_ops_are_one_line_errors_naming_the_op(op, expected):
     assert _one_line_error(lambda: ops.Chain([op])).startswith(expected)
 
 
 def test_evaluation_takes_neither_random_ops_nor_images_of_several_sizes(digits):
-    message = _one_line_error(lambda: data.make_input_fn(
-        digits, "test", global_batch_size=4, training=False, ops=data.train_ops(
-            types.SimpleNamespace(image_size=8, crop_min_area=0.05, random_flip=True))))
+    message = _one_line_error(
+        lambda: data.make_input_fn(
+            digits,
+            "test",
+            global_batch_size=4,
+            training=False,
+            ops=data.train_ops(types.SimpleNamespace(image_size=8, crop_min_area=0.05, random_flip=True)),
+        )
+    )
     assert "random inception_crop, flip_lr" in message
     unsized = data.make_input_fn(digits, "test", global_batch_size=4, training=False, ops=[("decode", {})])
     assert "end them with a resize" in _one_line_error(lambda: unsized(None))
@@ -133,5 +169,6 @@ def test_evaluation_takes_neither_random_ops_nor_images_of_several_sizes(digits)
 
 def test_ops_and_the_augmentation_keywords_do_not_mix(digits):
     with pytest.raises(TypeError, match="set them in the ops"):
-        data.make_input_fn(digits, "train", global_batch_size=4, training=True, random_flip=False,
-                           ops=data.eval_ops(8))
+        data.make_input_fn(
+            digits, "train", global_batch_size=4, training=True, random_flip=False, ops=data.eval_ops(8)
+        )

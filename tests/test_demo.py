@@ -1,4 +1,5 @@
 """trainers.demo: the whole `make demo` pipeline at a tiny step budget, end to end, in-process."""
+
 import json
 import os
 
@@ -7,8 +8,16 @@ from trainer_cli import scalar_tags
 
 from trainers import demo
 
-STAGES = ("pretrain", "fewshot", "fewshot_random_init", "fewshot_pixels", "finetune", "finetune_10per_class",
-          "scratch", "scratch_10per_class")
+STAGES = (
+    "pretrain",
+    "fewshot",
+    "fewshot_random_init",
+    "fewshot_pixels",
+    "finetune",
+    "finetune_10per_class",
+    "scratch",
+    "scratch_10per_class",
+)
 SMALL = dict(pretrain_steps=8, finetune_steps=4, few_finetune_steps=2, seeds=2)
 
 
@@ -18,8 +27,13 @@ def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys):
     results = demo.run(workdir, small=True, **SMALL)
     out = capsys.readouterr().out
 
-    expected = {"pretrain/test_accuracy", "finetune/test_accuracy", "finetune_10per_class/test_accuracy",
-                "scratch/test_accuracy", "scratch_10per_class/test_accuracy"}
+    expected = {
+        "pretrain/test_accuracy",
+        "finetune/test_accuracy",
+        "finetune_10per_class/test_accuracy",
+        "scratch/test_accuracy",
+        "scratch_10per_class/test_accuracy",
+    }
     for probe in ("fewshot", "fewshot_random_init", "fewshot_pixels"):
         expected |= {f"{probe}/{k}shot_accuracy{s}" for k in (1, 5, 10) for s in ("", "_std")}
     assert expected <= set(results)
@@ -43,15 +57,20 @@ def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys):
     assert probe["weights"].endswith(os.path.join("pretrain", "model.npz")) and probe["feature_dim"] == 64
 
     # One table with every method, and the TensorBoard command.
-    for label in ("linear probe, pre-trained ViT features", "linear probe, raw pixels",
-                  "fine-tune the pre-trained ViT", "same ViT from scratch, same budget"):
+    for label in (
+        "linear probe, pre-trained ViT features",
+        "linear probe, raw pixels",
+        "fine-tune the pre-trained ViT",
+        "same ViT from scratch, same budget",
+    ):
         assert label in out
     assert f"tensorboard --logdir {workdir}" in out
 
     # Same command again: every stage resumes as finished and the numbers are the same.
     again = demo.run(workdir, small=True, **SMALL)
-    assert {k: v for k, v in again.items() if k != "wall_time_s"} == \
-        {k: v for k, v in results.items() if k != "wall_time_s"}
+    assert {k: v for k, v in again.items() if k != "wall_time_s"} == {
+        k: v for k, v in results.items() if k != "wall_time_s"
+    }
 
 
 def test_other_settings_on_the_same_workdir_are_refused(tmp_path, capsys):

@@ -1,4 +1,5 @@
 """Strategies from flags, their one-line errors, and two worker processes feeding the same global batches."""
+
 import json
 import os
 import subprocess
@@ -63,26 +64,36 @@ def test_no_gpu():
     assert "sees no GPU" in one_line(e) and "--strategy=cpu" in one_line(e)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(strategy="mirrored"),
-     "unknown --strategy='mirrored': use one of auto, tpu, gpu, cpu, multi_worker"),
-    (dict(strategy="cpu", cpu_devices=0), "--cpu_devices must be a positive integer, got 0"),
-    (dict(strategy="cpu", cpu_devices="2"), "--cpu_devices must be a positive integer, got '2'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            dict(strategy="mirrored"),
+            "unknown --strategy='mirrored': use one of auto, tpu, gpu, cpu, multi_worker",
+        ),
+        (dict(strategy="cpu", cpu_devices=0), "--cpu_devices must be a positive integer, got 0"),
+        (dict(strategy="cpu", cpu_devices="2"), "--cpu_devices must be a positive integer, got '2'"),
+    ],
+)
 def test_bad_arguments(kwargs, message):
     with pytest.raises(distribute.StrategyError) as e:
         distribute.create_strategy(**kwargs)
     assert one_line(e) == message
 
 
-@pytest.mark.parametrize("tf_config, message", [
-    (None, "--strategy=multi_worker needs the TF_CONFIG environment variable"),
-    ("{not json", "invalid TF_CONFIG (JSONDecodeError"),
-    (json.dumps({"task": {"type": "worker", "index": 0}}), "invalid TF_CONFIG (KeyError: 'cluster')"),
-    (json.dumps({"cluster": {"worker": ["localhost:1"]}}), "invalid TF_CONFIG (KeyError: 'task')"),
-    (json.dumps({"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}),
-     "invalid TF_CONFIG (ValueError: task does not name one of the cluster's workers)"),
-])
+@pytest.mark.parametrize(
+    "tf_config, message",
+    [
+        (None, "--strategy=multi_worker needs the TF_CONFIG environment variable"),
+        ("{not json", "invalid TF_CONFIG (JSONDecodeError"),
+        (json.dumps({"task": {"type": "worker", "index": 0}}), "invalid TF_CONFIG (KeyError: 'cluster')"),
+        (json.dumps({"cluster": {"worker": ["localhost:1"]}}), "invalid TF_CONFIG (KeyError: 'task')"),
+        (
+            json.dumps({"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}),
+            "invalid TF_CONFIG (ValueError: task does not name one of the cluster's workers)",
+        ),
+    ],
+)
 def test_bad_tf_config(monkeypatch, tf_config, message):
     if tf_config is None:
         monkeypatch.delenv("TF_CONFIG", raising=False)
@@ -94,8 +105,12 @@ def test_bad_tf_config(monkeypatch, tf_config, message):
 
 
 def test_multi_worker_on_cpu_has_one_replica_per_worker(monkeypatch):
-    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["localhost:1", "localhost:2"]},
-                                                "task": {"type": "worker", "index": 0}}))
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        json.dumps(
+            {"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 0}}
+        ),
+    )
     with pytest.raises(distribute.StrategyError) as e:
         distribute.create_strategy("multi_worker", cpu_devices=2)
     assert "--cpu_devices>1 does not apply to --strategy=multi_worker on CPU" in one_line(e)
@@ -127,11 +142,23 @@ def test_two_worker_processes_see_the_one_pipeline_global_batches():
     script = _WORKER.format(root=ROOT)
     procs = []
     for index in range(2):
-        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": {"worker": workers},
-                                                     "task": {"type": "worker", "index": index}}),
-                   TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-        procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        env = dict(
+            os.environ,
+            TF_CONFIG=json.dumps(
+                {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            ),
+            TF_CPP_MIN_LOG_LEVEL="2",
+            CUDA_VISIBLE_DEVICES="",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", script],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outputs = []
     for proc in procs:
         try:
@@ -142,14 +169,25 @@ def test_two_worker_processes_see_the_one_pipeline_global_batches():
         outputs.append(stdout)
     for stdout in outputs:
         assert "DESCRIBE MultiWorkerMirroredStrategy: 2 replica(s) on 2 worker(s)" in stdout
-    results = [json.loads(line.split(" ", 1)[1]) for stdout in outputs for line in stdout.splitlines()
-               if line.startswith("BATCHES ")]
+    results = [
+        json.loads(line.split(" ", 1)[1])
+        for stdout in outputs
+        for line in stdout.splitlines()
+        if line.startswith("BATCHES ")
+    ]
     assert len(results) == 2 and results[0] == results[1]
 
     spec = data.get_spec("digits")
     for name, training in (("train", True), ("test", False)):
-        fn = data.make_input_fn(spec, name, image_size=8, global_batch_size=6, training=training, seed=7,
-                                start_step=2 if training else 0)
+        fn = data.make_input_fn(
+            spec,
+            name,
+            image_size=8,
+            global_batch_size=6,
+            training=training,
+            seed=7,
+            start_step=2 if training else 0,
+        )
         expected = [batch for _, batch in zip(range(4), fn(None))]
         for got, want in zip(results[0][name], expected):
             for g, w in zip(got, want):

@@ -5,6 +5,7 @@ on the grid); a model of no fixed size resizes its stored ones at call time. The
 agree, on non-square grids too (10 x 20 would go wrong if a grid were transposed), under XLA,
 on the JAX backend, and after saving.
 """
+
 import json
 import os
 import subprocess
@@ -21,12 +22,20 @@ from keras_vit import weights
 
 # Patch 16, so 224, 384 and 160 x 320 give the grids of the real models (14, 24, 10 x 20).
 SMALL = dict(patch_size=16, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
-HYBRID = dict(patch_size=1, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
-              resnet_layers=(1, 1), resnet_width=0.5)
+HYBRID = dict(
+    patch_size=1,
+    hidden_size=32,
+    num_layers=1,
+    num_heads=2,
+    mlp_dim=64,
+    resnet_layers=(1, 1),
+    resnet_width=0.5,
+)
 SIZES = [(224, 224), (384, 384), (160, 320)]
 # ../shared sits beside the repository (the project layout), never at a fixed absolute path.
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "shared", "fixtures")
+FIXTURES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "fixtures"
+)
 
 
 def _pixels(size, seed=0, n=2):
@@ -42,16 +51,18 @@ def _randomise(model, seed=0):
 
 def _fixed_from_npz(path, size, config):
     """A fixed-size model whose position embeddings the checkpoint loader resized."""
-    return keras_vit.create_model("ViT-B_16", weights=path, image_size=size, classifier_activation=None,
-                                  **config)
+    return keras_vit.create_model(
+        "ViT-B_16", weights=path, image_size=size, classifier_activation=None, **config
+    )
 
 
 @pytest.fixture(scope="module")
 def dynamic(tmp_path_factory):
     """A dynamic-size model with random weights, built once, and its weights as an official .npz."""
     keras.utils.set_random_seed(7)
-    model = _randomise(keras_vit.ViT(image_size=(None, None), num_classes=5, classifier_activation=None,
-                                     **SMALL), seed=7)
+    model = _randomise(
+        keras_vit.ViT(image_size=(None, None), num_classes=5, classifier_activation=None, **SMALL), seed=7
+    )
     path = str(tmp_path_factory.mktemp("dynamic") / "dynamic.npz")
     weights.save_npz(model, path)
     return model, path
@@ -110,15 +121,20 @@ def test_one_fixed_axis_stores_its_own_size_and_resizes_the_other(dynamic, tmp_p
 
 
 def test_hybrid_grid_follows_the_resnet_stems_rounding(tmp_path):
-    model = _randomise(keras_vit.ViT(image_size=None, base_image_size=64, num_classes=3,
-                                     classifier_activation=None, **HYBRID), seed=5)
+    model = _randomise(
+        keras_vit.ViT(
+            image_size=None, base_image_size=64, num_classes=3, classifier_activation=None, **HYBRID
+        ),
+        seed=5,
+    )
     assert model.get_layer("posembed_input").grid_size == (8, 8)
     path = str(tmp_path / "hybrid.npz")
     weights.save_npz(model, path)
     size = (100, 150)  # SAME-padded strides: 100 -> 50 -> 25 -> 13 and 150 -> 75 -> 38 -> 19
     assert model.token_grid(size) == (13, 19)
-    fixed = keras_vit.create_model("R50+ViT-B_16", weights=path, image_size=size,
-                                   classifier_activation=None, **HYBRID)
+    fixed = keras_vit.create_model(
+        "R50+ViT-B_16", weights=path, image_size=size, classifier_activation=None, **HYBRID
+    )
     assert fixed.get_layer("posembed_input").grid_size == (13, 19)
     x = _pixels(size, seed=6)
     np.testing.assert_allclose(model(x), fixed(x), atol=1e-5, rtol=0)
@@ -128,13 +144,23 @@ def test_reproduces_the_independent_reference_at_its_own_and_the_doubled_size():
     # Logits from a separate PyTorch implementation at 32 px and, after the official resize,
     # at 64 px (see the fixtures' README): one model gives both.
     outputs = np.load(f"{FIXTURES}/tiny_vit_reference_outputs.npz", allow_pickle=False)
-    model = keras_vit.ViT(image_size=(None, None), base_image_size=32, patch_size=8, hidden_size=48,
-                          num_layers=2, num_heads=3, mlp_dim=96, num_classes=7,
-                          include_preprocessing=False, classifier_activation=None)
+    model = keras_vit.ViT(
+        image_size=(None, None),
+        base_image_size=32,
+        patch_size=8,
+        hidden_size=48,
+        num_layers=2,
+        num_heads=3,
+        mlp_dim=96,
+        num_classes=7,
+        include_preprocessing=False,
+        classifier_activation=None,
+    )
     weights.load_weights(model, f"{FIXTURES}/tiny_vit_vit_jax_layout.npz")
     for size in (32, 64):
-        np.testing.assert_allclose(model(outputs[f"x_{size}_nhwc"]), outputs[f"logits_{size}"],
-                                   atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            model(outputs[f"x_{size}_nhwc"]), outputs[f"logits_{size}"], atol=1e-5, rtol=0
+        )
 
 
 def test_official_weights_keep_their_own_grid_in_a_dynamic_model(tmp_path):
@@ -143,8 +169,9 @@ def test_official_weights_keep_their_own_grid_in_a_dynamic_model(tmp_path):
     model = keras_vit.ViT_Ti16(weights=path, input_shape=(None, None, 3), classifier_activation=None)
     layer = model.get_layer("posembed_input")
     assert layer.grid_size == (24, 24) and model.base_image_size == (384, 384)
-    np.testing.assert_array_equal(layer.pos_embedding.numpy(),
-                                  params["Transformer/posembed_input/pos_embedding"])
+    np.testing.assert_array_equal(
+        layer.pos_embedding.numpy(), params["Transformer/posembed_input/pos_embedding"]
+    )
     fixed = keras_vit.ViT_Ti16(weights=path, input_shape=(224, 224, 3), classifier_activation=None)
     x = _pixels((224, 224), n=1)
     np.testing.assert_allclose(model(x), fixed(x), atol=1e-5, rtol=0)
@@ -157,8 +184,10 @@ def test_tensorflow_xla_and_graphs_of_unknown_size_equal_eager(dynamic):
     xla = tf.function(lambda images: model(images, training=False), jit_compile=True)
     np.testing.assert_allclose(xla(x), eager, atol=1e-5, rtol=0)
     # Traced once for every size: the grid is only known when the graph runs.
-    any_size = tf.function(lambda images: model(images, training=False),
-                           input_signature=[tf.TensorSpec((None, None, None, 3), tf.float32)])
+    any_size = tf.function(
+        lambda images: model(images, training=False),
+        input_signature=[tf.TensorSpec((None, None, None, 3), tf.float32)],
+    )
     for size in ((160, 320), (96, 48)):
         x = _pixels(size, seed=9)
         np.testing.assert_allclose(any_size(x), model(x), atol=1e-5, rtol=0)
@@ -201,8 +230,21 @@ def test_jax_jit_equals_tensorflow_eager(dynamic, tmp_path):
     np.savez(inputs, x=x)
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run([sys.executable, "-c", JAX_SCRIPT, str(config), str(weights_file), str(inputs),
-                    str(tmp_path / "jax.npz")], check=True, env=env, cwd=root, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            JAX_SCRIPT,
+            str(config),
+            str(weights_file),
+            str(inputs),
+            str(tmp_path / "jax.npz"),
+        ],
+        check=True,
+        env=env,
+        cwd=root,
+        timeout=300,
+    )
     result = np.load(tmp_path / "jax.npz")
     expected = np.asarray(model(x))
     np.testing.assert_allclose(result["jit"], expected, atol=1e-5, rtol=0)

@@ -1,4 +1,5 @@
 """trainers.fewshot: features of frozen models, the evaluator, the command line and its errors."""
+
 import json
 import os
 
@@ -11,10 +12,24 @@ import keras_vit
 from keras_vit import weights as weights_lib
 from trainers import data, distribute, errors, features, fewshot, linear_probe
 
-TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
-            include_preprocessing=False)
-TINY_FLAGS = ["--model=ViT-Ti_16", "--image_size=8", "--patch_size=4", "--hidden_size=16", "--num_layers=1",
-              "--num_heads=2", "--mlp_dim=32"]
+TINY = dict(
+    image_size=8,
+    patch_size=4,
+    hidden_size=16,
+    num_layers=1,
+    num_heads=2,
+    mlp_dim=32,
+    include_preprocessing=False,
+)
+TINY_FLAGS = [
+    "--model=ViT-Ti_16",
+    "--image_size=8",
+    "--patch_size=4",
+    "--hidden_size=16",
+    "--num_layers=1",
+    "--num_heads=2",
+    "--mlp_dim=32",
+]
 
 
 def tiny_vit(**overrides):
@@ -22,12 +37,15 @@ def tiny_vit(**overrides):
     return keras_vit.ViT(**{**TINY, "num_classes": 5, **overrides})
 
 
-@pytest.mark.parametrize("kwargs,dims", [
-    (dict(representation_size=12), 12),  # head + pre-logits: the pre-logits
-    (dict(), 16),  # head only: the class token
-    (dict(classifier="gap"), 16),
-    (dict(include_top=False, pooling="token", representation_size=12), 12),
-])
+@pytest.mark.parametrize(
+    "kwargs,dims",
+    [
+        (dict(representation_size=12), 12),  # head + pre-logits: the pre-logits
+        (dict(), 16),  # head only: the class token
+        (dict(classifier="gap"), 16),
+        (dict(include_top=False, pooling="token", representation_size=12), 12),
+    ],
+)
 def test_representation_is_what_the_head_sees(kwargs, dims):
     model = tiny_vit(**kwargs)
     images = np.random.default_rng(0).uniform(-1, 1, (3, 8, 8, 3)).astype("float32")
@@ -61,11 +79,13 @@ def test_extract_features_drops_padding_and_agrees_across_replicas():
 
 
 def test_evaluator_on_pixels_reports_every_shot_above_chance():
-    evaluator = fewshot.FewShotEvaluator(["digits:5-9"], image_size=8, batch_size=128, shots="1,5,10",
-                                         seeds=2)
+    evaluator = fewshot.FewShotEvaluator(
+        ["digits:5-9"], image_size=8, batch_size=128, shots="1,5,10", seeds=2
+    )
     results = evaluator.run(fewshot.PIXELS)
-    assert sorted(results) == sorted(f"fewshot/digits_5-9/{k}shot_accuracy{s}" for k in (1, 5, 10)
-                                     for s in ("", "_std"))
+    assert sorted(results) == sorted(
+        f"fewshot/digits_5-9/{k}shot_accuracy{s}" for k in (1, 5, 10) for s in ("", "_std")
+    )
     assert results["fewshot/digits_5-9/1shot_accuracy"] > 0.4  # chance is 0.2
     assert results["fewshot/digits_5-9/10shot_accuracy"] > 0.8
     # Features are cached; a second call gives the same numbers.
@@ -86,8 +106,9 @@ def test_evaluator_follows_a_model_that_keeps_training():
 
 
 def test_sweep_and_too_many_shots(tmp_path):
-    evaluator = fewshot.FewShotEvaluator("digits:5-9", image_size=8, batch_size=128, shots=(5,), seeds=1,
-                                         l2_reg="sweep")
+    evaluator = fewshot.FewShotEvaluator(
+        "digits:5-9", image_size=8, batch_size=128, shots=(5,), seeds=1, l2_reg="sweep"
+    )
     results = evaluator.run(fewshot.PIXELS)
     assert results["fewshot/digits_5-9/5shot_accuracy"] > 0.6
     assert evaluator.l2_used[("digits_5-9", 5)] in linear_probe.L2_SWEEP
@@ -101,13 +122,16 @@ def run_main(argv, capsys):
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--dataset=digits:5-9", "--model=pixels", "--shots=1,500"], "500-shot needs 500 examples"),
-    (["--dataset=no_such_dataset_xyz", "--model=pixels"], "no_such_dataset_xyz"),
-    (["--dataset=digits:5-9", "--model=ViT-Q_99"], "unknown --model 'ViT-Q_99'"),
-    (["--dataset=digits:5-9", "--model=pixels", "--l2_reg=-1"], "--l2_reg must be a positive number"),
-    (["--dataset=digits:5-9", "--model=pixels", "--shots=a,b"], "--shots must be comma-separated"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--dataset=digits:5-9", "--model=pixels", "--shots=1,500"], "500-shot needs 500 examples"),
+        (["--dataset=no_such_dataset_xyz", "--model=pixels"], "no_such_dataset_xyz"),
+        (["--dataset=digits:5-9", "--model=ViT-Q_99"], "unknown --model 'ViT-Q_99'"),
+        (["--dataset=digits:5-9", "--model=pixels", "--l2_reg=-1"], "--l2_reg must be a positive number"),
+        (["--dataset=digits:5-9", "--model=pixels", "--shots=a,b"], "--shots must be comma-separated"),
+    ],
+)
 def test_errors_are_one_line_and_exit_2(argv, message, tmp_path, capsys):
     workdir = tmp_path / "run"
     code, err = run_main(argv + [f"--workdir={workdir}", "--image_size=8"], capsys)
@@ -120,8 +144,9 @@ def test_checkpoint_of_another_variant_is_a_one_line_error(tmp_path, capsys):
     other = tiny_vit(hidden_size=24, representation_size=24)
     path = str(tmp_path / "other.npz")
     weights_lib.save_npz(other, path)
-    code, err = run_main(["--dataset=digits:5-9", *TINY_FLAGS, f"--weights={path}",
-                          f"--workdir={tmp_path / 'run'}"], capsys)
+    code, err = run_main(
+        ["--dataset=digits:5-9", *TINY_FLAGS, f"--weights={path}", f"--workdir={tmp_path / 'run'}"], capsys
+    )
     assert code == 2 and err.count("\n") == 1
     assert "ViT-Ti_16" in err and "does not fit this model" in err and "hidden_size=24" in err
 
@@ -131,8 +156,14 @@ def test_probes_of_pretrained_npz_use_its_pre_logits(tmp_path):
     path = str(tmp_path / "model.npz")
     weights_lib.save_npz(model, path)
     config = fewshot.get_config("digits:5-9")
-    config.update(dict(zip(("model", "image_size", "patch_size", "hidden_size", "num_layers", "num_heads",
-                            "mlp_dim"), ("ViT-Ti_16", 8, 4, 16, 1, 2, 32))))
+    config.update(
+        dict(
+            zip(
+                ("model", "image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"),
+                ("ViT-Ti_16", 8, 4, 16, 1, 2, 32),
+            )
+        )
+    )
     config.update(weights=path, pre_logits=False, shots="1,3", seeds=2, workdir=str(tmp_path / "run"))
     results = fewshot.run(config)
     assert results["feature_dim"] == 12  # the file's pre-logits, not the 16-dim class token
@@ -157,15 +188,37 @@ def test_cli_on_tfds_data_with_a_trained_model(cifar10_dir, tmp_path):
     for flag in TINY_FLAGS:
         name, value = flag[2:].split("=")
         train[name] = type(train[name])(value)
-    train.update(data_dir=cifar10_dir, workdir=str(tmp_path / "train"), weights="none", total_steps=60,
-                 warmup_steps=5, batch_size=40, base_lr=0.05, steps_per_loop=20, eval_every=0,
-                 checkpoint_every=0, train_split="train", eval_splits="test=test", jit_compile="false")
+    train.update(
+        data_dir=cifar10_dir,
+        workdir=str(tmp_path / "train"),
+        weights="none",
+        total_steps=60,
+        warmup_steps=5,
+        batch_size=40,
+        base_lr=0.05,
+        steps_per_loop=20,
+        eval_every=0,
+        checkpoint_every=0,
+        train_split="train",
+        eval_splits="test=test",
+        jit_compile="false",
+    )
     finetune.run(train)
 
     workdir = tmp_path / "fewshot"
-    proc = run_cli("fewshot", ["--dataset=cifar10", f"--data_dir={cifar10_dir}", *TINY_FLAGS,
-                               f"--weights={tmp_path / 'train' / 'model.npz'}", "--shots=1,2,5,10",
-                               "--seeds=3", "--batch_size=32", f"--workdir={workdir}"])
+    proc = run_cli(
+        "fewshot",
+        [
+            "--dataset=cifar10",
+            f"--data_dir={cifar10_dir}",
+            *TINY_FLAGS,
+            f"--weights={tmp_path / 'train' / 'model.npz'}",
+            "--shots=1,2,5,10",
+            "--seeds=3",
+            "--batch_size=32",
+            f"--workdir={workdir}",
+        ],
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = read_results(workdir)
     for k in (1, 2, 5, 10):
@@ -180,8 +233,17 @@ def test_cli_on_tfds_data_with_a_trained_model(cifar10_dir, tmp_path):
         assert json.load(f)["shots"] == "1,2,5,10"
 
     # The real command line reports bad input as one line, exit code 2, nothing written.
-    bad = run_cli("fewshot", ["--dataset=cifar10", f"--data_dir={cifar10_dir}", "--model=pixels",
-                              "--image_size=8", "--shots=13", f"--workdir={tmp_path / 'bad'}"])
+    bad = run_cli(
+        "fewshot",
+        [
+            "--dataset=cifar10",
+            f"--data_dir={cifar10_dir}",
+            "--model=pixels",
+            "--image_size=8",
+            "--shots=13",
+            f"--workdir={tmp_path / 'bad'}",
+        ],
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "13-shot needs 13 examples" in bad.stderr.strip().splitlines()[-1]
     assert not os.path.exists(tmp_path / "bad" / "results.json")

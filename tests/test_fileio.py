@@ -1,4 +1,5 @@
 """keras_vit.fileio: one file layer for local paths and TensorFlow file systems (ram:// here)."""
+
 import os
 import stat
 import subprocess
@@ -63,9 +64,9 @@ def test_local_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path)
 
 def test_ram_write_read_and_failed_write(ram_dir):
     path = fileio.join(ram_dir, "run", "config.json")
-    fileio.write_atomic(path, "{\"a\": 1}\n")
+    fileio.write_atomic(path, '{"a": 1}\n')
     with fileio.open(path) as f:
-        assert f.read() == "{\"a\": 1}\n"
+        assert f.read() == '{"a": 1}\n'
     fileio.write_atomic(path, lambda tmp: open(tmp, "wb").write(b"from a local file"))
     with fileio.open(path, "rb") as f:
         assert f.read() == b"from a local file"
@@ -128,7 +129,6 @@ def test_keras_vit_runs_on_jax_without_tensorflow(tmp_path):
         "import keras; print(keras.backend.backend())\n"
     )
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().endswith("jax")

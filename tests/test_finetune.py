@@ -62,6 +62,7 @@ def _assert_same_results(a, b, rel):
         assert a["eval"][split]["accuracy"] == pytest.approx(b["eval"][split]["accuracy"], abs=1e-9)
 
 
+@pytest.mark.slow
 def test_trains_evaluates_logs_and_checkpoints(reference):
     workdir, proc = reference
     results = read_results(workdir)
@@ -91,6 +92,7 @@ def test_trains_evaluates_logs_and_checkpoints(reference):
     assert "img/s" in proc.stdout and "ETA" in proc.stdout
 
 
+@pytest.mark.slow
 def test_rerun_of_a_finished_run_reports_the_same(reference, tmp_path):
     workdir = str(tmp_path / "copy")
     shutil.copytree(reference[0], workdir)
@@ -113,6 +115,7 @@ def two_replicas(data_dir, reference, tmp_path_factory):
     return read_results(workdir)
 
 
+@pytest.mark.slow
 def test_two_replicas_match_one(reference, two_replicas):
     assert two_replicas["replicas"] == 2
     _assert_same_results(two_replicas, read_results(reference[0]), rel=1e-4)
@@ -211,6 +214,7 @@ def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, refer
     assert open(os.path.join(workdir, "results.json")).read() == before
 
 
+@pytest.mark.slow
 def test_oxford_iiit_pet_preset_splits(tmp_path):
     data_dir = tmp_path / "tfds"
     make_fake_tfds(data_dir, "oxford_iiit_pet", per_class=4, test_per_class=2)
@@ -267,10 +271,23 @@ def test_folder_dataset_with_a_truncated_jpeg_skips_it_and_trains_on(tmp_path):
     root = str(tmp_path / "images")
     _write_folder_dataset(root)
     workdir = str(tmp_path / "run")
-    proc = run_cli("finetune", TINY_MODEL + [
-        f"--dataset=folder:{root}", "--train_split=train", "--eval_splits=test=test", "--batch_size=16",
-        "--total_steps=20", "--warmup_steps=2", "--base_lr=0.1", "--steps_per_loop=5", "--eval_every=0",
-        "--checkpoint_every=0", f"--workdir={workdir}"])
+    proc = run_cli(
+        "finetune",
+        TINY_MODEL
+        + [
+            f"--dataset=folder:{root}",
+            "--train_split=train",
+            "--eval_splits=test=test",
+            "--batch_size=16",
+            "--total_steps=20",
+            "--warmup_steps=2",
+            "--base_lr=0.1",
+            "--steps_per_loop=5",
+            "--eval_every=0",
+            "--checkpoint_every=0",
+            f"--workdir={workdir}",
+        ],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = read_results(workdir)
     assert results["skipped_images"] == 1

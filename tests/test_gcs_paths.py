@@ -4,6 +4,7 @@ In-process, on the bundled digits with a tiny ViT: pre-train into ram://, fine-t
 ram:// model.npz into another ram:// workdir, then rerun to resume. Nothing may land in the
 local working directory (the old bug: a local folder named "gs:").
 """
+
 import uuid
 
 import numpy as np
@@ -13,8 +14,19 @@ import tensorflow as tf
 from keras_vit import fileio
 from trainers import finetune, pretrain
 
-TINY = dict(hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, batch_size=32, total_steps=6,
-            warmup_steps=1, steps_per_loop=3, eval_every=0, checkpoint_every=3, jit_compile="false")
+TINY = dict(
+    hidden_size=16,
+    num_layers=1,
+    num_heads=2,
+    mlp_dim=32,
+    batch_size=32,
+    total_steps=6,
+    warmup_steps=1,
+    steps_per_loop=3,
+    eval_every=0,
+    checkpoint_every=3,
+    jit_compile="false",
+)
 
 
 @pytest.fixture
@@ -38,8 +50,7 @@ def _assert_run_written(workdir):
     assert tf.io.gfile.glob(f"{workdir}/eval/events.out.tfevents.*")
 
 
-def test_pretrain_then_finetune_then_resume_on_a_remote_file_system(bucket, tmp_path, monkeypatch,
-                                                                    capsys):
+def test_pretrain_then_finetune_then_resume_on_a_remote_file_system(bucket, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     upstream = pretrain.get_config("digits")
     upstream.update(TINY, workdir=f"{bucket}/pretrain")
@@ -48,8 +59,9 @@ def test_pretrain_then_finetune_then_resume_on_a_remote_file_system(bucket, tmp_
 
     downstream = finetune.get_config("digits")
     # A zero learning rate keeps the loaded encoder as it was: the export shows what was loaded.
-    downstream.update(TINY, workdir=f"{bucket}/finetune", weights=f"{upstream.workdir}/model.npz",
-                      base_lr=0.0)
+    downstream.update(
+        TINY, workdir=f"{bucket}/finetune", weights=f"{upstream.workdir}/model.npz", base_lr=0.0
+    )
     first = finetune.run(downstream)
     _assert_run_written(downstream.workdir)
     loaded, exported = _params(f"{upstream.workdir}/model.npz"), _params(f"{downstream.workdir}/model.npz")

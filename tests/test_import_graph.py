@@ -12,6 +12,7 @@ imports TensorFlow only inside functions (for gs:// paths, or as the running bac
 project module is imported inside a function, and keras_vit imports other packages there only
 where that is deliberate, so the real dependencies stay visible at the top of each file.
 """
+
 import ast
 import os
 import textwrap
@@ -46,8 +47,8 @@ DELIBERATE_LAZY_IMPORTS = {
 
 @dataclass(frozen=True)
 class Import:
-    source: str           # the importing module
-    target: str           # the imported module, dotted
+    source: str  # the importing module
+    target: str  # the imported module, dotted
     function_level: bool  # inside a def, so it runs only when that function is called
     line: int
 
@@ -118,10 +119,15 @@ def project_edges(modules):
             else:
                 base = _absolute(module, path, node)
                 # `from pkg import mod` loads pkg.mod; `from pkg import name` only pkg.
-                targets = sorted({f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                                  for alias in node.names})
-            edges.extend(Import(module, target, in_function, node.lineno)
-                         for target in targets if target in modules)
+                targets = sorted(
+                    {
+                        f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                        for alias in node.names
+                    }
+                )
+            edges.extend(
+                Import(module, target, in_function, node.lineno) for target in targets if target in modules
+            )
     return edges
 
 
@@ -144,7 +150,7 @@ def find_cycle(edges):
                 on_path.pop()
                 done.add(node)
             elif child in on_path:
-                return on_path[on_path.index(child):] + [child]
+                return on_path[on_path.index(child) :] + [child]
             elif child not in done:
                 stack.append((child, iter(sorted(graph.get(child, ())))))
                 on_path.append(child)
@@ -183,8 +189,13 @@ def _cycle_among(packages):
 
 def test_the_graph_covers_every_package():
     # A walk that found nothing would pass every check below.
-    for module in ("keras_vit", "keras_vit.models", "keras_vit.weights", "trainers.finetune",
-                   "configs.finetune"):
+    for module in (
+        "keras_vit",
+        "keras_vit.models",
+        "keras_vit.weights",
+        "trainers.finetune",
+        "configs.finetune",
+    ):
         assert module in MODULES
     assert ("keras_vit", "keras_vit.models") in {(e.source, e.target) for e in EDGES}
 
@@ -200,15 +211,22 @@ def test_no_import_cycle_across_keras_vit_trainers_and_configs():
 
 
 def test_keras_vit_imports_nothing_from_trainers_or_configs():
-    wrong = [f"{e.source} line {e.line}: {e.target}" for e in EDGES
-             if _package(e.source) == "keras_vit" and _package(e.target) != "keras_vit"]
+    wrong = [
+        f"{e.source} line {e.line}: {e.target}"
+        for e in EDGES
+        if _package(e.source) == "keras_vit" and _package(e.target) != "keras_vit"
+    ]
     assert not wrong, "the library must not depend on the trainers: " + "; ".join(wrong)
 
 
 def _external_imports(package):
-    return [(found, found.target.split(".")[0]) for module, path in MODULES.items()
-            if _package(module) == package for found in all_imports(module, path)
-            if found.target.split(".")[0] not in PACKAGES]
+    return [
+        (found, found.target.split(".")[0])
+        for module, path in MODULES.items()
+        if _package(module) == package
+        for found in all_imports(module, path)
+        if found.target.split(".")[0] not in PACKAGES
+    ]
 
 
 def test_keras_vit_imports_tensorflow_only_inside_functions():
@@ -219,21 +237,27 @@ def test_keras_vit_imports_tensorflow_only_inside_functions():
 
 
 def test_keras_vit_imports_inside_functions_are_the_deliberate_ones():
-    lazy = {(found.source, top) for found, top in _external_imports("keras_vit")
-            if found.function_level}
+    lazy = {(found.source, top) for found, top in _external_imports("keras_vit") if found.function_level}
     unexpected = sorted(lazy - DELIBERATE_LAZY_IMPORTS)
-    assert not unexpected, (f"imports inside functions hide dependencies: {unexpected}; move them "
-                            "to the top of the file, or add them to DELIBERATE_LAZY_IMPORTS with "
-                            "the reason")
+    assert not unexpected, (
+        f"imports inside functions hide dependencies: {unexpected}; move them "
+        "to the top of the file, or add them to DELIBERATE_LAZY_IMPORTS with "
+        "the reason"
+    )
 
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_function_level_imports_of_project_modules_stay_within_the_limit(package):
-    lazy = [f"{e.source} line {e.line}: {e.target}" for e in EDGES
-            if e.function_level and _package(e.source) == package]
+    lazy = [
+        f"{e.source} line {e.line}: {e.target}"
+        for e in EDGES
+        if e.function_level and _package(e.source) == package
+    ]
     limit = MAX_FUNCTION_LEVEL_PROJECT_IMPORTS[package]
-    assert len(lazy) <= limit, (f"{len(lazy)} function-level imports of project modules in "
-                                f"{package} (at most {limit}):\n" + "\n".join(lazy))
+    assert len(lazy) <= limit, (
+        f"{len(lazy)} function-level imports of project modules in "
+        f"{package} (at most {limit}):\n" + "\n".join(lazy)
+    )
 
 
 # --- the checker itself, on small made-up packages ---------------------------------------
@@ -248,11 +272,14 @@ def _write_package(tmp_path, files):
 
 
 def test_checker_finds_a_cycle_hidden_in_a_function(tmp_path):
-    modules = _write_package(tmp_path, {
-        "pkg/__init__.py": "from pkg import a\n",
-        "pkg/a.py": "from pkg.b import thing\n",
-        "pkg/b.py": "thing = 1\ndef later():\n    from . import a\n    return a\n",
-    })
+    modules = _write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg import a\n",
+            "pkg/a.py": "from pkg.b import thing\n",
+            "pkg/b.py": "thing = 1\ndef later():\n    from . import a\n    return a\n",
+        },
+    )
     edges = project_edges(modules)
     cycle = find_cycle(edges)
     assert cycle in (["pkg.a", "pkg.b", "pkg.a"], ["pkg.b", "pkg.a", "pkg.b"])
@@ -262,20 +289,25 @@ def test_checker_finds_a_cycle_hidden_in_a_function(tmp_path):
 
 
 def test_checker_sees_no_cycle_between_a_package_and_its_submodules(tmp_path):
-    modules = _write_package(tmp_path, {
-        "pkg/__init__.py": "from pkg import a, b\nfrom pkg.b import VALUE\n",
-        "pkg/a.py": "import pkg.b\nfrom pkg import b as other\n",
-        "pkg/b.py": "import os\nVALUE = os.sep\n",
-    })
+    modules = _write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg import a, b\nfrom pkg.b import VALUE\n",
+            "pkg/a.py": "import pkg.b\nfrom pkg import b as other\n",
+            "pkg/b.py": "import os\nVALUE = os.sep\n",
+        },
+    )
     edges = {(e.source, e.target) for e in project_edges(modules)}
     assert edges == {("pkg", "pkg.a"), ("pkg", "pkg.b"), ("pkg.a", "pkg.b")}
     assert find_cycle(project_edges(modules)) is None
 
 
 def test_checker_tells_module_level_from_function_level(tmp_path):
-    modules = _write_package(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/m.py": """\
+    modules = _write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/m.py": """\
             import numpy as np
 
             class C:
@@ -285,7 +317,7 @@ def test_checker_tells_module_level_from_function_level(tmp_path):
                     import tensorflow as tf
                     return tf
             """,
-    })
+        },
+    )
     found = {(f.target, f.function_level) for f in all_imports("pkg.m", modules["pkg.m"])}
     assert found == {("numpy", False), ("json", False), ("tensorflow", True)}
-

@@ -5,6 +5,7 @@ models_resnet.py are the reference (Xavier-uniform with DenseGeneral's fans, LeC
 normal convs and pre-logits, N(0, 0.02) position embeddings, N(0, 1e-6) MLP biases, zeros
 and ones elsewhere).
 """
+
 import collections
 import math
 
@@ -15,12 +16,30 @@ import pytest
 import keras_vit
 from keras_vit import initializers, layers
 
-TINY_HYBRID = dict(image_size=32, patch_size=1, hidden_size=24, num_layers=2, num_heads=3, mlp_dim=48,
-                   num_classes=3, representation_size=8, resnet_layers=(1, 1), resnet_width=0.5)
+TINY_HYBRID = dict(
+    image_size=32,
+    patch_size=1,
+    hidden_size=24,
+    num_layers=2,
+    num_heads=3,
+    mlp_dim=48,
+    num_classes=3,
+    representation_size=8,
+    resnet_layers=(1, 1),
+    resnet_width=0.5,
+)
 # ViT-B/16's encoder widths: sampling noise of a 768 x 12 x 64 kernel's variance is ~0.2%,
 # far below the gap between the Flax fans and Keras' convolution-style 3-D fans.
-BASE_ONE_BLOCK = dict(image_size=224, patch_size=16, hidden_size=768, num_layers=1, num_heads=12,
-                      mlp_dim=3072, num_classes=10, representation_size=512)
+BASE_ONE_BLOCK = dict(
+    image_size=224,
+    patch_size=16,
+    hidden_size=768,
+    num_layers=1,
+    num_heads=12,
+    mlp_dim=3072,
+    num_classes=10,
+    representation_size=512,
+)
 ATTENTION = "encoderblock_0/MultiHeadDotProductAttention_1/"
 MLP = "encoderblock_0/MlpBlock_3/"
 
@@ -41,8 +60,9 @@ def _weights(model):
 
 
 def _random_weights(model, tag):
-    return {f"{tag}:{path}": value for path, value in _weights(model).items()
-            if _design_constant(path) is None}
+    return {
+        f"{tag}:{path}": value for path, value in _weights(model).items() if _design_constant(path) is None
+    }
 
 
 def _assert_no_two_alike(weights):
@@ -52,7 +72,7 @@ def _assert_no_two_alike(weights):
         by_size[value.size].append((name, np.sort(value, axis=None)))
     for group in by_size.values():
         for index, (name, values) in enumerate(group):
-            for other, other_values in group[index + 1:]:
+            for other, other_values in group[index + 1 :]:
                 assert not np.array_equal(values, other_values), f"{name} and {other} hold the same values"
     # Same seed, different shapes: the leading draws coincide up to scale. 256 independent
     # values correlate with |r| ~ 0.06, so 0.5 is ~8 standard deviations.
@@ -84,8 +104,10 @@ def test_vit_ti16_weights_are_all_drawn_independently_within_and_across_models()
 
 
 def test_hybrid_weights_are_all_drawn_independently_within_and_across_models():
-    weights = {**_random_weights(keras_vit.ViT(**TINY_HYBRID), "first"),
-               **_random_weights(keras_vit.ViT(**TINY_HYBRID), "second")}
+    weights = {
+        **_random_weights(keras_vit.ViT(**TINY_HYBRID), "first"),
+        **_random_weights(keras_vit.ViT(**TINY_HYBRID), "second"),
+    }
     assert sum("conv" in name for name in weights) == 2 * 9  # conv_root and 8 unit convs
     _assert_no_two_alike(weights)
 
@@ -123,7 +145,7 @@ def test_kernel_variances_follow_the_flax_formulas_not_keras_fans():
         _assert_variance(weights[MLP + name + "/kernel"], 2 / (768 + 3072), name)
         _assert_variance(weights[MLP + name + "/bias"], 1e-12, name + " bias")
     position = weights["posembed_input/pos_embedding"]
-    _assert_variance(position, 0.02 ** 2, "pos_embedding")
+    _assert_variance(position, 0.02**2, "pos_embedding")
     assert np.abs(position).max() > 2.5 * 0.02  # a plain normal, not a truncated one
     # Keras' Dense default (glorot_uniform, 2 / (768 + 512)) would be 20% off for pre_logits.
     for path, fan_in in [("embedding/kernel", 16 * 16 * 3), ("pre_logits/kernel", 768)]:
@@ -157,12 +179,15 @@ def test_set_random_seed_makes_builds_repeat_and_different_seeds_differ():
             assert not np.array_equal(other[path], value), f"{path} ignores the seed"
 
 
-@pytest.mark.parametrize("shape, num_input_axes, fans", [
-    ((768, 12, 64), 1, (768, 768)),
-    ((12, 64, 768), 2, (768, 768)),
-    ((16, 16, 3, 192), 3, (768, 192)),
-    ((192, 768), None, (192, 768)),
-])
+@pytest.mark.parametrize(
+    "shape, num_input_axes, fans",
+    [
+        ((768, 12, 64), 1, (768, 768)),
+        ((12, 64, 768), 2, (768, 768)),
+        ((16, 16, 3, 192), 3, (768, 192)),
+        ((192, 768), None, (192, 768)),
+    ],
+)
 def test_kernel_fans_read_the_kernel_as_a_matrix(shape, num_input_axes, fans):
     assert initializers.kernel_fans(shape, num_input_axes) == fans
 

@@ -1,4 +1,5 @@
 """Unit tests of keras_vit.layers and keras_vit.resnet: shapes, configs, training."""
+
 import inspect
 
 import keras
@@ -14,10 +15,16 @@ CASES = {
     "PatchEmbedding": (lambda: layers.PatchEmbedding(4, 24), (2, 16, 12, 3), (2, 12, 24)),
     "ClassToken": (lambda: layers.ClassToken(), (2, 12, 24), (2, 13, 24)),
     "PositionEmbedding": (lambda: layers.PositionEmbedding((4, 3), 1), (2, 13, 24), (2, 13, 24)),
-    "PositionEmbedding-any-size": (lambda: layers.PositionEmbedding((4, 3), 1, patch_size=(4, 2)),
-                                   (2, 13, 24), (2, 13, 24)),
-    "MultiHeadSelfAttention": (lambda: layers.MultiHeadSelfAttention(3, dropout_rate=0.1),
-                               (2, 13, 24), (2, 13, 24)),
+    "PositionEmbedding-any-size": (
+        lambda: layers.PositionEmbedding((4, 3), 1, patch_size=(4, 2)),
+        (2, 13, 24),
+        (2, 13, 24),
+    ),
+    "MultiHeadSelfAttention": (
+        lambda: layers.MultiHeadSelfAttention(3, dropout_rate=0.1),
+        (2, 13, 24),
+        (2, 13, 24),
+    ),
     "MlpBlock": (lambda: layers.MlpBlock(48, dropout_rate=0.1), (2, 13, 24), (2, 13, 24)),
     "EncoderBlock": (lambda: layers.EncoderBlock(3, 48, 0.1, 0.1, 0.1), (2, 13, 24), (2, 13, 24)),
     "TokenPooling": (lambda: layers.TokenPooling("gap", 1), (2, 13, 24), (2, 24)),
@@ -107,7 +114,7 @@ def test_gelu_is_the_tanh_approximation():
     w0, b0 = layer.dense_0.kernel.numpy(), layer.dense_0.bias.numpy()
     w1, b1 = layer.dense_1.kernel.numpy(), layer.dense_1.bias.numpy()
     h = x @ w0 + b0
-    h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
     np.testing.assert_allclose(layer(x), h @ w1 + b1, atol=1e-5)
 
 
@@ -168,8 +175,13 @@ def test_position_embedding_follows_the_grid_of_its_patch_input():
 def test_position_embedding_resizes_to_sizes_known_only_at_run_time():
     layer = layers.PositionEmbedding((3, 5), 1, patch_size=(4, 2))
     layer.build((None, None, 6))
-    traced = tf.function(layer, input_signature=[tf.TensorSpec((None, None, 6), tf.float32),
-                                                 tf.TensorSpec((None, None, None, 3), tf.float32)])
+    traced = tf.function(
+        layer,
+        input_signature=[
+            tf.TensorSpec((None, None, 6), tf.float32),
+            tf.TensorSpec((None, None, None, 3), tf.float32),
+        ],
+    )
     # Another grid, the stored one, and a single patch.
     for height, width in ((10, 30), (12, 10), (4, 2)):
         grid = (height // 4, width // 2)

@@ -1,4 +1,5 @@
 """The closed-form ridge probe and the k-shot sampling behind trainers.fewshot."""
+
 import numpy as np
 import pytest
 
@@ -18,7 +19,7 @@ def direct_ridge(features, labels, num_classes, l2_reg):
 
 
 @pytest.mark.parametrize("n,d,primal", [(200, 12, True), (9, 60, False)])
-@pytest.mark.parametrize("l2_reg", [1e-3, 1.0, 2.0 ** 10])
+@pytest.mark.parametrize("l2_reg", [1e-3, 1.0, 2.0**10])
 def test_solver_matches_lstsq_in_both_forms(n, d, primal, l2_reg):
     rng = np.random.default_rng(n + d)
     features = rng.normal(size=(n, d)) * rng.uniform(0.1, 5, size=d) + rng.normal(size=d)
@@ -86,9 +87,9 @@ def test_evaluate_probes_reports_mean_std_and_sweeps_l2():
     train_y, test_y = np.repeat(np.arange(3), 40), np.repeat(np.arange(3), 30)
     train_x = centers[train_y] + rng.normal(size=(120, 8))
     test_x = centers[test_y] + rng.normal(size=(90, 8))
-    fixed = lp.evaluate_probes(train_x, train_y, test_x, test_y, 3, (1, 5), seeds=3, l2_reg=2.0 ** 10)
+    fixed = lp.evaluate_probes(train_x, train_y, test_x, test_y, 3, (1, 5), seeds=3, l2_reg=2.0**10)
     assert set(fixed) == {1, 5}
     for mean, std, l2 in fixed.values():
-        assert 1 / 3 < mean <= 1 and std >= 0 and l2 == 2.0 ** 10
+        assert 1 / 3 < mean <= 1 and std >= 0 and l2 == 2.0**10
     swept = lp.evaluate_probes(train_x, train_y, test_x, test_y, 3, (5,), seeds=2, l2_reg="sweep")
     assert swept[5][2] in lp.L2_SWEEP and swept[5][0] > 0.8

@@ -100,8 +100,13 @@ def test_unknown_loss_is_refused():
     with strategy.scope():
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
         with pytest.raises(ValueError, match="loss must be one of softmax, sigmoid"):
-            loop.Trainer(strategy=strategy, model=model, optimizer=optimizers.make_optimizer("sgd", 0.1),
-                         global_batch_size=2, loss="hinge")
+            loop.Trainer(
+                strategy=strategy,
+                model=model,
+                optimizer=optimizers.make_optimizer("sgd", 0.1),
+                global_batch_size=2,
+                loss="hinge",
+            )
 
 
 def test_clipping_changes_the_update():
@@ -150,4 +155,3 @@ def test_batch_not_divisible_is_refused():
         opt = optimizers.make_optimizer("sgd", 0.1)
         with pytest.raises(ValueError, match="not divisible"):
             loop.Trainer(strategy=strategy, model=model, optimizer=opt, global_batch_size=6, accum_steps=2)
-

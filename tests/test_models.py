@@ -1,4 +1,5 @@
 """Tests of keras_vit.models: variants, shapes, saving, attention maps, precision, backends."""
+
 import json
 import os
 import subprocess
@@ -33,8 +34,11 @@ TINY = dict(patch_size=4, hidden_size=24, num_layers=2, num_heads=3, mlp_dim=48,
 
 
 def _variant_params(large):
-    return [pytest.param(v, marks=pytest.mark.slow) if v in LARGE else v
-            for v in PARAMETER_COUNTS if (v in LARGE) == large]
+    return [
+        pytest.param(v, marks=pytest.mark.slow) if v in LARGE else v
+        for v in PARAMETER_COUNTS
+        if (v in LARGE) == large
+    ]
 
 
 def _images(shape, seed=0, low=0.0, high=255.0):
@@ -132,8 +136,9 @@ def test_head_starts_at_zero_so_predictions_start_uniform():
 
 
 def test_include_preprocessing_maps_pixels_to_minus_one_one():
-    raw = _randomise(keras_vit.ViT(image_size=16, include_preprocessing=False, classifier_activation=None,
-                                   **TINY))
+    raw = _randomise(
+        keras_vit.ViT(image_size=16, include_preprocessing=False, classifier_activation=None, **TINY)
+    )
     with_pre = keras_vit.ViT(image_size=16, classifier_activation=None, **TINY)
     with_pre.set_weights(raw.get_weights())
     pixels = _images((2, 16, 16, 3))
@@ -141,8 +146,11 @@ def test_include_preprocessing_maps_pixels_to_minus_one_one():
 
 
 def test_keras_file_round_trip_gives_identical_outputs(tmp_path):
-    model = _randomise(keras_vit.ViT(image_size=16, representation_size=8, dropout_rate=0.1,
-                                     stochastic_depth_rate=0.1, **TINY))
+    model = _randomise(
+        keras_vit.ViT(
+            image_size=16, representation_size=8, dropout_rate=0.1, stochastic_depth_rate=0.1, **TINY
+        )
+    )
     path = str(tmp_path / "tiny.keras")
     model.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
@@ -153,8 +161,19 @@ def test_keras_file_round_trip_gives_identical_outputs(tmp_path):
 
 
 def test_hybrid_round_trip_and_feature_stride(tmp_path):
-    model = _randomise(keras_vit.ViT(image_size=32, patch_size=1, hidden_size=24, num_layers=1, num_heads=3,
-                                     mlp_dim=48, num_classes=3, resnet_layers=(1, 1), resnet_width=0.5))
+    model = _randomise(
+        keras_vit.ViT(
+            image_size=32,
+            patch_size=1,
+            hidden_size=24,
+            num_layers=1,
+            num_heads=3,
+            mlp_dim=48,
+            num_classes=3,
+            resnet_layers=(1, 1),
+            resnet_width=0.5,
+        )
+    )
     assert model.grid_size == (4, 4)  # 32 / (4 * 2)
     path = str(tmp_path / "hybrid.keras")
     model.save(path)
@@ -175,8 +194,14 @@ def test_attention_maps_shapes_and_rows_sum_to_one():
 def test_attention_maps_come_from_the_same_forward_pass():
     # With one block, the class token's output is fixed by its attention row: replaying the
     # block by hand from the maps must give the model's own features.
-    model = _randomise(keras_vit.ViT(image_size=16, include_top=False, num_layers=1,
-                                     **{k: v for k, v in TINY.items() if k != "num_layers"}))
+    model = _randomise(
+        keras_vit.ViT(
+            image_size=16,
+            include_top=False,
+            num_layers=1,
+            **{k: v for k, v in TINY.items() if k != "num_layers"},
+        )
+    )
     x = _images((2, 16, 16, 3))
     (probs,) = model.attention_maps(x)
     block = model.get_layer("encoderblock_0")
@@ -220,8 +245,9 @@ def test_compile_and_fit_learns_a_small_problem():
     images = rng.uniform(0, 80, (64, 16, 16, 3)).astype("float32")
     images[labels == 1, :8] += 150.0  # class 1: bright top half
     model = keras_vit.ViT(image_size=16, **{**TINY, "num_classes": 2})
-    model.compile(optimizer=keras.optimizers.Adam(3e-3), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+    )
     history = model.fit(images, labels, batch_size=16, epochs=15, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
     assert history.history["accuracy"][-1] >= 0.9
@@ -253,6 +279,7 @@ np.save(sys.argv[5], np.asarray(model.attention_maps(x)[-1]))
 
 
 @pytest.mark.parametrize("hybrid", [False, True])
+@pytest.mark.slow
 def test_tensorflow_and_jax_give_the_same_outputs(tmp_path, hybrid):
     extra = dict(resnet_layers=(1, 1), resnet_width=0.5, patch_size=1) if hybrid else {}
     model = _randomise(keras_vit.ViT(image_size=32, classifier_activation=None, **{**TINY, **extra}))
@@ -263,9 +290,22 @@ def test_tensorflow_and_jax_give_the_same_outputs(tmp_path, hybrid):
     np.savez(inputs, x=x)
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run([sys.executable, "-c", JAX_SCRIPT, str(config), str(weights), str(inputs),
-                    str(tmp_path / "jax.npy"), str(tmp_path / "maps.npy")],
-                   check=True, env=env, cwd=root, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            JAX_SCRIPT,
+            str(config),
+            str(weights),
+            str(inputs),
+            str(tmp_path / "jax.npy"),
+            str(tmp_path / "maps.npy"),
+        ],
+        check=True,
+        env=env,
+        cwd=root,
+        timeout=300,
+    )
     np.testing.assert_allclose(np.load(tmp_path / "jax.npy"), model(x), atol=1e-5)
     np.testing.assert_allclose(np.load(tmp_path / "maps.npy"), model.attention_maps(x)[-1], atol=1e-5)
 
@@ -273,19 +313,42 @@ def test_tensorflow_and_jax_give_the_same_outputs(tmp_path, hybrid):
 def test_functional_graph_has_stable_layer_names():
     model = keras_vit.ViT(image_size=16, representation_size=4, **TINY)
     names = [layer.name for layer in model.layers]
-    assert names == ["image", "rescaling", "embedding", "cls", "posembed_input", "embedding_dropout",
-                     "encoderblock_0", "encoderblock_1", "encoder_norm", "token_pool", "pre_logits", "head"]
+    assert names == [
+        "image",
+        "rescaling",
+        "embedding",
+        "cls",
+        "posembed_input",
+        "embedding_dropout",
+        "encoderblock_0",
+        "encoderblock_1",
+        "encoder_norm",
+        "token_pool",
+        "pre_logits",
+        "head",
+    ]
     block = model.get_layer("encoderblock_0")
     assert [block.norm1.name, block.attention.name, block.norm2.name, block.mlp.name] == [
-        "LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3"]
+        "LayerNorm_0",
+        "MultiHeadDotProductAttention_1",
+        "LayerNorm_2",
+        "MlpBlock_3",
+    ]
     assert tuple(block.attention.query.kernel.shape) == (24, 3, 8)
 
 
 @pytest.mark.parametrize("classifier,representation_size", [("token", None), ("gap", 6)])
 def test_keras_model_agrees_with_a_hand_written_numpy_forward_pass(classifier, representation_size):
-    model = _randomise(keras_vit.ViT(image_size=(16, 12), classifier=classifier,
-                                     representation_size=representation_size, classifier_activation=None,
-                                     include_preprocessing=False, **TINY))
+    model = _randomise(
+        keras_vit.ViT(
+            image_size=(16, 12),
+            classifier=classifier,
+            representation_size=representation_size,
+            classifier_activation=None,
+            include_preprocessing=False,
+            **TINY,
+        )
+    )
     x = _images((3, 16, 12, 3), low=-1.0, high=1.0)
     expected = reference_numpy.vit_forward(export_params(model), x, num_heads=3, classifier=classifier)
     np.testing.assert_allclose(model(x), expected, atol=1e-5)

@@ -58,14 +58,23 @@ def test_sigmoid_trainer_reports_prec_at_1_over_real_examples_on_two_replicas():
     strategy = distribute.create_strategy("cpu", cpu_devices=2)
     with strategy.scope():
         # The model's logits are its inputs, so the metrics can be worked out by hand.
-        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3, use_bias=False,
-                                                                         kernel_initializer="identity")])
-        trainer = loop.Trainer(strategy=strategy, model=model, global_batch_size=4, loss="sigmoid",
-                               optimizer=optimizers.make_optimizer("sgd", 0.1))
-    logits = np.array([[0.1, 2, -1], [3, 1, 0], [0, 0, 5], [1, 2, 3], [0, 0, 9], [9, 0, 0], [9, 0, 0],
-                       [9, 0, 0]], np.float32)
-    targets = np.array([[1, 1, 0], [0, 1, 1], [0, 0, 1], [1, 1, 0], [1, 0, 0], [1, 0, 0], [1, 0, 0],
-                        [1, 0, 0]], np.float32)
+        model = keras.Sequential(
+            [keras.Input((3,)), keras.layers.Dense(3, use_bias=False, kernel_initializer="identity")]
+        )
+        trainer = loop.Trainer(
+            strategy=strategy,
+            model=model,
+            global_batch_size=4,
+            loss="sigmoid",
+            optimizer=optimizers.make_optimizer("sgd", 0.1),
+        )
+    logits = np.array(
+        [[0.1, 2, -1], [3, 1, 0], [0, 0, 5], [1, 2, 3], [0, 0, 9], [9, 0, 0], [9, 0, 0], [9, 0, 0]],
+        np.float32,
+    )
+    targets = np.array(
+        [[1, 1, 0], [0, 1, 1], [0, 0, 1], [1, 1, 0], [1, 0, 0], [1, 0, 0], [1, 0, 0], [1, 0, 0]], np.float32
+    )
     weights = np.array([1, 1, 1, 1, 1, 0, 0, 0], np.float32)  # the last 3 rows: padding that would be hits
     evaluation = tf.data.Dataset.from_tensor_slices((logits, targets, weights)).batch(4)
     metrics = trainer.evaluate(strategy.experimental_distribute_dataset(evaluation))
@@ -77,6 +86,7 @@ def test_sigmoid_trainer_reports_prec_at_1_over_real_examples_on_two_replicas():
 
 
 # --------------------------------------------------------------------------------------- the head bias
+
 
 def _tiny_config(**changes):
     config = finetune.get_config("digits")
@@ -109,9 +119,13 @@ def test_a_new_sigmoid_head_starts_at_bias_minus_10_and_softmax_at_zero(tmp_path
     weights_lib.save_npz(trained, path)
     kept = _head(model_builder.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=False), 7))[1]
     np.testing.assert_allclose(kept, np.linspace(-1, 1, 7), rtol=1e-6)
-    replaced = _head(model_builder.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=True), 7))[1]
+    replaced = _head(model_builder.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=True), 7))[
+        1
+    ]
     np.testing.assert_array_equal(replaced, np.full(7, -10.0))
-    resized = _head(model_builder.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=False), 4))[1]
+    resized = _head(model_builder.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=False), 4))[
+        1
+    ]
     np.testing.assert_array_equal(resized, np.full(4, -10.0))
 
 
@@ -119,8 +133,15 @@ def test_a_new_sigmoid_head_starts_at_bias_minus_10_and_softmax_at_zero(tmp_path
 
 CLASSES = ["cat", "dog", "outdoor"]
 # file -> the class folders holding it; every name is one image, so these are its labels.
-TRAIN = {"x.png": ["cat", "outdoor"], "y.png": ["dog", "outdoor"], "s.png": ["cat", "outdoor"],
-         "a.png": ["cat"], "b.png": ["dog"], "c.png": ["outdoor"], "d.png": ["cat", "dog", "outdoor"]}
+TRAIN = {
+    "x.png": ["cat", "outdoor"],
+    "y.png": ["dog", "outdoor"],
+    "s.png": ["cat", "outdoor"],
+    "a.png": ["cat"],
+    "b.png": ["dog"],
+    "c.png": ["outdoor"],
+    "d.png": ["cat", "dog", "outdoor"],
+}
 TEST = {"t.png": ["cat", "outdoor"], "u.png": ["dog"], "v.png": ["dog", "outdoor"]}
 
 
@@ -169,17 +190,18 @@ def test_folder_images_in_several_class_folders_are_one_multi_hot_example(multi_
     assert spec.num_examples["train"] == len(TRAIN) + 2 and spec.num_examples["test"] == len(TEST)
     expected = _expected_multi_hot(spec, "train", TRAIN)
     assert sorted(map(tuple, expected)) == sorted(
-        [tuple(float(c in classes) for c in CLASSES) for classes in TRAIN.values()] + [(1, 0, 0), (0, 1, 0)])
+        [tuple(float(c in classes) for c in CLASSES) for classes in TRAIN.values()] + [(1, 0, 0), (0, 1, 0)]
+    )
     # Evaluation: exact multi-hot rows, then weight-0 padding with an all-zero target.
     fn = data.make_input_fn(spec, "test", image_size=8, global_batch_size=4, training=False)
-    (_, labels, weights), = take(fn, 10)
+    ((_, labels, weights),) = take(fn, 10)
     assert labels.dtype == np.float32 and labels.shape == (4, 3)
     np.testing.assert_array_equal(labels[:3], _expected_multi_hot(spec, "test", TEST))
     np.testing.assert_array_equal(labels[3], 0.0)
     np.testing.assert_array_equal(weights, [1, 1, 1, 0])
     # Training: one epoch (9 examples) holds every example's row once.
     fn = data.make_input_fn(spec, "train", image_size=8, global_batch_size=9, training=True, seed=1)
-    (_, epoch), = take(fn, 1)
+    ((_, epoch),) = take(fn, 1)
     assert sorted(map(tuple, epoch)) == sorted(map(tuple, expected))
 
 
@@ -187,8 +209,9 @@ def test_multi_label_stream_resumes_exactly_and_ignores_replica_count(multi_labe
     spec = data.get_spec(f"folder:{multi_label_folder}")
 
     def input_fn(start_step=0):
-        return data.make_input_fn(spec, "train", image_size=8, global_batch_size=4, training=True, seed=3,
-                                  start_step=start_step)
+        return data.make_input_fn(
+            spec, "train", image_size=8, global_batch_size=4, training=True, seed=3, start_step=start_step
+        )
 
     fresh = take(input_fn(), 6)  # 24 examples: crosses two epochs of 9
     assert_same_batches(take(input_fn(start_step=4), 2), fresh[4:])
@@ -197,10 +220,24 @@ def test_multi_label_stream_resumes_exactly_and_ignores_replica_count(multi_labe
 
 def test_multi_label_folder_trains_with_sigmoid_and_reports_prec_at_1(multi_label_folder, tmp_path, capsys):
     workdir = tmp_path / "run"
-    argv = ["finetune", *TINY_MODEL, f"--dataset=folder:{multi_label_folder}", f"--workdir={workdir}",
-            "--loss=sigmoid", "--train_split=train", "--eval_splits=test=test", "--batch_size=4",
-            "--cpu_devices=2", "--total_steps=8", "--warmup_steps=1", "--base_lr=0.1", "--steps_per_loop=4",
-            "--eval_every=4", "--checkpoint_every=0", "--crop_min_area=1.0"]
+    argv = [
+        "finetune",
+        *TINY_MODEL,
+        f"--dataset=folder:{multi_label_folder}",
+        f"--workdir={workdir}",
+        "--loss=sigmoid",
+        "--train_split=train",
+        "--eval_splits=test=test",
+        "--batch_size=4",
+        "--cpu_devices=2",
+        "--total_steps=8",
+        "--warmup_steps=1",
+        "--base_lr=0.1",
+        "--steps_per_loop=4",
+        "--eval_every=4",
+        "--checkpoint_every=0",
+        "--crop_min_area=1.0",
+    ]
     assert finetune.main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     results = read_results(workdir)
@@ -217,16 +254,28 @@ def test_multi_label_folder_trains_with_sigmoid_and_reports_prec_at_1(multi_labe
     assert "test: prec@1" in out and "final test: prec@1" in out
 
 
-@pytest.mark.parametrize("flags,message", [
-    ([], "has images with several labels: train it with --loss=sigmoid"),  # softmax is the default
-    (["--loss=softmax"], "train it with --loss=sigmoid"),
-    (["--loss=sigmoid", "--examples_per_class=1"], "--examples_per_class needs one label per image"),
-])
-def test_what_needs_one_label_per_image_is_refused_in_one_line(multi_label_folder, tmp_path, capsys, flags,
-                                                               message):
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        ([], "has images with several labels: train it with --loss=sigmoid"),  # softmax is the default
+        (["--loss=softmax"], "train it with --loss=sigmoid"),
+        (["--loss=sigmoid", "--examples_per_class=1"], "--examples_per_class needs one label per image"),
+    ],
+)
+def test_what_needs_one_label_per_image_is_refused_in_one_line(
+    multi_label_folder, tmp_path, capsys, flags, message
+):
     workdir = tmp_path / "run"
-    argv = ["finetune", *TINY_MODEL, f"--dataset=folder:{multi_label_folder}", f"--workdir={workdir}",
-            "--train_split=train", "--eval_splits=test=test", "--batch_size=4", *flags]
+    argv = [
+        "finetune",
+        *TINY_MODEL,
+        f"--dataset=folder:{multi_label_folder}",
+        f"--workdir={workdir}",
+        "--train_split=train",
+        "--eval_splits=test=test",
+        "--batch_size=4",
+        *flags,
+    ]
     assert finetune.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
@@ -234,8 +283,14 @@ def test_what_needs_one_label_per_image_is_refused_in_one_line(multi_label_folde
 
 
 def test_few_shot_probes_refuse_multi_label_data(multi_label_folder, tmp_path, capsys):
-    argv = ["fewshot", f"--dataset=folder:{multi_label_folder}", "--model=pixels", "--image_size=8",
-            "--shots=1", f"--workdir={tmp_path / 'probe'}"]
+    argv = [
+        "fewshot",
+        f"--dataset=folder:{multi_label_folder}",
+        "--model=pixels",
+        "--image_size=8",
+        "--shots=1",
+        f"--workdir={tmp_path / 'probe'}",
+    ]
     assert fewshot.main(argv) == 2
     err = capsys.readouterr().err
     assert "a few-shot probe needs one label per image" in err and err.count("\n") == 1
@@ -257,8 +312,12 @@ class MultiLabelSquares(tfds.core.GeneratorBasedBuilder):
 
     def _info(self):
         labels = tfds.features.Sequence(tfds.features.ClassLabel(names=["red", "green", "blue"]))
-        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
-            {"image": tfds.features.Image(shape=(None, None, 3)), "labels": labels}))
+        return tfds.core.DatasetInfo(
+            builder=self,
+            features=tfds.features.FeaturesDict(
+                {"image": tfds.features.Image(shape=(None, None, 3)), "labels": labels}
+            ),
+        )
 
     def _split_generators(self, dl_manager):
         return {"train": self._generate_examples(0), "test": self._generate_examples(1)}
@@ -283,7 +342,8 @@ def test_tfds_sequence_of_class_label_is_read_as_multi_hot(squares, monkeypatch)
     assert squares.multi_label and squares.class_names == ["red", "green", "blue"]
     index_rows = squares.records("test").read_labels()
     assert sorted(sorted(int(c) for c in row if c >= 0) for row in index_rows) == sorted(
-        sorted(labels) for labels in TFDS_LABELS)
+        sorted(labels) for labels in TFDS_LABELS
+    )
     expected = _multi_hot_rows([[c for c in row if c >= 0] for row in index_rows])
     fn = data.make_input_fn(squares, "test", image_size=8, global_batch_size=4, training=False)
     batches = take(fn, 10)
@@ -294,13 +354,15 @@ def test_tfds_sequence_of_class_label_is_read_as_multi_hot(squares, monkeypatch)
     monkeypatch.setattr(data.pipeline, "SHUFFLE_BUFFER", 3)
 
     def input_fn(start_step=0):
-        return data.make_input_fn(squares, "train", image_size=8, global_batch_size=7, training=True, seed=2,
-                                  start_step=start_step)
+        return data.make_input_fn(
+            squares, "train", image_size=8, global_batch_size=7, training=True, seed=2, start_step=start_step
+        )
 
     fresh = take(input_fn(), 3)
     for _, epoch in fresh:
         assert sorted(map(tuple, epoch)) == sorted(map(tuple, _multi_hot_rows(TFDS_LABELS)))
     assert_same_batches(take(input_fn(start_step=2), 1), fresh[2:])
     with pytest.raises(data.DatasetError, match="--examples_per_class needs one label per image"):
-        data.make_input_fn(squares, "train", image_size=8, global_batch_size=4, training=True,
-                           examples_per_class=1)
+        data.make_input_fn(
+            squares, "train", image_size=8, global_batch_size=4, training=True, examples_per_class=1
+        )

@@ -70,8 +70,9 @@ def _train(replicas, x, y, *, schedule, clip, momentum_dtype="float32", calls=No
         model = keras.Sequential([keras.Input((FEATURES,)), dense])
         w0, b0 = (v.copy() for v in model.get_weights())
         optimizer = optimizers.make_optimizer("sgd", schedule, momentum_dtype=momentum_dtype)
-        trainer = loop.Trainer(strategy=strategy, model=model, optimizer=optimizer, global_batch_size=BATCH,
-                               grad_norm_clip=clip)
+        trainer = loop.Trainer(
+            strategy=strategy, model=model, optimizer=optimizer, global_batch_size=BATCH, grad_norm_clip=clip
+        )
     data = tf.data.Dataset.from_tensor_slices((x.astype("float32"), y.astype("int32")))
     iterator = iter(strategy.experimental_distribute_dataset(data.unbatch().batch(BATCH)))
     # Two loop calls: the schedule must follow the optimizer's iteration across calls.
@@ -86,13 +87,15 @@ def test_ten_steps_equal_optax_trace_under_warmup_cosine(replicas):
     schedule = optimizers.WarmupDecay(base, total_steps=steps, warmup_steps=warmup, decay_type="cosine")
     x, y = _batches(steps)
     (w0, b0), trained, _ = _train(replicas, x, y, schedule=schedule, clip=0.3)
-    expected = _reference(w0, b0, x, y, clip=0.3,
-                          schedule=lambda n: vit_jax_lr(n, base, steps, warmup, "cosine"))
+    expected = _reference(
+        w0, b0, x, y, clip=0.3, schedule=lambda n: vit_jax_lr(n, base, steps, warmup, "cosine")
+    )
     for got, want in zip(trained, expected):
         np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
     # The clip binds: an unclipped or per-replica-clipped run would have moved elsewhere.
-    unclipped = _reference(w0, b0, x, y, clip=1e9,
-                           schedule=lambda n: vit_jax_lr(n, base, steps, warmup, "cosine"))
+    unclipped = _reference(
+        w0, b0, x, y, clip=1e9, schedule=lambda n: vit_jax_lr(n, base, steps, warmup, "cosine")
+    )
     assert np.abs(unclipped[0] - expected[0]).max() > 1e-3
 
 
@@ -156,9 +159,12 @@ def test_trace_sgd_round_trips_its_config():
     assert (restored.momentum, restored.momentum_dtype) == (0.8, "bfloat16")
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(decay_type="step"), "decay_type"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(decay_type="step"), "decay_type"),
+    ],
+)
 def test_schedule_rejects_unknown_decay(kwargs, match):
     with pytest.raises(ValueError, match=match):
         optimizers.WarmupDecay(1.0, 10, **kwargs)

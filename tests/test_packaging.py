@@ -6,6 +6,7 @@ keras_vit, trainers/ or configs/ without its distribution in setup.py fails here
 library is used in a fresh interpreter on the JAX backend in which TensorFlow, TFDS and
 scikit-learn cannot be imported, as in an environment that installed keras-vit alone.
 """
+
 import importlib.metadata
 import os
 import re
@@ -48,8 +49,15 @@ DISTRIBUTIONS = {
 # Keras backends: keras_vit imports one inside a function only when it is the running backend.
 BACKENDS = {"tensorflow", "jax", "torch"}
 # The training stack a JAX or PyTorch user of the library must not get.
-TRAINING_ONLY = {"tensorflow", "tensorflow-datasets", "tensorboard", "scikit-learn", "absl-py",
-                 "ml-collections", "importlib-resources"}
+TRAINING_ONLY = {
+    "tensorflow",
+    "tensorflow-datasets",
+    "tensorboard",
+    "scikit-learn",
+    "absl-py",
+    "ml-collections",
+    "importlib-resources",
+}
 # In [train] though nothing here imports it: tfds.builder does, and TFDS does not declare it.
 UNDECLARED_TFDS_DEPENDENCY = "importlib-resources"
 
@@ -58,8 +66,10 @@ UNDECLARED_TFDS_DEPENDENCY = "importlib-resources"
 def setup_kwargs():
     """The keyword arguments setup.py passes to setuptools.setup."""
     recorded = {}
-    with pytest.MonkeyPatch.context() as patch, \
-            mock.patch("setuptools.setup", lambda **kwargs: recorded.update(kwargs)):
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        mock.patch("setuptools.setup", lambda **kwargs: recorded.update(kwargs)),
+    ):
         patch.chdir(ROOT)  # setup.py reads README.md from the working directory
         runpy.run_path(os.path.join(ROOT, "setup.py"))
     return recorded
@@ -89,8 +99,11 @@ def requires(setup_kwargs):
 
 def _keras_requirements():
     """What installing Keras brings along (h5py, absl-py, ml-dtypes, ...)."""
-    return {canonicalize_name(Requirement(text).name) for text in importlib.metadata.requires("keras")
-            if "extra ==" not in text}
+    return {
+        canonicalize_name(Requirement(text).name)
+        for text in importlib.metadata.requires("keras")
+        if "extra ==" not in text
+    }
 
 
 def _distributions(packages, root=ROOT, local=()):
@@ -101,11 +114,14 @@ def _distributions(packages, root=ROOT, local=()):
             top = imported.target.split(".")[0]
             if top in PACKAGES or top in local or top in sys.stdlib_module_names:
                 continue
-            assert top in DISTRIBUTIONS, (f"{module} line {imported.line} imports {top!r}: add its "
-                                          "distribution to DISTRIBUTIONS here and to setup.py")
+            assert top in DISTRIBUTIONS, (
+                f"{module} line {imported.line} imports {top!r}: add its "
+                "distribution to DISTRIBUTIONS here and to setup.py"
+            )
             where = f"{module} line {imported.line}"
-            found.setdefault((canonicalize_name(DISTRIBUTIONS[top]), imported.function_level),
-                             []).append(where)
+            found.setdefault((canonicalize_name(DISTRIBUTIONS[top]), imported.function_level), []).append(
+                where
+            )
     return found
 
 
@@ -127,8 +143,10 @@ def test_the_library_requires_what_keras_vit_imports(requires):
         if function_level:  # the deliberate lazy ones (test_import_graph.py), all optional
             assert distribution in available | optional | BACKENDS, (distribution, where)
         else:
-            assert distribution in available, (f"keras_vit imports {distribution} ({where[0]}) "
-                                               "but `pip install keras-vit` does not install it")
+            assert distribution in available, (
+                f"keras_vit imports {distribution} ({where[0]}) "
+                "but `pip install keras-vit` does not install it"
+            )
     assert ("h5py", False) in found and "h5py" in _keras_requirements()  # the table is in use
 
 
@@ -136,7 +154,7 @@ def test_train_extra_is_what_trainers_and_configs_import(requires):
     # Imports inside functions count too: the TFDS loaders and the digits demo run them.
     needed = {distribution for distribution, _ in _distributions(("trainers", "configs"))}
     missing = needed - requires["install"] - requires["train"]
-    assert not missing, f'trainers/configs import {sorted(missing)}: add them to [train] in setup.py'
+    assert not missing, f"trainers/configs import {sorted(missing)}: add them to [train] in setup.py"
     unused = requires["train"] - needed - {UNDECLARED_TFDS_DEPENDENCY}
     assert not unused, f"[train] installs {sorted(unused)}, which nothing in trainers/configs imports"
     assert UNDECLARED_TFDS_DEPENDENCY in requires["train"]
@@ -148,8 +166,7 @@ def test_test_extra_installs_the_trainers_and_what_the_tests_import(requires):
     local = {name[:-3] for name in os.listdir(TESTS) if name.endswith(".py")}
     found = _distributions(("tests",), local=local)
     # `make test` installs these extras.
-    available = (requires["install"] | requires["test"] | requires["plots"]
-                 | _keras_requirements())
+    available = requires["install"] | requires["test"] | requires["plots"] | _keras_requirements()
     missing = {d: where for (d, _), where in found.items() if d not in available}
     assert not missing, f"tests import what `make test` does not install: {missing}"
 
@@ -216,7 +233,13 @@ _WITHOUT_TENSORFLOW = textwrap.dedent("""
 
 def test_the_library_works_on_jax_with_no_tensorflow_installed(tmp_path):
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", _WITHOUT_TENSORFLOW, str(tmp_path / "model.npz")],
-                          env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TENSORFLOW, str(tmp_path / "model.npz")],
+        env=env,
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "ok"

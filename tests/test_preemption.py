@@ -55,8 +55,11 @@ def _start_workers(tmp_path, workdir, name):
     for index in range(2):
         log = tmp_path / f"{name}{index}.log"
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        procs.append(start_cli("finetune", RUN + [f"--workdir={workdir}"], env={"TF_CONFIG": tf_config},
-                               log_path=str(log)))
+        procs.append(
+            start_cli(
+                "finetune", RUN + [f"--workdir={workdir}"], env={"TF_CONFIG": tf_config}, log_path=str(log)
+            )
+        )
         logs.append(log)
     return procs, logs
 
@@ -91,7 +94,8 @@ def test_sigterm_to_one_worker_checkpoints_all_at_one_step_and_resumes_exactly(t
         deadline = time.time() + 240
         while f"/{TOTAL}  loss" not in logs[0].read_text():  # training is under way
             assert time.time() < deadline and all(p.poll() is None for p in procs), [
-                log.read_text()[-2000:] for log in logs]
+                log.read_text()[-2000:] for log in logs
+            ]
             time.sleep(0.1)
         procs[1].send_signal(signal.SIGTERM)  # the non-chief: the chief learns of it only through the cluster
     except BaseException:
@@ -115,4 +119,3 @@ def test_sigterm_to_one_worker_checkpoints_all_at_one_step_and_resumes_exactly(t
     assert resumed["train_loss"] == pytest.approx(uninterrupted["train_loss"], rel=1e-6)
     assert resumed["eval"]["test"]["loss"] == pytest.approx(uninterrupted["eval"]["test"]["loss"], rel=1e-6)
     assert resumed["eval"]["test"]["accuracy"] == uninterrupted["eval"]["test"]["accuracy"]
-

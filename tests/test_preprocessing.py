@@ -1,4 +1,5 @@
 """preprocess_input and decode_predictions, as keras.applications users expect them."""
+
 import hashlib
 import os
 import subprocess
@@ -14,8 +15,7 @@ import keras_vit
 from keras_vit import preprocessing
 from keras_vit.preprocessing import DoubleScalingWarning, decode_predictions, preprocess_input
 
-TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
-            num_classes=3)
+TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8, num_classes=3)
 
 
 def _pixels(n=2, seed=0):
@@ -35,11 +35,11 @@ def test_preprocess_input_maps_pixels_to_minus_one_one():
 def test_preprocess_input_matches_the_models_rescaling_layer():
     import keras_vit
 
-    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
-                          mlp_dim=8, num_classes=3)
+    model = keras_vit.ViT(
+        image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8, num_classes=3
+    )
     x = np.random.default_rng(0).uniform(0, 255, (1, 16, 16, 3)).astype(np.float32)
-    np.testing.assert_allclose(np.asarray(model.get_layer("rescaling")(x)), preprocess_input(x),
-                               atol=1e-6)
+    np.testing.assert_allclose(np.asarray(model.get_layer("rescaling")(x)), preprocess_input(x), atol=1e-6)
 
 
 def test_a_default_model_warns_once_when_given_preprocessed_images():
@@ -124,8 +124,9 @@ except DoubleScalingWarning:
 def test_the_check_on_the_jax_backend():
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run([sys.executable, "-c", JAX_SCRIPT], env=env, cwd=root, timeout=300,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", JAX_SCRIPT], env=env, cwd=root, timeout=300, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("warned")
 
@@ -136,8 +137,12 @@ def test_class_index_is_the_keras_imagenet_file_and_tfds_order():
     assert hashlib.md5(data).hexdigest() == "c2c37ea517e94d9795004a39431a14cb"
     classes = preprocessing.imagenet_class_index()
     assert len(classes) == 1000
-    tfds_labels = resources.files("tensorflow_datasets").joinpath(
-        "datasets/imagenet2012/labels.txt").read_text().split()
+    tfds_labels = (
+        resources.files("tensorflow_datasets")
+        .joinpath("datasets/imagenet2012/labels.txt")
+        .read_text()
+        .split()
+    )
     assert [wnid for wnid, _ in classes] == tfds_labels  # the class order TFDS labels use
     assert classes[0] == ("n01440764", "tench") and classes[999] == ("n15075141", "toilet_tissue")
 
@@ -147,9 +152,11 @@ def test_decode_predictions_top_k_best_first():
     preds[0, [1, 207, 999]] = [0.2, 0.7, 0.1]
     preds[1, 281] = 1.0
     decoded = decode_predictions(preds, top=3)
-    assert decoded[0] == [("n02099601", "golden_retriever", pytest.approx(0.7)),
-                          ("n01443537", "goldfish", pytest.approx(0.2)),
-                          ("n15075141", "toilet_tissue", pytest.approx(0.1))]
+    assert decoded[0] == [
+        ("n02099601", "golden_retriever", pytest.approx(0.7)),
+        ("n01443537", "goldfish", pytest.approx(0.2)),
+        ("n15075141", "toilet_tissue", pytest.approx(0.1)),
+    ]
     assert decoded[1][0][:2] == ("n02123045", "tabby")
     assert len(decode_predictions(preds)[0]) == 5
 

@@ -40,6 +40,7 @@ def pretrained(tmp_path_factory):
     return workdir
 
 
+@pytest.mark.slow
 def test_pretrain_logs_fewshot_and_exports_weights(pretrained):
     results = read_results(pretrained)
     assert results["steps"] == 20 and results["eval"]["test"]["examples"] == 360
@@ -54,6 +55,7 @@ def test_pretrain_logs_fewshot_and_exports_weights(pretrained):
     assert '"optimizer": "adam"' in config and '"weight_decay": 0.1' in config
 
 
+@pytest.mark.slow
 def test_resume_with_dropout_is_exact(pretrained, tmp_path):
     """Resuming from step 10 redraws the same dropout masks: same results as the full run."""
     import shutil
@@ -74,6 +76,7 @@ def test_resume_with_dropout_is_exact(pretrained, tmp_path):
     assert resumed["eval"]["test"]["loss"] == pytest.approx(full["eval"]["test"]["loss"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_finetune_loads_the_pretrained_weights(pretrained, tmp_path):
     workdir = str(tmp_path / "ft")
     # A zero learning rate leaves the loaded encoder as it was, so the export must equal the input.

@@ -24,14 +24,27 @@ IMAGES = {"imagenet2012": 1_281_167, "imagenet21k": 14_197_122, "jft": 303_000_0
 
 @pytest.mark.parametrize("recipe, model", sorted(TABLE_3))
 def test_each_recipe_is_its_table_3_row(recipe, model):
-    c = trainer_flags.parse_flags(["pretrain", "--dataset=folder:/data", f"--recipe={recipe}", f"--model={model}"],
-                           pretrain.get_config)
+    c = trainer_flags.parse_flags(
+        ["pretrain", "--dataset=folder:/data", f"--recipe={recipe}", f"--model={model}"], pretrain.get_config
+    )
     lr, decay, wd, dropout, epochs = TABLE_3[recipe, model]
     assert (c.recipe, c.model, c.base_lr, c.decay_type, c.weight_decay, c.dropout_rate) == (
-        recipe, model, lr, decay, wd, dropout)
+        recipe,
+        model,
+        lr,
+        decay,
+        wd,
+        dropout,
+    )
     # Shared by every row: Adam, batch 4096, 10k warm-up, clip 1, 224 px, pre-logits.
     assert (c.optimizer, c.batch_size, c.warmup_steps, c.grad_norm_clip, c.image_size, c.pre_logits) == (
-        "adam", 4096, 10_000, 1.0, 224, True)
+        "adam",
+        4096,
+        10_000,
+        1.0,
+        224,
+        True,
+    )
     assert c.total_steps == -(-epochs * IMAGES[recipe] // 4096)
     # ImageNet-21k and JFT are multi-label: sigmoid cross-entropy, as big_vision trains them.
     assert c.loss == ("softmax" if recipe == "imagenet2012" else "sigmoid")
@@ -40,8 +53,10 @@ def test_each_recipe_is_its_table_3_row(recipe, model):
 def test_recipe_defaults_to_the_datasets_own_and_flags_still_win():
     assert pretrain_config.get_config("imagenet2012").recipe == "imagenet2012"
     assert pretrain_config.get_config("folder:/x").recipe == "imagenet2012"
-    c = trainer_flags.parse_flags(["pretrain", "--dataset=folder:/x", "--recipe=jft", "--base_lr=1e-4",
-                            "--total_steps=50"], pretrain.get_config)
+    c = trainer_flags.parse_flags(
+        ["pretrain", "--dataset=folder:/x", "--recipe=jft", "--base_lr=1e-4", "--total_steps=50"],
+        pretrain.get_config,
+    )
     assert (c.recipe, c.base_lr, c.total_steps, c.weight_decay) == ("jft", 1e-4, 50, 0.1)
 
 

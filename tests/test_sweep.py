@@ -59,8 +59,10 @@ def test_sweep_picks_the_best_minival_rate_and_retrains_on_train_plus_minival(sw
     workdir, stdout = swept
     summary = read_results(workdir)
     assert summary["sweep_lrs"] == RATES
-    assert summary["workdirs"] == {**{repr(r): os.path.join(workdir, f"lr_{r!r}") for r in RATES},
-                                   "final": os.path.join(workdir, "final")}
+    assert summary["workdirs"] == {
+        **{repr(r): os.path.join(workdir, f"lr_{r!r}") for r in RATES},
+        "final": os.path.join(workdir, "final"),
+    }
     # Each rate's accuracy is what its own run measured on minival; the diverged rate has none.
     measured = {}
     for rate in RATES[:2]:
@@ -96,8 +98,9 @@ def test_rerun_of_a_finished_sweep_reuses_every_run_and_returns_the_summary(swep
     workdir = swept[0]
     before = read_results(workdir)
     events = sorted(os.listdir(os.path.join(workdir, "sweep")))
-    config = trainer_flags.parse_flags(["finetune", *SWEEP, f"--data_dir={data_dir}", f"--workdir={workdir}"],
-                                finetune.get_config)
+    config = trainer_flags.parse_flags(
+        ["finetune", *SWEEP, f"--data_dir={data_dir}", f"--workdir={workdir}"], finetune.get_config
+    )
     summary = finetune.run(config)  # in-process: only the diverging rate runs again (a few steps)
     assert summary == read_results(workdir) == before
     assert sorted(os.listdir(os.path.join(workdir, "sweep"))) == events  # no second copy of the logs
@@ -110,8 +113,11 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(swept, data_dir, tmp
     first = os.path.join(workdir, f"lr_{RATES[0]!r}")
     proc = start_cli("finetune", args, log_path=str(tmp_path / "killed.log"))
     deadline = time.time() + 240
-    while not os.path.exists(os.path.join(first, "results.json")) and time.time() < deadline \
-            and proc.poll() is None:
+    while (
+        not os.path.exists(os.path.join(first, "results.json"))
+        and time.time() < deadline
+        and proc.poll() is None
+    ):
         time.sleep(0.05)
     proc.kill()  # SIGKILL: no handler runs
     proc.wait()
@@ -131,8 +137,13 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(swept, data_dir, tmp
 @pytest.mark.slow
 def test_sigterm_stops_the_sweep_at_a_checkpoint_without_a_summary(data_dir, tmp_path):
     workdir = str(tmp_path / "run")
-    args = SWEEP + [f"--data_dir={data_dir}", f"--workdir={workdir}", "--total_steps=100000",
-                    "--checkpoint_every=0", "--steps_per_loop=2"]
+    args = SWEEP + [
+        f"--data_dir={data_dir}",
+        f"--workdir={workdir}",
+        "--total_steps=100000",
+        "--checkpoint_every=0",
+        "--steps_per_loop=2",
+    ]
     log = tmp_path / "sigterm.log"
     proc = start_cli("finetune", args, log_path=str(log))
     deadline = time.time() + 240
@@ -149,16 +160,38 @@ def test_sigterm_stops_the_sweep_at_a_checkpoint_without_a_summary(data_dir, tmp
 def test_the_default_grid_on_digits_with_a_minival_split(tmp_path):
     """The four rates of the paper (no --sweep_lrs) and the split flags the digits preset needs."""
     workdir = str(tmp_path / "run")
-    proc = run_cli("finetune", [
-        "--dataset=digits", "--base_lr=sweep", "--train_split=train[:80%]",
-        "--eval_splits=minival=train[80%:],test=test", "--total_steps=4", "--warmup_steps=1",
-        "--steps_per_loop=4", "--batch_size=16", "--image_size=16", "--patch_size=8", "--hidden_size=16",
-        "--num_layers=1", "--num_heads=1", "--mlp_dim=16", f"--workdir={workdir}"])
+    proc = run_cli(
+        "finetune",
+        [
+            "--dataset=digits",
+            "--base_lr=sweep",
+            "--train_split=train[:80%]",
+            "--eval_splits=minival=train[80%:],test=test",
+            "--total_steps=4",
+            "--warmup_steps=1",
+            "--steps_per_loop=4",
+            "--batch_size=16",
+            "--image_size=16",
+            "--patch_size=8",
+            "--hidden_size=16",
+            "--num_layers=1",
+            "--num_heads=1",
+            "--mlp_dim=16",
+            f"--workdir={workdir}",
+        ],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = read_results(workdir)
     assert summary["sweep_lrs"] == [0.001, 0.003, 0.01, 0.03]
-    assert sorted(os.listdir(workdir)) == ["final", "lr_0.001", "lr_0.003", "lr_0.01", "lr_0.03",
-                                           "results.json", "sweep"]
+    assert sorted(os.listdir(workdir)) == [
+        "final",
+        "lr_0.001",
+        "lr_0.003",
+        "lr_0.01",
+        "lr_0.03",
+        "results.json",
+        "sweep",
+    ]
     assert summary["final_train_split"] == "train[:80%]+train[80%:]"
     assert set(summary["minival_accuracy"]) == {"0.001", "0.003", "0.01", "0.03"}
 
@@ -170,14 +203,17 @@ def _fails_with_one_line(capsys, main, args, expect):
     assert expect in err[0], err[0]
 
 
-@pytest.mark.parametrize("args, expect", [
-    (["--base_lr=fast"], "flag --base_lr=fast: must be a number or 'sweep'"),
-    (["--base_lr=sweep"], "--eval_splits=minival=train[80%:],test=test"),  # digits: no minival
-    (["--base_lr=sweep", "--eval_splits=minival=train[80%:]"], "add one"),  # nothing left to report
-    (["--base_lr=sweep", "--eval_splits=minival=train[80%:],test=test", "--sweep_lrs=0.1,x"], "'x'"),
-    (["--base_lr=sweep", "--eval_splits=minival=train[80%:],test=test", "--sweep_lrs=0.1,0.1"], "twice"),
-    (["--base_lr=sweep", "--eval_splits=minival=train[80%:],test=test", "--sweep_lrs=0,0.1"], "positive"),
-])
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        (["--base_lr=fast"], "flag --base_lr=fast: must be a number or 'sweep'"),
+        (["--base_lr=sweep"], "--eval_splits=minival=train[80%:],test=test"),  # digits: no minival
+        (["--base_lr=sweep", "--eval_splits=minival=train[80%:]"], "add one"),  # nothing left to report
+        (["--base_lr=sweep", "--eval_splits=minival=train[80%:],test=test", "--sweep_lrs=0.1,x"], "'x'"),
+        (["--base_lr=sweep", "--eval_splits=minival=train[80%:],test=test", "--sweep_lrs=0.1,0.1"], "twice"),
+        (["--base_lr=sweep", "--eval_splits=minival=train[80%:],test=test", "--sweep_lrs=0,0.1"], "positive"),
+    ],
+)
 def test_bad_sweep_arguments_are_one_line_and_write_nothing(capsys, tmp_path, args, expect):
     workdir = tmp_path / "run"
     argv = ["finetune", "--dataset=digits", f"--workdir={workdir}", *args]
@@ -188,18 +224,34 @@ def test_bad_sweep_arguments_are_one_line_and_write_nothing(capsys, tmp_path, ar
 def test_pretrain_and_fewshot_refuse_a_sweep(capsys, tmp_path):
     from trainers import fewshot, pretrain
 
-    _fails_with_one_line(capsys, pretrain.main, ["pretrain", "--dataset=digits", f"--workdir={tmp_path}",
-                                                 "--base_lr=sweep"], "fine-tuning option")
-    _fails_with_one_line(capsys, fewshot.main, ["fewshot", "--dataset=digits", f"--workdir={tmp_path}",
-                                                "--base_lr=sweep"], "base_lr")
+    _fails_with_one_line(
+        capsys,
+        pretrain.main,
+        ["pretrain", "--dataset=digits", f"--workdir={tmp_path}", "--base_lr=sweep"],
+        "fine-tuning option",
+    )
+    _fails_with_one_line(
+        capsys,
+        fewshot.main,
+        ["fewshot", "--dataset=digits", f"--workdir={tmp_path}", "--base_lr=sweep"],
+        "base_lr",
+    )
 
 
 def test_a_folder_begun_with_other_settings_is_not_reused(capsys, tmp_path):
-    args = ["finetune", "--dataset=digits", f"--workdir={tmp_path / 'run'}", "--base_lr=sweep",
-            "--eval_splits=minival=train[80%:],test=test", "--sweep_lrs=0.001", "--total_steps=100"]
+    args = [
+        "finetune",
+        "--dataset=digits",
+        f"--workdir={tmp_path / 'run'}",
+        "--base_lr=sweep",
+        "--eval_splits=minival=train[80%:],test=test",
+        "--sweep_lrs=0.001",
+        "--total_steps=100",
+    ]
     sub = tmp_path / "run" / "lr_0.001"
-    begun = sweep.with_changes(trainer_flags.parse_flags(args, finetune.get_config), base_lr=0.001,
-                               workdir=str(sub), total_steps=99)
+    begun = sweep.with_changes(
+        trainer_flags.parse_flags(args, finetune.get_config), base_lr=0.001, workdir=str(sub), total_steps=99
+    )
     sub.mkdir(parents=True)
     (sub / "config.json").write_text(trainer_flags.config_to_json(begun))
     (sub / "results.json").write_text("{}")

@@ -1,4 +1,5 @@
 """Tests of keras_vit.visualize on attention patterns whose answer is known by hand."""
+
 import numpy as np
 import pytest
 
@@ -49,8 +50,9 @@ def test_mean_attention_distance_by_hand():
 
 
 def test_position_embedding_similarity_of_a_model():
-    model = keras_vit.ViT(image_size=16, patch_size=4, hidden_size=12, num_layers=1, num_heads=2,
-                          mlp_dim=8, num_classes=2)
+    model = keras_vit.ViT(
+        image_size=16, patch_size=4, hidden_size=12, num_layers=1, num_heads=2, mlp_dim=8, num_classes=2
+    )
     similarity = visualize.position_embedding_similarity(model)
     assert similarity.shape == (4, 4, 4, 4)
     np.testing.assert_allclose(similarity[1, 2, 1, 2], 1.0, atol=1e-6)
@@ -58,8 +60,9 @@ def test_position_embedding_similarity_of_a_model():
 
 
 def test_maps_of_a_real_model_feed_the_analysis():
-    model = keras_vit.ViT(image_size=16, patch_size=4, hidden_size=12, num_layers=2, num_heads=2,
-                          mlp_dim=8, num_classes=2)
+    model = keras_vit.ViT(
+        image_size=16, patch_size=4, hidden_size=12, num_layers=2, num_heads=2, mlp_dim=8, num_classes=2
+    )
     maps = model.attention_maps(np.random.default_rng(0).uniform(0, 255, (2, 16, 16, 3)))
     assert visualize.attention_rollout(maps, model.grid_size).shape == (2, 4, 4)
     assert visualize.mean_attention_distance(maps, model.grid_size, 4).shape == (2, 2)

@@ -1,4 +1,5 @@
 """Official checkpoints load exactly: keras_vit against the fixtures and an independent NumPy pass."""
+
 import logging
 import os
 
@@ -11,15 +12,20 @@ import keras_vit
 from keras_vit import weights
 
 # ../shared sits beside the repository (the project layout), never at a fixed absolute path.
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "shared", "fixtures")
-FIXTURE_MODEL = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
-                     num_classes=7)
+FIXTURES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "fixtures"
+)
+FIXTURE_MODEL = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96, num_classes=7)
 
 
 def build(image_size, *, num_classes=10, **config):
-    return keras_vit.ViT(image_size=image_size, num_classes=num_classes,
-                         include_preprocessing=False, classifier_activation=None, **config)
+    return keras_vit.ViT(
+        image_size=image_size,
+        num_classes=num_classes,
+        include_preprocessing=False,
+        classifier_activation=None,
+        **config,
+    )
 
 
 def images(size, seed=0, n=2):
@@ -36,8 +42,9 @@ def test_fixture_logits_reproduced(layout, size):
     outputs = np.load(f"{FIXTURES}/tiny_vit_reference_outputs.npz", allow_pickle=False)
     model = build(size, **FIXTURE_MODEL)
     weights.load_weights(model, f"{FIXTURES}/tiny_vit_{layout}_layout.npz")
-    np.testing.assert_allclose(run(model, outputs[f"x_{size}_nhwc"]), outputs[f"logits_{size}"],
-                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        run(model, outputs[f"x_{size}_nhwc"]), outputs[f"logits_{size}"], atol=1e-5, rtol=0
+    )
 
 
 CASES = {
@@ -61,8 +68,8 @@ def test_synthetic_checkpoint_matches_numpy_reference(tmp_path, case, layout):
         x = images(size)
         grid = size // token_stride
         expected = reference_numpy.vit_forward(
-            params, x, num_heads=config["num_heads"],
-            resize_to_grid=None if size == native else (grid, grid))
+            params, x, num_heads=config["num_heads"], resize_to_grid=None if size == native else (grid, grid)
+        )
         np.testing.assert_allclose(run(model, x), expected, atol=1e-5, rtol=1e-5)
 
 
@@ -115,8 +122,10 @@ def test_resize_logs_one_line(tmp_path, tiny_params, caplog):
     with caplog.at_level(logging.INFO, logger="keras_vit"):
         weights.load_weights(model, path)
     resized = [r.getMessage() for r in caplog.records if "resized" in r.getMessage()]
-    assert resized == ["keras_vit: resized position embeddings from a 4x4 to a 8x8 patch grid "
-                       "(scipy.ndimage.zoom, order 1, class-token row kept)"]
+    assert resized == [
+        "keras_vit: resized position embeddings from a 4x4 to a 8x8 patch grid "
+        "(scipy.ndimage.zoom, order 1, class-token row kept)"
+    ]
     with caplog.at_level(logging.INFO, logger="keras_vit"):
         caplog.clear()
         weights.load_weights(build(32, num_classes=5, **TINY), path)
@@ -137,26 +146,33 @@ def test_same_class_count_keeps_head_other_count_gets_zero_head(tmp_path, tiny_p
     assert not new.get_layer("head").bias.numpy().any()
     assert "new zero-initialised head of 3 classes (checkpoint head: 5)" in caplog.text
     # Everything but the head is the checkpoint's.
-    np.testing.assert_array_equal(new.get_layer("embedding").kernel.numpy(),
-                                  tiny_params["embedding/kernel"])
+    np.testing.assert_array_equal(new.get_layer("embedding").kernel.numpy(), tiny_params["embedding/kernel"])
 
 
 def test_include_top_false_drops_head(tmp_path, tiny_params):
     path = synth.save(tmp_path / "c.npz", tiny_params)
-    model = keras_vit.ViT(image_size=32, include_top=False, pooling="token",
-                          include_preprocessing=False, **TINY)
+    model = keras_vit.ViT(
+        image_size=32, include_top=False, pooling="token", include_preprocessing=False, **TINY
+    )
     weights.load_weights(model, path)
     x = images(32)
     no_head = {k: v for k, v in tiny_params.items() if not k.startswith("head/")}
-    np.testing.assert_allclose(run(model, x), reference_numpy.vit_forward(no_head, x, num_heads=2),
-                               atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(
+        run(model, x), reference_numpy.vit_forward(no_head, x, num_heads=2), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_pre_logits_kept_for_features_and_dropped_when_model_has_none(tmp_path, caplog):
     params = synth.vit_jax_params(4, image_size=32, num_classes=21, representation_size=32, **TINY)
     path = synth.save(tmp_path / "i21k.npz", params)
-    features = keras_vit.ViT(image_size=32, include_top=False, pooling="token",
-                             representation_size=32, include_preprocessing=False, **TINY)
+    features = keras_vit.ViT(
+        image_size=32,
+        include_top=False,
+        pooling="token",
+        representation_size=32,
+        include_preprocessing=False,
+        **TINY,
+    )
     weights.load_weights(features, path)
     x = images(32)
     no_head = {k: v for k, v in params.items() if not k.startswith("head/")}
@@ -178,14 +194,15 @@ def test_gap_checkpoint_without_class_token(tmp_path):
         weights.load_weights(model, path)
         x = images(size)
         expected = reference_numpy.vit_forward(
-            params, x, num_heads=2, classifier="gap",
-            resize_to_grid=None if size == 32 else (6, 6))
+            params, x, num_heads=2, classifier="gap", resize_to_grid=None if size == 32 else (6, 6)
+        )
         np.testing.assert_allclose(run(model, x), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_export_and_load_back_is_identical(tmp_path):
-    params = synth.vit_jax_params(6, image_size=64, num_classes=4, representation_size=16,
-                                  **synth.SMALL_HYBRID)
+    params = synth.vit_jax_params(
+        6, image_size=64, num_classes=4, representation_size=16, **synth.SMALL_HYBRID
+    )
     model = build(64, num_classes=4, representation_size=16, **synth.SMALL_HYBRID)
     weights.load_weights(model, synth.save(tmp_path / "src.npz", synth.to_big_vision(params)))
     exported = weights.export_params(model)
@@ -206,8 +223,7 @@ def test_keras_weight_files_load_and_describe(tmp_path, tiny_params):
     weights.load_weights(model, synth.save(tmp_path / "c.npz", tiny_params))
     weights.save_weights(model, tmp_path / "c.weights.h5")
     model.save(tmp_path / "c.keras")
-    expected = dict(image_size=(32, 32), num_classes=5, representation_size=None,
-                    classifier="token")
+    expected = dict(image_size=(32, 32), num_classes=5, representation_size=None, classifier="token")
     x = images(32)
     for name in ("c.weights.h5", "c.keras"):
         path = str(tmp_path / name)
@@ -219,21 +235,24 @@ def test_keras_weight_files_load_and_describe(tmp_path, tiny_params):
         weights.load_weights(bigger, path)
         np.testing.assert_allclose(
             run(bigger, images(64)),
-            reference_numpy.vit_forward(tiny_params, images(64), num_heads=2,
-                                        resize_to_grid=(8, 8)), atol=1e-5, rtol=1e-5)
+            reference_numpy.vit_forward(tiny_params, images(64), num_heads=2, resize_to_grid=(8, 8)),
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 def test_constructor_builds_the_checkpoints_model(tmp_path, monkeypatch):
-    params = synth.vit_jax_params(7, image_size=64, num_classes=21, representation_size=384,
-                                  **synth.S32)
+    params = synth.vit_jax_params(7, image_size=64, num_classes=21, representation_size=384, **synth.S32)
     path = synth.save(tmp_path / "s32.npz", params)
-    assert weights.describe(path) == dict(image_size=(64, 64), num_classes=21,
-                                          representation_size=384, classifier="token")
+    assert weights.describe(path) == dict(
+        image_size=(64, 64), num_classes=21, representation_size=384, classifier="token"
+    )
     reads = []
     read_params = weights.read_params
     monkeypatch.setattr(weights, "read_params", lambda p: reads.append(p) or read_params(p))
     model = keras_vit.ViT_S32(weights=path, classifier_activation=None, include_preprocessing=False)
     assert len(reads) == 1  # a large file is read once, for both its shapes and its weights
     x = images(64)
-    np.testing.assert_allclose(run(model, x), reference_numpy.vit_forward(params, x, num_heads=6),
-                               atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(
+        run(model, x), reference_numpy.vit_forward(params, x, num_heads=6), atol=1e-5, rtol=1e-5
+    )

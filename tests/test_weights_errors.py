@@ -1,4 +1,5 @@
 """Every way a checkpoint can be wrong gives one line naming the file and what to do."""
+
 import zipfile
 
 import numpy as np
@@ -18,8 +19,7 @@ def model():
 
 @pytest.fixture
 def good(tmp_path):
-    return synth.save(tmp_path / "good.npz", synth.vit_jax_params(0, image_size=32, num_classes=5,
-                                                                   **TINY))
+    return synth.save(tmp_path / "good.npz", synth.vit_jax_params(0, image_size=32, num_classes=5, **TINY))
 
 
 def error_of(model, path, **kwargs):
@@ -35,14 +35,15 @@ def error_of(model, path, **kwargs):
 
 def test_missing_file(model, tmp_path):
     message = error_of(model, tmp_path / "nowhere" / "ViT-B_16.npz")
-    assert message.startswith(f"{tmp_path}/nowhere/ViT-B_16.npz: no such checkpoint file; "
-                              "check the path")
+    assert message.startswith(f"{tmp_path}/nowhere/ViT-B_16.npz: no such checkpoint file; check the path")
 
 
 def test_unknown_registry_name(model):
     message = error_of(model, "imagenet22k")
-    assert message.startswith("unknown weights 'imagenet22k': not a registry name; known names: "
-                              "augreg-imagenet21k, augreg-imagenet21k+imagenet2012, imagenet21k,")
+    assert message.startswith(
+        "unknown weights 'imagenet22k': not a registry name; known names: "
+        "augreg-imagenet21k, augreg-imagenet21k+imagenet2012, imagenet21k,"
+    )
     with pytest.raises(ValueError, match="unknown weights 'imagenet22k'"):
         weights.describe("imagenet22k", variant="ViT-B_16")
 
@@ -73,43 +74,52 @@ def test_pickled_arrays_are_never_loaded(model, tmp_path):
     path = tmp_path / "pickled.npz"
     np.savez(path, cls=np.array([{"a": 1}], dtype=object))
     assert "pickled.npz: not a readable .npz checkpoint (Object arrays cannot be loaded" in (
-        error_of(model, path))
+        error_of(model, path)
+    )
 
 
 def test_checkpoint_of_another_variant(model, tmp_path):
     other = dict(TINY, hidden_size=48, num_heads=3)
     path = synth.save(tmp_path / "wide.npz", synth.vit_jax_params(1, image_size=32, **other))
     message = error_of(model, path)
-    assert message == (f"{path}: does not fit this model: 'embedding/kernel' has shape "
-                       "(8, 8, 3, 48) in the checkpoint but (8, 8, 3, 32) in the model; build the "
-                       "variant the checkpoint was trained as (checkpoint has patch_size=8, "
-                       "hidden_size=48, num_layers=2, num_heads=3)")
+    assert message == (
+        f"{path}: does not fit this model: 'embedding/kernel' has shape "
+        "(8, 8, 3, 48) in the checkpoint but (8, 8, 3, 32) in the model; build the "
+        "variant the checkpoint was trained as (checkpoint has patch_size=8, "
+        "hidden_size=48, num_layers=2, num_heads=3)"
+    )
 
 
 def test_checkpoint_with_fewer_layers(model, tmp_path):
-    path = synth.save(tmp_path / "shallow.npz",
-                      synth.vit_jax_params(1, image_size=32, **dict(TINY, num_layers=1)))
+    path = synth.save(
+        tmp_path / "shallow.npz", synth.vit_jax_params(1, image_size=32, **dict(TINY, num_layers=1))
+    )
     assert "key 'Transformer/encoderblock_1/LayerNorm_0/scale' that the model needs is missing" in (
-        error_of(model, path))
+        error_of(model, path)
+    )
 
 
 def test_hybrid_checkpoint_into_plain_model(model, tmp_path):
-    path = synth.save(tmp_path / "hybrid.npz", synth.vit_jax_params(
-        2, image_size=64, **dict(synth.SMALL_HYBRID, hidden_size=32, mlp_dim=64)))
+    path = synth.save(
+        tmp_path / "hybrid.npz",
+        synth.vit_jax_params(2, image_size=64, **dict(synth.SMALL_HYBRID, hidden_size=32, mlp_dim=64)),
+    )
     assert "'embedding/kernel' has shape (1, 1, 1024, 32) in the checkpoint" in error_of(model, path)
 
 
 def test_gap_checkpoint_into_token_model(model, tmp_path):
-    path = synth.save(tmp_path / "gap.npz",
-                      synth.vit_jax_params(3, image_size=32, classifier="gap", **TINY))
-    assert "has no class token (a classifier='gap' checkpoint); build the model with " \
-           "classifier='gap'" in error_of(model, path)
+    path = synth.save(tmp_path / "gap.npz", synth.vit_jax_params(3, image_size=32, classifier="gap", **TINY))
+    assert (
+        "has no class token (a classifier='gap' checkpoint); build the model with "
+        "classifier='gap'" in error_of(model, path)
+    )
 
 
 def test_model_with_pre_logits_needs_them(tmp_path, good):
     with_rep = keras_vit.ViT(image_size=32, num_classes=5, representation_size=32, **TINY)
     assert "has no pre-logits layer; build the model with representation_size=None" in (
-        error_of(with_rep, good))
+        error_of(with_rep, good)
+    )
 
 
 def test_unknown_file_type(model, tmp_path):

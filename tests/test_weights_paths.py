@@ -1,4 +1,5 @@
 """Checkpoints on any file system (ram:// standing in for gs://), and convert's paths."""
+
 import io
 import os
 import uuid
@@ -88,7 +89,9 @@ def test_convert_onto_its_own_input_refuses_and_leaves_it_untouched(tmp_path, pa
     for dst in (src, str(tmp_path / "sub" / ".." / "ckpt.npz"), str(tmp_path / "hard_link.npz")):
         assert convert.main([src, dst]) == 2
         err = capsys.readouterr().err
-        assert err == (f"error: {dst} is the input file; write the output to another path "
-                       "(the input was left as it is)\n")
+        assert err == (
+            f"error: {dst} is the input file; write the output to another path "
+            "(the input was left as it is)\n"
+        )
     assert (open(src, "rb").read(), os.stat(src).st_mtime_ns) == before
     assert sorted(os.listdir(tmp_path)) == ["ckpt.npz", "hard_link.npz"]

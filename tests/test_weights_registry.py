@@ -1,4 +1,5 @@
 """The checkpoint registry and the download path, offline: file:// URLs."""
+
 import dataclasses
 import hashlib
 import os
@@ -17,14 +18,30 @@ HIDDEN = {name: spec["hidden_size"] for name, spec in keras_vit.VARIANTS.items()
 
 
 def test_registry_covers_the_official_releases():
-    assert set(REGISTRY) == {"imagenet21k", "imagenet21k+imagenet2012",
-                             "imagenet21k+imagenet2012-224", "augreg-imagenet21k",
-                             "augreg-imagenet21k+imagenet2012"}
-    assert set(REGISTRY["imagenet21k"]) == {"ViT-B_16", "ViT-B_32", "ViT-L_16", "ViT-L_32",
-                                            "ViT-H_14", "R50+ViT-B_16"}
+    assert set(REGISTRY) == {
+        "imagenet21k",
+        "imagenet21k+imagenet2012",
+        "imagenet21k+imagenet2012-224",
+        "augreg-imagenet21k",
+        "augreg-imagenet21k+imagenet2012",
+    }
+    assert set(REGISTRY["imagenet21k"]) == {
+        "ViT-B_16",
+        "ViT-B_32",
+        "ViT-L_16",
+        "ViT-L_32",
+        "ViT-H_14",
+        "R50+ViT-B_16",
+    }
     assert set(REGISTRY["imagenet21k+imagenet2012-224"]) == {"ViT-B_16", "ViT-L_16"}
-    assert set(REGISTRY["augreg-imagenet21k"]) == {"ViT-Ti_16", "ViT-S_16", "ViT-S_32",
-                                                   "ViT-B_16", "ViT-B_32", "ViT-L_16"}
+    assert set(REGISTRY["augreg-imagenet21k"]) == {
+        "ViT-Ti_16",
+        "ViT-S_16",
+        "ViT-S_32",
+        "ViT-B_16",
+        "ViT-B_32",
+        "ViT-L_16",
+    }
     assert set(REGISTRY["augreg-imagenet21k+imagenet2012"]) == set(REGISTRY["augreg-imagenet21k"])
     file_names = [e.file_name for entries in REGISTRY.values() for e in entries.values()]
     assert len(file_names) == len(set(file_names))  # one cache file per checkpoint
@@ -41,8 +58,7 @@ def test_registry_entries_describe_their_model(name):
             assert (entry.image_size, entry.num_classes) == (224, 21843)
             assert entry.representation_size == HIDDEN[variant]  # original pre-logits layer
         elif name == "augreg-imagenet21k":
-            assert (entry.image_size, entry.num_classes, entry.representation_size) == (
-                224, 21843, None)
+            assert (entry.image_size, entry.num_classes, entry.representation_size) == (224, 21843, None)
         else:
             assert entry.num_classes == 1000 and entry.representation_size is None
             assert entry.image_size == (224 if name.endswith("-224") else 384)
@@ -50,28 +66,34 @@ def test_registry_entries_describe_their_model(name):
 
 def test_known_urls():
     assert REGISTRY["imagenet21k"]["ViT-B_16"].url == (
-        "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz")
+        "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz"
+    )
     assert REGISTRY["imagenet21k+imagenet2012-224"]["ViT-L_16"].url == (
-        "https://storage.googleapis.com/vit_models/imagenet21k%2Bimagenet2012/ViT-L_16-224.npz")
+        "https://storage.googleapis.com/vit_models/imagenet21k%2Bimagenet2012/ViT-L_16-224.npz"
+    )
     assert REGISTRY["imagenet21k+imagenet2012"]["R50+ViT-B_16"].url.endswith(
-        "imagenet21k%2Bimagenet2012/R50%2BViT-B_16.npz")
+        "imagenet21k%2Bimagenet2012/R50%2BViT-B_16.npz"
+    )
     assert REGISTRY["augreg-imagenet21k+imagenet2012"]["ViT-B_16"].url == (
         "https://storage.googleapis.com/vit_models/augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-"
-        "wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_384.npz")
+        "wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_384.npz"
+    )
 
 
 def test_describe_registry_name_needs_no_download():
     assert weights.describe("imagenet21k", variant="ViT-B_16") == dict(
-        image_size=(224, 224), num_classes=21843, representation_size=768, classifier="token")
-    assert weights.describe("imagenet21k+imagenet2012", variant="R50+ViT-B_16")["image_size"] == (
-        384, 384)
+        image_size=(224, 224), num_classes=21843, representation_size=768, classifier="token"
+    )
+    assert weights.describe("imagenet21k+imagenet2012", variant="R50+ViT-B_16")["image_size"] == (384, 384)
 
 
 def test_registry_lookup_errors_are_one_line():
     with pytest.raises(ValueError, match="needs a model variant") as err:
         checkpoints.lookup("imagenet21k", None)
-    with pytest.raises(ValueError, match="no 'imagenet21k' checkpoint is published for ViT-Ti_16; "
-                                         "ViT-Ti_16 has: augreg-imagenet21k") as err:
+    with pytest.raises(
+        ValueError,
+        match="no 'imagenet21k' checkpoint is published for ViT-Ti_16; ViT-Ti_16 has: augreg-imagenet21k",
+    ) as err:
         weights.describe("imagenet21k", variant="ViT-Ti_16")
     assert "\n" not in str(err.value)
 
@@ -87,9 +109,15 @@ def published(tmp_path, monkeypatch):
     source = synth.save(tmp_path / "server" / "Ti_16-test.npz", params)
     sha256 = hashlib.sha256(open(source, "rb").read()).hexdigest()
     entry = checkpoints.Checkpoint(
-        name="test-release", variant="ViT-Ti_16", url=f"file://{source}",
-        file_name="test-release_Ti_16.npz", image_size=32, num_classes=5,
-        representation_size=None, sha256=sha256)
+        name="test-release",
+        variant="ViT-Ti_16",
+        url=f"file://{source}",
+        file_name="test-release_Ti_16.npz",
+        image_size=32,
+        num_classes=5,
+        representation_size=None,
+        sha256=sha256,
+    )
     monkeypatch.setitem(REGISTRY, "test-release", {"ViT-Ti_16": entry})
     keras_home = tmp_path / "keras_home"
     monkeypatch.setenv("KERAS_HOME", str(keras_home))
@@ -101,12 +129,10 @@ def test_registry_download_verifies_sha256_and_hits_the_cache(published):
     cached = published["keras_home"] / "models" / "test-release_Ti_16.npz"
     assert cached.is_file()
     assert model.image_size == (32, 32) and model.num_classes == 5
-    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(),
-                                  published["params"]["head/kernel"])
+    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(), published["params"]["head/kernel"])
     os.remove(published["source"])  # a second load must not need the origin any more
     again = keras_vit.ViT_Ti16(weights="test-release", classifier_activation=None)
-    np.testing.assert_array_equal(again.get_layer("head").kernel.numpy(),
-                                  published["params"]["head/kernel"])
+    np.testing.assert_array_equal(again.get_layer("head").kernel.numpy(), published["params"]["head/kernel"])
 
 
 def test_explicit_cache_dir_is_honoured(published, tmp_path):
@@ -143,8 +169,10 @@ def test_unhashed_download_is_verified_structurally(published, monkeypatch):
     liar = dataclasses.replace(published["entry"], sha256=None, num_classes=1000)
     monkeypatch.setitem(REGISTRY, "test-release", {"ViT-Ti_16": liar})
     model = keras_vit.ViT(image_size=32, num_classes=1000, **synth.TI16)
-    with pytest.raises(CheckpointError, match="num_classes is 5 but test-release ViT-Ti_16 has "
-                                              "1000; the file is not the published one"):
+    with pytest.raises(
+        CheckpointError,
+        match="num_classes is 5 but test-release ViT-Ti_16 has 1000; the file is not the published one",
+    ):
         weights.load_weights(model, "test-release")
 
 
@@ -171,13 +199,15 @@ class _CutOff:
 
 
 @pytest.mark.parametrize("failure", ["reset", "closed early"])
-def test_download_cut_short_is_not_kept_and_the_next_load_downloads_again(published, monkeypatch,
-                                                                          failure):
+def test_download_cut_short_is_not_kept_and_the_next_load_downloads_again(published, monkeypatch, failure):
     unhashed = dataclasses.replace(published["entry"], sha256=None)  # only the length can tell
     monkeypatch.setitem(REGISTRY, "test-release", {"ViT-Ti_16": unhashed})
     real_urlopen = urllib.request.urlopen
-    monkeypatch.setattr(urllib.request, "urlopen",
-                        lambda url, timeout=None: _CutOff(real_urlopen(url, timeout=timeout), failure))
+    monkeypatch.setattr(
+        urllib.request,
+        "urlopen",
+        lambda url, timeout=None: _CutOff(real_urlopen(url, timeout=timeout), failure),
+    )
     model = keras_vit.ViT(image_size=32, num_classes=5, **synth.TI16)
     with pytest.raises(CheckpointError, match="could not download file://") as err:
         weights.load_weights(model, "test-release")
@@ -186,8 +216,7 @@ def test_download_cut_short_is_not_kept_and_the_next_load_downloads_again(publis
 
     monkeypatch.setattr(urllib.request, "urlopen", real_urlopen)
     weights.load_weights(model, "test-release")
-    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(),
-                                  published["params"]["head/kernel"])
+    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(), published["params"]["head/kernel"])
     assert os.listdir(published["keras_home"] / "models") == ["test-release_Ti_16.npz"]
 
 
@@ -202,8 +231,7 @@ def test_partial_file_in_the_cache_is_downloaded_again(published, monkeypatch, c
     os.makedirs(cached.parent)
     cached.write_bytes(complete[: len(complete) // 2])
     model = keras_vit.ViT_Ti16(weights="test-release", classifier_activation=None)
-    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(),
-                                  published["params"]["head/kernel"])
+    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(), published["params"]["head/kernel"])
     assert cached.read_bytes() == complete
     assert "downloading file://" in caplog.text and "failed its check" in caplog.text
 
@@ -214,8 +242,7 @@ def test_changed_file_in_the_cache_is_replaced_when_a_sha256_is_published(publis
     os.makedirs(cached.parent)
     synth.save(cached, synth.vit_jax_params(12, **TI16_32PX))
     model = keras_vit.ViT_Ti16(weights="test-release", classifier_activation=None)
-    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(),
-                                  published["params"]["head/kernel"])
+    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(), published["params"]["head/kernel"])
 
 
 def test_download_removes_temporary_files_of_killed_downloads_only(published):

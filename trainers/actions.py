@@ -1,4 +1,4 @@
-"""What the controller does between loop calls: log, checkpoint, evaluate.
+"""What the controller does between loop calls (log, checkpoint, evaluate) and at the end (export).
 
 `LogTraining` runs after every loop call. Each other action has `every` (steps between its runs;
 0 = none during training) and is called as `action(step, out, seconds)` after a loop call that
@@ -8,9 +8,12 @@ The controller also stops its loop calls at every action's steps, so a resumed r
 steps into the same calls as an uninterrupted one.
 """
 
+import json
+
 import tensorflow as tf
 
 from keras_vit import fileio
+from keras_vit import weights as weights_lib
 
 
 class Summaries:
@@ -78,6 +81,21 @@ class Evaluate:
                     tf.summary.scalar(tag, value)
         print(f"step {step}  {describe(self.evaluator.name, tags)}", flush=True)
         return tags
+
+
+class Export:
+    """The end of a run, on the chief: WORKDIR/model.npz (official layout) and WORKDIR/results.json."""
+
+    def __init__(self, model, workdir, chief):
+        self.model, self.workdir, self.chief = model, workdir, chief
+
+    def __call__(self, results):
+        if not self.chief:
+            return
+        weights_lib.save_npz(self.model, fileio.join(self.workdir, "model.npz"))
+        fileio.write_atomic(
+            fileio.join(self.workdir, "results.json"), json.dumps(results, indent=2, sort_keys=True) + "\n"
+        )
 
 
 def describe(name, tags):

@@ -44,14 +44,18 @@ class Controller:
                         f"the training loss became {out['loss']} (gradient norm {out['grad_norm']}) "
                         f"between steps {step} and {end}; stopped without saving. "
                         f"Last good checkpoint: {self.checkpoints.latest or 'none'}. "
-                        "Lower --base_lr or set --grad_norm_clip.")
+                        "Lower --base_lr or set --grad_norm_clip."
+                    )
                 self.log(step, end, out, seconds)
                 step = end
                 for action in self.actions:
                     if action.every and step % action.every == 0 and step < total:
                         action(step, out, seconds)
                 if step < total and preempted.saved_checkpoint():
-                    print(f"preempted (SIGTERM): saved a checkpoint at step {step}; "
-                          "rerun the same command to resume.", flush=True)
+                    print(
+                        f"preempted (SIGTERM): saved a checkpoint at step {step}; "
+                        "rerun the same command to resume.",
+                        flush=True,
+                    )
                     return step, True
         return step, False

@@ -20,6 +20,7 @@ import time
 
 from absl import flags
 
+from configs import DIGITS_ARCHITECTURE
 from configs import fewshot as fewshot_config
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
@@ -31,9 +32,8 @@ UPSTREAM, DOWNSTREAM = "digits:0-4", "digits:5-9"
 SHOTS = (1, 5, 10)
 FEW_PER_CLASS = 10
 
-# The model: 8x8 digits upsampled to 16x16, 4x4 patches (16 tokens + class token).
-ARCHITECTURE = dict(model="ViT-Ti_16", image_size=16, patch_size=4, hidden_size=64, num_layers=4, num_heads=4,
-                    mlp_dim=128, classifier="token")
+# The digits presets' model (configs/__init__.py).
+ARCHITECTURE = DIGITS_ARCHITECTURE
 # Step budgets (batch 64), measured to fit the 10-minute `make demo` on 2 CPU cores.
 FULL = dict(pretrain_steps=1500, finetune_steps=800, few_finetune_steps=200, seeds=5)
 # --small: the whole pipeline end to end in well under a minute of training.
@@ -47,36 +47,67 @@ def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps
 
     pre = pretrain_config.get_config("digits")
     pre.update(ARCHITECTURE)
-    pre.update(dataset=UPSTREAM, workdir=fileio.join(workdir, "pretrain"), pre_logits=True,
-               total_steps=pretrain_steps, warmup_steps=max(1, pretrain_steps // 10), base_lr=2e-3,
-               weight_decay=0.1, batch_size=64, steps_per_loop=_loop(pretrain_steps),
-               eval_every=_every(pretrain_steps), checkpoint_every=_every(pretrain_steps),
-               fewshot_datasets=DOWNSTREAM, fewshot_every=_every(pretrain_steps),
-               fewshot_shots=",".join(map(str, SHOTS)), fewshot_seeds=seeds, jit_compile=jit_compile)
+    pre.update(
+        dataset=UPSTREAM,
+        workdir=fileio.join(workdir, "pretrain"),
+        pre_logits=True,
+        total_steps=pretrain_steps,
+        warmup_steps=max(1, pretrain_steps // 10),
+        base_lr=2e-3,
+        weight_decay=0.1,
+        batch_size=64,
+        steps_per_loop=_loop(pretrain_steps),
+        eval_every=_every(pretrain_steps),
+        checkpoint_every=_every(pretrain_steps),
+        fewshot_datasets=DOWNSTREAM,
+        fewshot_every=_every(pretrain_steps),
+        fewshot_shots=",".join(map(str, SHOTS)),
+        fewshot_seeds=seeds,
+        jit_compile=jit_compile,
+    )
     stages["pretrain"] = ("pretrain", pre)
 
-    for name, weights, model in (("fewshot", pretrained, ARCHITECTURE["model"]),
-                                 ("fewshot_random_init", "none", ARCHITECTURE["model"]),
-                                 ("fewshot_pixels", "none", "pixels")):
+    for name, weights, model in (
+        ("fewshot", pretrained, ARCHITECTURE["model"]),
+        ("fewshot_random_init", "none", ARCHITECTURE["model"]),
+        ("fewshot_pixels", "none", "pixels"),
+    ):
         fs = fewshot_config.get_config(DOWNSTREAM)
         fs.update(ARCHITECTURE)
-        fs.update(dataset=DOWNSTREAM, workdir=fileio.join(workdir, name), weights=weights,
-                  pre_logits=weights == "none", shots=",".join(map(str, SHOTS)), seeds=seeds)
+        fs.update(
+            dataset=DOWNSTREAM,
+            workdir=fileio.join(workdir, name),
+            weights=weights,
+            pre_logits=weights == "none",
+            shots=",".join(map(str, SHOTS)),
+            seeds=seeds,
+        )
         if model == "pixels":
             fs.update(model="pixels", image_size=8)  # the scans' own 8x8 pixels, no resampling
         stages[name] = ("fewshot", fs)
 
     for name, weights, per_class, steps in (
-            ("finetune", pretrained, 0, finetune_steps),
-            ("finetune_10per_class", pretrained, FEW_PER_CLASS, few_finetune_steps),
-            ("scratch", "none", 0, finetune_steps),
-            ("scratch_10per_class", "none", FEW_PER_CLASS, few_finetune_steps)):
+        ("finetune", pretrained, 0, finetune_steps),
+        ("finetune_10per_class", pretrained, FEW_PER_CLASS, few_finetune_steps),
+        ("scratch", "none", 0, finetune_steps),
+        ("scratch_10per_class", "none", FEW_PER_CLASS, few_finetune_steps),
+    ):
         ft = finetune_config.get_config("digits")
         ft.update(ARCHITECTURE)
-        ft.update(dataset=DOWNSTREAM, workdir=fileio.join(workdir, name), weights=weights,
-                  examples_per_class=per_class, total_steps=steps, warmup_steps=max(1, steps // 10),
-                  batch_size=64 if not per_class else 50, base_lr=0.03, steps_per_loop=_loop(steps),
-                  eval_every=_every(steps), checkpoint_every=_every(steps), jit_compile=jit_compile)
+        ft.update(
+            dataset=DOWNSTREAM,
+            workdir=fileio.join(workdir, name),
+            weights=weights,
+            examples_per_class=per_class,
+            total_steps=steps,
+            warmup_steps=max(1, steps // 10),
+            batch_size=64 if not per_class else 50,
+            base_lr=0.03,
+            steps_per_loop=_loop(steps),
+            eval_every=_every(steps),
+            checkpoint_every=_every(steps),
+            jit_compile=jit_compile,
+        )
         stages[name] = ("finetune", ft)
     return stages
 
@@ -111,14 +142,18 @@ def collect(stage_results):
 
 def table(results, settings, seconds):
     """The printed summary: one row per method, one column per amount of downstream data."""
+
     def cell(key):
         if key not in results:
             return f"{'':>13}"
         std = results.get(key.replace("accuracy", "accuracy_std"))
         return f"{results[key]:>7.3f} ± {std:.3f}" if std is not None else f"{results[key]:>13.3f}"
 
-    head = f"{'downstream: digits 5-9':<44}" + "".join(f"{f'{k}-shot':>13}" for k in SHOTS) + \
-        f"{f'{FEW_PER_CLASS}/class':>13}{'all images':>13}"
+    head = (
+        f"{'downstream: digits 5-9':<44}"
+        + "".join(f"{f'{k}-shot':>13}" for k in SHOTS)
+        + f"{f'{FEW_PER_CLASS}/class':>13}{'all images':>13}"
+    )
     rows = [
         ("linear probe, pre-trained ViT features", "fewshot", None),
         ("linear probe, random-init ViT features", "fewshot_random_init", None),
@@ -127,17 +162,27 @@ def table(results, settings, seconds):
         ("same ViT from scratch, same budget", None, "scratch"),
     ]
     upstream = results["pretrain/test_accuracy"]
-    lines = [f"upstream: ViT pre-trained on digits 0-4, test accuracy {upstream:.3f}",
-             "", head, "-" * len(head)]
+    lines = [
+        f"upstream: ViT pre-trained on digits 0-4, test accuracy {upstream:.3f}",
+        "",
+        head,
+        "-" * len(head),
+    ]
     for label, probe, train in rows:
         cells = [cell(f"{probe}/{k}shot_accuracy") if probe else " " * 13 for k in SHOTS]
-        cells += [cell(f"{train}_{FEW_PER_CLASS}per_class/test_accuracy"), cell(f"{train}/test_accuracy")] \
-            if train else [" " * 13] * 2
+        cells += (
+            [cell(f"{train}_{FEW_PER_CLASS}per_class/test_accuracy"), cell(f"{train}/test_accuracy")]
+            if train
+            else [" " * 13] * 2
+        )
         lines.append(f"{label:<44}" + "".join(cells))
-    lines += ["", f"probes: mean ± std over {settings['seeds']} draws of the k examples per class; "
-              f"fine-tuning: {settings['finetune_steps']} steps (all images), "
-              f"{settings['few_finetune_steps']} steps ({FEW_PER_CLASS}/class); "
-              f"pre-training: {settings['pretrain_steps']} steps; total {seconds / 60:.1f} min"]
+    lines += [
+        "",
+        f"probes: mean ± std over {settings['seeds']} draws of the k examples per class; "
+        f"fine-tuning: {settings['finetune_steps']} steps (all images), "
+        f"{settings['few_finetune_steps']} steps ({FEW_PER_CLASS}/class); "
+        f"pre-training: {settings['pretrain_steps']} steps; total {seconds / 60:.1f} min",
+    ]
     return "\n".join(lines)
 
 
@@ -159,11 +204,14 @@ def run(workdir, *, small=False, **overrides):
     results = collect(stage_results)
     seconds = time.time() - start
     results["wall_time_s"] = round(seconds, 1)
-    fileio.write_atomic(fileio.join(workdir, "results.json"),
-                        json.dumps(results, indent=2, sort_keys=True) + "\n")
+    fileio.write_atomic(
+        fileio.join(workdir, "results.json"), json.dumps(results, indent=2, sort_keys=True) + "\n"
+    )
     print("\n" + table(results, settings, seconds))
-    print(f"\nresults: {fileio.join(workdir, 'results.json')}\n"
-          f"TensorBoard: tensorboard --logdir {workdir}", flush=True)
+    print(
+        f"\nresults: {fileio.join(workdir, 'results.json')}\nTensorBoard: tensorboard --logdir {workdir}",
+        flush=True,
+    )
     return results
 
 
@@ -177,8 +225,10 @@ def _check_workdir(workdir, settings):
         with fileio.open(path) as f:
             found = json.load(f)
         if found != json.loads(json.dumps(wanted)):
-            raise UsageError(f"{workdir} holds a demo run with other settings ({path}); "
-                                    "remove it or choose another --workdir.")
+            raise UsageError(
+                f"{workdir} holds a demo run with other settings ({path}); "
+                "remove it or choose another --workdir."
+            )
         return
     fileio.makedirs(workdir)
     fileio.write_atomic(path, json.dumps(wanted, indent=2, sort_keys=True) + "\n")
@@ -186,10 +236,12 @@ def _check_workdir(workdir, settings):
 
 def _flags():
     values = flags.FlagValues()
-    flags.DEFINE_string("workdir", "runs/demo", "where every stage's run, the logs and results.json go",
-                        flag_values=values)
-    flags.DEFINE_bool("small", False, "a tiny step budget: checks the whole pipeline in about a minute",
-                      flag_values=values)
+    flags.DEFINE_string(
+        "workdir", "runs/demo", "where every stage's run, the logs and results.json go", flag_values=values
+    )
+    flags.DEFINE_bool(
+        "small", False, "a tiny step budget: checks the whole pipeline in about a minute", flag_values=values
+    )
     budget = {
         "pretrain_steps": "upstream steps",
         "finetune_steps": "downstream steps with all images",
@@ -197,8 +249,9 @@ def _flags():
         "seeds": "draws of the k-shot examples per probe",
     }
     for name, text in budget.items():
-        flags.DEFINE_integer(name, None, f"{text} (default {FULL[name]}; --small {SMALL[name]})",
-                             flag_values=values)
+        flags.DEFINE_integer(
+            name, None, f"{text} (default {FULL[name]}; --small {SMALL[name]})", flag_values=values
+        )
     return values
 
 
@@ -216,9 +269,14 @@ def main(argv=None):
             raise UsageError(str(e)) from None
         if len(rest) > 1:
             raise UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
-        run(values.workdir, small=values.small, pretrain_steps=values.pretrain_steps,
-            finetune_steps=values.finetune_steps, few_finetune_steps=values.few_finetune_steps,
-            seeds=values.seeds)
+        run(
+            values.workdir,
+            small=values.small,
+            pretrain_steps=values.pretrain_steps,
+            finetune_steps=values.finetune_steps,
+            few_finetune_steps=values.few_finetune_steps,
+            seeds=values.seeds,
+        )
     except TrainerError as e:
         print(f"demo: error: {one_line(e)}", file=sys.stderr)
         return e.exit_code

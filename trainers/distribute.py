@@ -5,6 +5,7 @@ tested) on a laptop exactly as it runs on N accelerators: the same MirroredStrat
 all-reduce, the same per-replica batches. One CPU device is a one-replica MirroredStrategy for the same
 reason: a single code path whatever the replica count.
 """
+
 import glob
 import importlib.util
 import json
@@ -17,8 +18,9 @@ from configs.fields import STRATEGIES
 from trainers.errors import StrategyError
 
 
-def create_strategy(strategy: str = "auto", tpu: str | None = None,
-                    cpu_devices: int = 1) -> tf.distribute.Strategy:
+def create_strategy(
+    strategy: str = "auto", tpu: str | None = None, cpu_devices: int = 1
+) -> tf.distribute.Strategy:
     """auto: a TPU if --tpu is given or one is attached, else all local GPUs, else the CPU."""
     if strategy not in STRATEGIES:
         raise StrategyError(f"unknown --strategy={strategy!r}: use one of {', '.join(STRATEGIES)}")
@@ -36,8 +38,10 @@ def create_strategy(strategy: str = "auto", tpu: str | None = None,
     if strategy == "gpu":
         gpus = tf.config.list_physical_devices("GPU")
         if not gpus:
-            raise StrategyError("--strategy=gpu but TensorFlow sees no GPU here: install a CUDA build of "
-                                "TensorFlow, or use --strategy=cpu (or auto)")
+            raise StrategyError(
+                "--strategy=gpu but TensorFlow sees no GPU here: install a CUDA build of "
+                "TensorFlow, or use --strategy=cpu (or auto)"
+            )
         return tf.distribute.MirroredStrategy([f"/gpu:{i}" for i in range(len(gpus))])
     if strategy == "multi_worker":
         return _multi_worker_strategy(cpu_devices)
@@ -55,7 +59,8 @@ _CPU_STRATEGIES = {}
 def _cpu_strategy(cpu_devices):
     if cpu_devices not in _CPU_STRATEGIES:
         _CPU_STRATEGIES[cpu_devices] = tf.distribute.MirroredStrategy(
-            [f"/cpu:{i}" for i in range(cpu_devices)])
+            [f"/cpu:{i}" for i in range(cpu_devices)]
+        )
     return _CPU_STRATEGIES[cpu_devices]
 
 
@@ -71,16 +76,19 @@ def _tpu_chips_visible():
 
 def _local_tpu_attached():
     """A TPU VM whose TPU this TensorFlow can drive (auto picks the TPU only then)."""
-    return _tpu_chips_visible() and (bool(tf.config.list_physical_devices("TPU"))
-                                     or importlib.util.find_spec("libtpu") is not None)
+    return _tpu_chips_visible() and (
+        bool(tf.config.list_physical_devices("TPU")) or importlib.util.find_spec("libtpu") is not None
+    )
 
 
 def _tpu_strategy(tpu):
     name = tpu or "local"
     if name == "local" and not _tpu_chips_visible():
         # Checked first: a failed initialize_tpu_system also clears TensorFlow's eager caches.
-        raise StrategyError("no TPU found (--tpu=local: this machine has no TPU device): on a TPU VM use "
-                            "--tpu=local, for a TPU node its name; elsewhere use --strategy=gpu, cpu or auto")
+        raise StrategyError(
+            "no TPU found (--tpu=local: this machine has no TPU device): on a TPU VM use "
+            "--tpu=local, for a TPU node its name; elsewhere use --strategy=gpu, cpu or auto"
+        )
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
         if name != "local":
@@ -89,8 +97,10 @@ def _tpu_strategy(tpu):
         return tf.distribute.TPUStrategy(resolver)
     except Exception as e:  # NotFoundError, ValueError, URLError, ...: all mean "no usable TPU"
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0][:120]
-        raise StrategyError(f"no TPU found (--tpu={name}: {reason}): on a TPU VM use --tpu=local, for a TPU "
-                            f"node its name; elsewhere use --strategy=gpu, cpu or auto") from None
+        raise StrategyError(
+            f"no TPU found (--tpu={name}: {reason}): on a TPU VM use --tpu=local, for a TPU "
+            f"node its name; elsewhere use --strategy=gpu, cpu or auto"
+        ) from None
 
 
 def _split_cpu(count):
@@ -99,37 +109,50 @@ def _split_cpu(count):
     if count > 1 and len(tf.config.get_logical_device_configuration(cpu) or []) < count:
         try:
             tf.config.set_logical_device_configuration(
-                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+            )
         except RuntimeError:
             pass  # TensorFlow already started its devices; checked just below
     available = len(tf.config.list_logical_devices("CPU"))
     if available < count:
-        raise StrategyError(f"--cpu_devices={count} but TensorFlow already started with {available} CPU "
-                            f"device(s): create the strategy before any other TensorFlow work")
+        raise StrategyError(
+            f"--cpu_devices={count} but TensorFlow already started with {available} CPU "
+            f"device(s): create the strategy before any other TensorFlow work"
+        )
     return available
 
 
 def _multi_worker_strategy(cpu_devices):
     raw = os.environ.get("TF_CONFIG")
     if not raw:
-        raise StrategyError("--strategy=multi_worker needs the TF_CONFIG environment variable, e.g. "
-                            "{\"cluster\": {\"worker\": [\"host1:port\", \"host2:port\"]}, "
-                            "\"task\": {\"type\": \"worker\", \"index\": 0}}")
+        raise StrategyError(
+            "--strategy=multi_worker needs the TF_CONFIG environment variable, e.g. "
+            '{"cluster": {"worker": ["host1:port", "host2:port"]}, '
+            '"task": {"type": "worker", "index": 0}}'
+        )
     try:
         config = json.loads(raw)
         workers = config["cluster"]["worker"]
         task = config["task"]
-        if not isinstance(workers, list) or not workers or task["type"] not in ("worker", "chief") \
-                or not 0 <= int(task["index"]) < len(config["cluster"][task["type"]]):
+        if (
+            not isinstance(workers, list)
+            or not workers
+            or task["type"] not in ("worker", "chief")
+            or not 0 <= int(task["index"]) < len(config["cluster"][task["type"]])
+        ):
             raise ValueError("task does not name one of the cluster's workers")
     except (ValueError, KeyError, TypeError) as e:
-        raise StrategyError(f"invalid TF_CONFIG ({type(e).__name__}: {e}): it needs cluster.worker "
-                            f"(a list of host:port) and task.type/task.index naming one of them") from None
+        raise StrategyError(
+            f"invalid TF_CONFIG ({type(e).__name__}: {e}): it needs cluster.worker "
+            f"(a list of host:port) and task.type/task.index naming one of them"
+        ) from None
     if cpu_devices > 1 and not tf.config.list_physical_devices("GPU"):
         # MultiWorkerMirroredStrategy places one replica on each worker's CPU, whatever the logical split.
-        raise StrategyError("--cpu_devices>1 does not apply to --strategy=multi_worker on CPU (one replica "
-                            "per worker): use --cpu_devices=1, or --strategy=cpu for several replicas "
-                            "in one process")
+        raise StrategyError(
+            "--cpu_devices>1 does not apply to --strategy=multi_worker on CPU (one replica "
+            "per worker): use --cpu_devices=1, or --strategy=cpu for several replicas "
+            "in one process"
+        )
     logging.info("Multi-worker: %d workers, this is %s %s", len(workers), task["type"], task["index"])
     return tf.distribute.MultiWorkerMirroredStrategy()
 
@@ -137,10 +160,12 @@ def _multi_worker_strategy(cpu_devices):
 def describe(strategy) -> str:
     """One line for the log: the kind, the number of replicas and workers, and the devices."""
     kind = type(strategy).__name__
-    for public, name in ((tf.distribute.MultiWorkerMirroredStrategy, "MultiWorkerMirroredStrategy"),
-                         (tf.distribute.TPUStrategy, "TPUStrategy"),
-                         (tf.distribute.MirroredStrategy, "MirroredStrategy"),
-                         (tf.distribute.OneDeviceStrategy, "OneDeviceStrategy")):
+    for public, name in (
+        (tf.distribute.MultiWorkerMirroredStrategy, "MultiWorkerMirroredStrategy"),
+        (tf.distribute.TPUStrategy, "TPUStrategy"),
+        (tf.distribute.MirroredStrategy, "MirroredStrategy"),
+        (tf.distribute.OneDeviceStrategy, "OneDeviceStrategy"),
+    ):
         if isinstance(strategy, public):  # the class behind MultiWorkerMirroredStrategy has another name
             kind = name
             break

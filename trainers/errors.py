@@ -6,6 +6,8 @@ few-shot setting, a model that does not fit), 1 for a run that started and canno
 (`TrainingError`). Raise the most specific kind; catch `TrainerError`.
 """
 
+from keras_vit.errors import first_line  # noqa: F401 (the one helper, shared with the library)
+
 
 class TrainerError(Exception):
     """Base of every error the trainers report as one line."""
@@ -39,12 +41,6 @@ class TrainingError(TrainerError, RuntimeError):
     """The run started but cannot go on (e.g. the loss diverged): exit code 1."""
 
     exit_code = 1
-
-
-def first_line(error, limit=300):
-    """The first line of an error's message (its type's name when it has none), at most `limit` long."""
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:limit]
 
 
 def one_line(error):

@@ -5,6 +5,7 @@ The feature is what the head sees: the tanh pre-logits when the model has a repr
 layer, else the pooled output of the encoder (the class token, or the mean of the patch tokens
 for classifier "gap"). "pixels" is the raw-image baseline: the resized image, flattened.
 """
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -13,8 +14,6 @@ from trainers import data
 from trainers.errors import IncompatibleModelError
 
 PIXELS = "pixels"
-
-
 
 
 def representation_model(model):
@@ -35,7 +34,8 @@ def representation_model(model):
             return keras.Model(model.inputs, tensor, name=f"{model.name}_representation")
     raise IncompatibleModelError(
         f"model {model.name!r} has no 'head' or 'pre_logits' layer and does not output "
-        f"a pooled (batch, dims) representation; build it with include_top=False and pooling='token'")
+        f"a pooled (batch, dims) representation; build it with include_top=False and pooling='token'"
+    )
 
 
 def _has_layer(model, name):
@@ -77,10 +77,14 @@ class FeatureExtractor:
     def __call__(self, spec, split, *, image_size, batch_size):
         """(features float32 (n, d), labels int64 (n,)) of the whole `split`, in the split's order."""
         if spec.multi_label:
-            raise data.DatasetError(data.multi_label_refusal(
-                spec, "a linear probe", "probe a single-label dataset (e.g. cifar10, oxford_iiit_pet)"))
-        input_fn = data.make_input_fn(spec, split, image_size=image_size, global_batch_size=batch_size,
-                                      training=False)
+            raise data.DatasetError(
+                data.multi_label_refusal(
+                    spec, "a linear probe", "probe a single-label dataset (e.g. cifar10, oxford_iiit_pet)"
+                )
+            )
+        input_fn = data.make_input_fn(
+            spec, split, image_size=image_size, global_batch_size=batch_size, training=False
+        )
         dataset = data.distribute(self.strategy, input_fn)
         features, labels = [], []
         for batch in dataset:

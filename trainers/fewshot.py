@@ -19,7 +19,6 @@ import keras
 import tensorflow as tf
 
 from configs import fewshot as fewshot_config
-from configs.fields import COMMON
 from keras_vit import VARIANTS, fileio
 from trainers import cli, distribute
 from trainers.errors import UsageError
@@ -30,8 +29,6 @@ from trainers.linear_probe import fit_ridge, sample_k_per_class  # noqa: F401 (p
 from trainers.model_builder import build_model
 from trainers.validation import validate_common
 
-FIELDS = COMMON + ("test_split", "shots", "seeds", "l2_reg", "batch_size")
-
 
 def get_config(dataset="cifar10"):
     return fewshot_config.get_config(dataset)
@@ -39,7 +36,7 @@ def get_config(dataset="cifar10"):
 
 def validate(config):
     """Checks that need only the config; raises UsageError/FewShotError before anything runs."""
-    validate_common(config, models=(PIXELS, *VARIANTS), known_fields=FIELDS)
+    validate_common(config, models=(PIXELS, *VARIANTS), known_fields=fewshot_config.FIELDS)
     for name in ("batch_size", "seeds"):
         if config[name] <= 0:
             raise UsageError(f"--{name} must be positive, got {config[name]}.")
@@ -62,25 +59,39 @@ def build_feature_model(config, num_classes):
 def run(config):
     """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict."""
     validate(config)
-    strategy = distribute.create_strategy(config.strategy, tpu=config.tpu or None,
-                                          cpu_devices=config.cpu_devices or 1)
+    strategy = distribute.create_strategy(
+        config.strategy, tpu=config.tpu or None, cpu_devices=config.cpu_devices or 1
+    )
     if config.batch_size % strategy.num_replicas_in_sync:
-        raise UsageError(f"--batch_size {config.batch_size} is not divisible by "
-                         f"{strategy.num_replicas_in_sync} replicas.")
+        raise UsageError(
+            f"--batch_size {config.batch_size} is not divisible by {strategy.num_replicas_in_sync} replicas."
+        )
     start = time.time()
-    evaluator = FewShotEvaluator({"data": config.dataset}, data_dir=config.data_dir or None,
-                                 image_size=config.image_size, batch_size=config.batch_size,
-                                 shots=config.shots, seeds=config.seeds, l2_reg=config.l2_reg,
-                                 strategy=strategy, train_split=config.train_split,
-                                 test_split=config.test_split)
+    evaluator = FewShotEvaluator(
+        {"data": config.dataset},
+        data_dir=config.data_dir or None,
+        image_size=config.image_size,
+        batch_size=config.batch_size,
+        shots=config.shots,
+        seeds=config.seeds,
+        l2_reg=config.l2_reg,
+        strategy=strategy,
+        train_split=config.train_split,
+        test_split=config.test_split,
+    )
     spec = evaluator.specs["data"]
     with strategy.scope():
         model = build_feature_model(config, spec.num_classes)
         scores = evaluator.run(model)
 
-    results = {"dataset": config.dataset, "model": config.model, "weights": config.weights,
-               "shots": list(evaluator.shots), "seeds": evaluator.seeds,
-               "wall_time_s": round(time.time() - start, 2)}
+    results = {
+        "dataset": config.dataset,
+        "model": config.model,
+        "weights": config.weights,
+        "shots": list(evaluator.shots),
+        "seeds": evaluator.seeds,
+        "wall_time_s": round(time.time() - start, 2),
+    }
     for k in evaluator.shots:
         results[f"{k}shot_accuracy"] = scores[f"fewshot/data/{k}shot_accuracy"]
         results[f"{k}shot_accuracy_std"] = scores[f"fewshot/data/{k}shot_accuracy_std"]
@@ -96,11 +107,15 @@ def run(config):
             # One curve over k: accuracy against the number of examples per class.
             tf.summary.scalar("fewshot/accuracy_by_shots", results[f"{k}shot_accuracy"], step=k)
     writer.flush()
-    fileio.write_atomic(fileio.join(config.workdir, "results.json"),
-                        json.dumps(results, indent=2, sort_keys=True) + "\n")
+    fileio.write_atomic(
+        fileio.join(config.workdir, "results.json"), json.dumps(results, indent=2, sort_keys=True) + "\n"
+    )
     for k in evaluator.shots:
-        print(f"{k}-shot accuracy {results[f'{k}shot_accuracy']:.4f} "
-              f"+- {results[f'{k}shot_accuracy_std']:.4f}  (l2 {results[f'{k}shot_l2_reg']:g})", flush=True)
+        print(
+            f"{k}-shot accuracy {results[f'{k}shot_accuracy']:.4f} "
+            f"+- {results[f'{k}shot_accuracy_std']:.4f}  (l2 {results[f'{k}shot_l2_reg']:g})",
+            flush=True,
+        )
     return results
 
 

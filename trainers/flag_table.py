@@ -47,7 +47,7 @@ def readme_table(text):
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         return None
-    return text[start + len(BEGIN):end].strip()
+    return text[start + len(BEGIN) : end].strip()
 
 
 def write_readme(path=README):

@@ -9,6 +9,7 @@ Recipe (as big_vision's few-shot evaluator): whiten the features with the k-shot
 mean and standard deviation, append a large constant feature so the bias is practically
 unregularized, regress onto 2 * onehot - 1, predict with argmax.
 """
+
 import numpy as np
 
 from trainers.errors import FewShotError
@@ -19,9 +20,7 @@ BIAS_FEATURE = 100.0
 # Added to the standard deviation so constant features (dead units, padding pixels) stay finite.
 STD_EPSILON = 1e-5
 # The --l2_reg=sweep grid: powers of two around big_vision's fixed 2^10.
-L2_SWEEP = tuple(2.0 ** p for p in range(-4, 17, 2))
-
-
+L2_SWEEP = tuple(2.0**p for p in range(-4, 17, 2))
 
 
 def one_hot_targets(labels, num_classes):
@@ -46,8 +45,9 @@ class RidgeProblem:
     def __init__(self, features, labels, num_classes):
         x = np.asarray(features, dtype=np.float64)
         if x.ndim != 2 or len(x) != len(labels) or len(x) == 0:
-            raise FewShotError(f"features must be (examples, dims) matching {len(labels)} labels, "
-                               f"got shape {x.shape}")
+            raise FewShotError(
+                f"features must be (examples, dims) matching {len(labels)} labels, got shape {x.shape}"
+            )
         self.mean = x.mean(axis=0)
         self.std = x.std(axis=0) + STD_EPSILON
         x = self._design(x)
@@ -106,7 +106,8 @@ def sample_k_per_class(labels, k, seed, num_classes=None):
     if len(per_class[smallest]) < k:
         raise FewShotError(
             f"{k}-shot needs {k} training examples of every class, but class {smallest} has only "
-            f"{len(per_class[smallest])}; use --shots no larger than {len(per_class[smallest])}")
+            f"{len(per_class[smallest])}; use --shots no larger than {len(per_class[smallest])}"
+        )
     rng = np.random.default_rng(seed)
     return np.concatenate([rng.permutation(idx)[:k] for idx in per_class])
 
@@ -144,8 +145,9 @@ def choose_l2(train_features, train_labels, num_classes, shots, seeds, grid=L2_S
     return float(grid[best])
 
 
-def evaluate_probes(train_features, train_labels, test_features, test_labels, num_classes, shots,
-                    seeds, l2_reg):
+def evaluate_probes(
+    train_features, train_labels, test_features, test_labels, num_classes, shots, seeds, l2_reg
+):
     """{k: (mean accuracy, std over seeds, l2 used)} for every k in `shots`.
 
     `l2_reg` is a positive number or "sweep" (chosen per k on a held-out part of train).

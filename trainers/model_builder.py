@@ -52,8 +52,9 @@ def build_model(config, num_classes, pre_logits_from_weights=False):
     try:
         model = keras_vit.create_model(config.model, weights=weights, **kwargs)
     except (ValueError, OSError) as e:
-        raise UsageError(f"cannot build {config.model} with --weights={config.weights}: {first_line(e)}") \
-            from None
+        raise UsageError(
+            f"cannot build {config.model} with --weights={config.weights}: {first_line(e)}"
+        ) from None
     if weights and config.get("new_head", False):
         # The paper's fine-tuning always starts from a zero head, also when the checkpoint's
         # head happens to have the right number of classes.

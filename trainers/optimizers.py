@@ -67,14 +67,22 @@ class TraceSGD(keras.optimizers.Optimizer):
     decoupled decay (w -= lr * wd * w before the update).
     """
 
-    def __init__(self, learning_rate=0.01, momentum=0.9, momentum_dtype="float32", weight_decay=None,
-                 name="trace_sgd", **kwargs):
+    def __init__(
+        self,
+        learning_rate=0.01,
+        momentum=0.9,
+        momentum_dtype="float32",
+        weight_decay=None,
+        name="trace_sgd",
+        **kwargs,
+    ):
         super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, name=name, **kwargs)
         if not 0.0 <= float(momentum) < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum!r}.")
         if momentum_dtype not in MOMENTUM_DTYPES:
             raise ValueError(
-                f"momentum_dtype must be one of {', '.join(MOMENTUM_DTYPES)}, got {momentum_dtype!r}.")
+                f"momentum_dtype must be one of {', '.join(MOMENTUM_DTYPES)}, got {momentum_dtype!r}."
+            )
         self.momentum = float(momentum)
         self.momentum_dtype = momentum_dtype
 
@@ -83,8 +91,12 @@ class TraceSGD(keras.optimizers.Optimizer):
             return
         super().build(variables)
         self.traces = [
-            self.add_variable(shape=v.shape, dtype=self.momentum_dtype, initializer="zeros",
-                              name=f"{_variable_name(v)}_trace")
+            self.add_variable(
+                shape=v.shape,
+                dtype=self.momentum_dtype,
+                initializer="zeros",
+                name=f"{_variable_name(v)}_trace",
+            )
             for v in variables
         ]
 
@@ -110,8 +122,17 @@ def _no_aggregation(grads_and_vars):
     return list(grads_and_vars)
 
 
-def make_optimizer(name, learning_rate, *, momentum=0.9, momentum_dtype="float32", beta_1=0.9,
-                   beta_2=0.999, weight_decay=0.0, loss_scaling=False):
+def make_optimizer(
+    name,
+    learning_rate,
+    *,
+    momentum=0.9,
+    momentum_dtype="float32",
+    beta_1=0.9,
+    beta_2=0.999,
+    weight_decay=0.0,
+    loss_scaling=False,
+):
     """An optimizer that applies gradients the Trainer has already all-reduced and clipped.
 
     "sgd": `TraceSGD` (the paper's fine-tuning; optax's momentum). "adam": Adam; with weight
@@ -121,12 +142,14 @@ def make_optimizer(name, learning_rate, *, momentum=0.9, momentum_dtype="float32
     LossScaleOptimizer (float16).
     """
     if name == "sgd":
-        inner = TraceSGD(learning_rate, momentum=momentum, momentum_dtype=momentum_dtype,
-                         weight_decay=weight_decay or None)
+        inner = TraceSGD(
+            learning_rate, momentum=momentum, momentum_dtype=momentum_dtype, weight_decay=weight_decay or None
+        )
     elif name == "adam":
         if weight_decay:
             inner = keras.optimizers.AdamW(
-                learning_rate, weight_decay=weight_decay, beta_1=beta_1, beta_2=beta_2, epsilon=1e-8)
+                learning_rate, weight_decay=weight_decay, beta_1=beta_1, beta_2=beta_2, epsilon=1e-8
+            )
         else:
             inner = keras.optimizers.Adam(learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=1e-8)
     else:

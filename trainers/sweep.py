@@ -28,10 +28,22 @@ MINIVAL = "minival"
 FINAL = "final"
 # Where and how a sub-run executes, not what it computes: these may differ when a sweep is re-run
 # (e.g. resumed on other hardware) without making its finished sub-runs stale.
-EXECUTION_FIELDS = frozenset({
-    "workdir", "data_dir", "manual_dir", "strategy", "tpu", "cpu_devices", "jit_compile", "steps_per_loop",
-    "eval_every", "checkpoint_every", "keep_checkpoints", "sweep_lrs",
-})
+EXECUTION_FIELDS = frozenset(
+    {
+        "workdir",
+        "data_dir",
+        "manual_dir",
+        "strategy",
+        "tpu",
+        "cpu_devices",
+        "jit_compile",
+        "steps_per_loop",
+        "eval_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "sweep_lrs",
+    }
+)
 
 
 def parse_sweep_lrs(text):
@@ -41,8 +53,9 @@ def parse_sweep_lrs(text):
         try:
             rate = float(item)
         except ValueError:
-            raise UsageError(f"--sweep_lrs entry {item!r} is not a number; "
-                                    "give rates like 0.001,0.003,0.01,0.03.") from None
+            raise UsageError(
+                f"--sweep_lrs entry {item!r} is not a number; give rates like 0.001,0.003,0.01,0.03."
+            ) from None
         if not 0 < rate < math.inf:
             raise UsageError(f"--sweep_lrs entries must be positive numbers, got {item}.")
         if rate in rates:
@@ -79,12 +92,14 @@ def run(config):
         raise UsageError(
             f"--base_lr=sweep chooses the rate on a '{MINIVAL}' split, and --eval_splits has none: hold part "
             f"of the training data out, e.g. --train_split=train[:80%] "
-            f"--eval_splits={MINIVAL}=train[80%:],{config.eval_splits}.")
+            f"--eval_splits={MINIVAL}=train[80%:],{config.eval_splits}."
+        )
     reported = {name: split for name, split in splits.items() if name != MINIVAL}
     if not reported:
         raise UsageError(
             f"--base_lr=sweep retrains on train + {MINIVAL} and reports the other --eval_splits, and there "
-            f"are none: add one, e.g. --eval_splits={config.eval_splits},test=test.")
+            f"are none: add one, e.g. --eval_splits={config.eval_splits},test=test."
+        )
     workdir = config.workdir
     if not workdir:
         raise UsageError("--workdir is required (where the sweep's runs and results go).")
@@ -161,7 +176,8 @@ def _check_same_settings(config):
         if recorded[name] != wanted[name]:
             raise UsageError(
                 f"{config.workdir} holds a run with --{name}={recorded[name]}, this sweep needs "
-                f"--{name}={wanted[name]}: use another --workdir, or delete that folder to redo it.")
+                f"--{name}={wanted[name]}: use another --workdir, or delete that folder to redo it."
+            )
 
 
 def _preempted(config):
@@ -214,8 +230,11 @@ def _is_chief(config):
     task = tf_config.get("task", {})
     if task.get("type") == "chief":
         return True
-    return task.get("type") == "worker" and int(task.get("index", 0)) == 0 and "chief" not in tf_config.get(
-        "cluster", {})
+    return (
+        task.get("type") == "worker"
+        and int(task.get("index", 0)) == 0
+        and "chief" not in tf_config.get("cluster", {})
+    )
 
 
 def _read_json(path):

@@ -8,7 +8,6 @@ Workdir layout: config.json, results.json, model.npz (official layout), checkpoi
 train/ and eval/ (TensorBoard event files).
 """
 
-import json
 import time
 
 import keras
@@ -16,7 +15,6 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
 from keras_vit import fileio
-from keras_vit import weights as weights_lib
 from trainers import actions, data, distribute, loop, optimizers
 from trainers.controller import Controller
 from trainers.errors import FewShotError, UsageError
@@ -40,15 +38,20 @@ def run(config):
         config = config.copy_and_resolve_references()
     validate_training(config)
     eval_splits = parse_eval_splits(config.eval_splits)
-    strategy = distribute.create_strategy(config.strategy, tpu=config.tpu or None,
-                                          cpu_devices=config.cpu_devices or 1)
+    strategy = distribute.create_strategy(
+        config.strategy, tpu=config.tpu or None, cpu_devices=config.cpu_devices or 1
+    )
     check_replicas(config, strategy.num_replicas_in_sync)
-    spec = data.get_spec(config.dataset, data_dir=config.data_dir or None,
-                         manual_dir=config.manual_dir or None)
+    print(f"Strategy: {distribute.describe(strategy)}", flush=True)
+    spec = data.get_spec(
+        config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
+    )
     _check_labels(config, spec)
     trainer, schedule = _build_trainer(config, strategy, spec)
-    eval_data = {name: data.distribute(strategy, _input_fn(config, spec, split, training=False))
-                 for name, split in eval_splits.items()}
+    eval_data = {
+        name: data.distribute(strategy, _input_fn(config, spec, split, training=False))
+        for name, split in eval_splits.items()
+    }
     classification = ClassificationEvaluator(trainer, eval_data, every=config.eval_every)
     with strategy.scope():
         evaluators = [classification, *_fewshot_evaluators(config, strategy)]
@@ -61,11 +64,14 @@ def _check_labels(config, spec):
     if not spec.multi_label:
         return
     if config.loss != "sigmoid":
-        raise UsageError(f"{spec.name} has images with several labels: train it with --loss=sigmoid "
-                         f"(softmax cross-entropy takes one label per image).")
+        raise UsageError(
+            f"{spec.name} has images with several labels: train it with --loss=sigmoid "
+            f"(softmax cross-entropy takes one label per image)."
+        )
     if config.examples_per_class:
-        raise UsageError(data.multi_label_refusal(spec, "--examples_per_class",
-                                                  "leave it at 0 (train on every example)"))
+        raise UsageError(
+            data.multi_label_refusal(spec, "--examples_per_class", "leave it at 0 (train on every example)")
+        )
 
 
 def _build_trainer(config, strategy, spec):
@@ -75,15 +81,26 @@ def _build_trainer(config, strategy, spec):
     try:
         with strategy.scope():
             model = build_model(config, spec.num_classes)
-            schedule = optimizers.WarmupDecay(config.base_lr, config.total_steps, config.warmup_steps,
-                                              config.decay_type)
+            schedule = optimizers.WarmupDecay(
+                config.base_lr, config.total_steps, config.warmup_steps, config.decay_type
+            )
             optimizer = optimizers.make_optimizer(
-                config.optimizer, schedule, momentum_dtype=config.momentum_dtype,
-                weight_decay=config.weight_decay, loss_scaling=config.mixed_precision == "float16")
+                config.optimizer,
+                schedule,
+                momentum_dtype=config.momentum_dtype,
+                weight_decay=config.weight_decay,
+                loss_scaling=config.mixed_precision == "float16",
+            )
             trainer = loop.Trainer(
-                strategy=strategy, model=model, optimizer=optimizer, global_batch_size=config.batch_size,
-                accum_steps=config.accum_steps, grad_norm_clip=config.grad_norm_clip,
-                jit_compile=use_jit(config.jit_compile, strategy), loss=config.loss)
+                strategy=strategy,
+                model=model,
+                optimizer=optimizer,
+                global_batch_size=config.batch_size,
+                accum_steps=config.accum_steps,
+                grad_norm_clip=config.grad_norm_clip,
+                jit_compile=use_jit(config.jit_compile, strategy),
+                loss=config.loss,
+            )
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
     return trainer, schedule
@@ -95,21 +112,37 @@ def _fewshot_evaluators(config, strategy):
     if not datasets:
         return []
     try:
-        return [FewShotEvaluator(
-            datasets, data_dir=config.data_dir or None, image_size=config.image_size,
-            batch_size=config.fewshot_batch_size, shots=config.fewshot_shots, seeds=config.fewshot_seeds,
-            l2_reg=config.fewshot_l2_reg, strategy=strategy, every=config.fewshot_every)]
+        return [
+            FewShotEvaluator(
+                datasets,
+                data_dir=config.data_dir or None,
+                image_size=config.image_size,
+                batch_size=config.fewshot_batch_size,
+                shots=config.fewshot_shots,
+                seeds=config.fewshot_seeds,
+                l2_reg=config.fewshot_l2_reg,
+                strategy=strategy,
+                every=config.fewshot_every,
+            )
+        ]
     except FewShotError as e:
         raise UsageError(f"few-shot evaluation: {e}") from None
 
 
 def _input_fn(config, spec, split, training, start_step=0):
+    # The image ops come from the config in one place (trainers/data/ops.py: train_ops, eval_ops).
+    ops = data.train_ops(config) if training else data.eval_ops(config.image_size)
     return data.make_input_fn(
-        spec, split, image_size=config.image_size, global_batch_size=config.batch_size, training=training,
-        seed=config.seed, start_step=start_step,
+        spec,
+        split,
+        ops=ops,
+        global_batch_size=config.batch_size,
+        training=training,
+        seed=config.seed,
+        start_step=start_step,
         # only the training split is subsampled; evaluation sees the whole split
         examples_per_class=(config.examples_per_class or None) if training else None,
-        crop_min_area=config.crop_min_area, random_flip=config.random_flip)
+    )
 
 
 def use_jit(setting, strategy):
@@ -156,8 +189,9 @@ class _Run:
             fileio.makedirs(self.workdir)
             fileio.write_atomic(fileio.join(self.workdir, "config.json"), config_to_json(config) + "\n")
         task_id = 0 if self.chief else strategy.cluster_resolver.task_id
-        checkpoints = RunCheckpoints(trainer, self.workdir, chief=self.chief, task_id=task_id,
-                                     keep=config.keep_checkpoints)
+        checkpoints = RunCheckpoints(
+            trainer, self.workdir, chief=self.chief, task_id=task_id, keep=config.keep_checkpoints
+        )
         latest = checkpoints.restore()
         if latest:
             print(f"Resumed from {latest} at step {checkpoints.step}.", flush=True)
@@ -167,12 +201,20 @@ class _Run:
             self._log_start()
         evaluations = [actions.Evaluate(e, trainer.model, self.summaries, strategy) for e in self.evaluators]
         controller = Controller(
-            trainer=trainer, strategy=strategy, total_steps=config.total_steps,
+            trainer=trainer,
+            strategy=strategy,
+            total_steps=config.total_steps,
             steps_per_loop=config.steps_per_loop,
-            log=actions.LogTraining(self.summaries, self.schedule, total_steps=config.total_steps,
-                                    batch_size=config.batch_size, replicas=strategy.num_replicas_in_sync),
+            log=actions.LogTraining(
+                self.summaries,
+                self.schedule,
+                total_steps=config.total_steps,
+                batch_size=config.batch_size,
+                replicas=strategy.num_replicas_in_sync,
+            ),
             actions=[actions.SaveCheckpoint(checkpoints, config.checkpoint_every), *evaluations],
-            checkpoints=checkpoints)
+            checkpoints=checkpoints,
+        )
         train_input = _input_fn(config, self.spec, config.train_split, training=True, start_step=step)
         step, preempted = controller.train(iter(data.distribute(strategy, train_input)), step)
         if preempted:
@@ -197,16 +239,14 @@ class _Run:
             "wall_time_s": round(seconds, 2),
             "replicas": self.strategy.num_replicas_in_sync,
         }
-        results.update({tag: value for tag, value in tags.items()
-                        if tag.partition("/")[0] not in metrics})
+        results.update({tag: value for tag, value in tags.items() if tag.partition("/")[0] not in metrics})
         metric = self.trainer.metric_name
         for name, m in metrics.items():
-            print(f"final {name}: {metric} {m[metric]:.4f}  loss {m['loss']:.4f}  ({m['examples']} images)",
-                  flush=True)
-        if self.chief:
-            weights_lib.save_npz(self.trainer.model, fileio.join(self.workdir, "model.npz"))
-            fileio.write_atomic(fileio.join(self.workdir, "results.json"),
-                                json.dumps(results, indent=2, sort_keys=True) + "\n")
+            print(
+                f"final {name}: {metric} {m[metric]:.4f}  loss {m['loss']:.4f}  ({m['examples']} images)",
+                flush=True,
+            )
+        actions.Export(self.trainer.model, self.workdir, self.chief)(results)
         self.summaries.flush()
         return results
 

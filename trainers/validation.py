@@ -46,15 +46,19 @@ def validate_training(config):
             raise UsageError(f"--{name} must not be negative, got {config[name]}.")
     if config.warmup_steps > config.total_steps:
         raise UsageError(
-            f"--warmup_steps ({config.warmup_steps}) exceeds --total_steps ({config.total_steps}).")
+            f"--warmup_steps ({config.warmup_steps}) exceeds --total_steps ({config.total_steps})."
+        )
     for name in ("base_lr", "weight_decay", "grad_norm_clip", "dropout_rate"):
         if not config[name] >= 0:
             raise UsageError(f"--{name} must not be negative, got {config[name]}.")
+    if not 0 < config.crop_min_area <= 1:
+        raise UsageError(f"--crop_min_area must be in (0, 1], got {config.crop_min_area}.")
     if config.dropout_rate >= 1:
         raise UsageError(f"--dropout_rate must be below 1, got {config.dropout_rate}.")
     if config.batch_size % config.accum_steps:
         raise UsageError(
-            f"--batch_size {config.batch_size} is not divisible by --accum_steps {config.accum_steps}.")
+            f"--batch_size {config.batch_size} is not divisible by --accum_steps {config.accum_steps}."
+        )
     if not parse_eval_splits(config.eval_splits):
         raise UsageError("--eval_splits is empty; give at least one name=split pair.")
 
@@ -63,4 +67,5 @@ def check_replicas(config, replicas):
     if config.batch_size % (replicas * config.accum_steps):
         raise UsageError(
             f"--batch_size {config.batch_size} is not divisible by {replicas} replicas x --accum_steps "
-            f"{config.accum_steps}; use a multiple of {replicas * config.accum_steps}.")
+            f"{config.accum_steps}; use a multiple of {replicas * config.accum_steps}."
+        )

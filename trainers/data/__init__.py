@@ -9,6 +9,7 @@ Modules: `sources` (get_spec) over `tfds_source` (with `tfds_prepare`), `folders
 `spec` (DatasetSpec, Records); `splits` (split syntax, in-memory splits); `subsets` (k examples per
 class); `ops` (the registered image ops); `pipeline` (InputFn, make_input_fn, distribute).
 """
+
 from trainers.data.ops import eval_ops, register, registered, train_ops
 from trainers.data.pipeline import InputFn, distribute, make_input_fn, multi_hot
 from trainers.data.sources import get_spec
@@ -17,7 +18,19 @@ from trainers.data.subsets import examples_per_class_subset
 from trainers.errors import DatasetError
 
 __all__ = [
-    "NO_LABEL", "DatasetError", "DatasetSpec", "InputFn", "Records", "distribute", "eval_ops",
-    "examples_per_class_subset", "get_spec", "make_input_fn", "multi_hot", "multi_label_refusal", "register",
-    "registered", "train_ops",
+    "NO_LABEL",
+    "DatasetError",
+    "DatasetSpec",
+    "InputFn",
+    "Records",
+    "distribute",
+    "eval_ops",
+    "examples_per_class_subset",
+    "get_spec",
+    "make_input_fn",
+    "multi_hot",
+    "multi_label_refusal",
+    "register",
+    "registered",
+    "train_ops",
 ]

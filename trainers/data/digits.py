@@ -3,6 +3,7 @@
 `digits` is every class; `digits:0-4` or `digits:5,6,7,8,9` keep some and relabel them 0..k-1 in
 increasing order. The train/test split is stratified and fixed (20% of each class is test).
 """
+
 import numpy as np
 import tensorflow as tf
 
@@ -14,7 +15,7 @@ DIGITS_TEST_FRACTION = 0.2
 
 
 def parse_digit_classes(selection, dataset):
-    """"" -> 0..9; "0-4" -> [0..4]; "5,6,7" -> [5, 6, 7]; mixtures like "0-2,7" work too."""
+    """ "" -> 0..9; "0-4" -> [0..4]; "5,6,7" -> [5, 6, 7]; mixtures like "0-2,7" work too."""
     if not selection:
         return list(range(10))
     classes = set()
@@ -26,8 +27,10 @@ def parse_digit_classes(selection, dataset):
                 raise ValueError(part)
             classes.update(range(lo, hi + 1))
     except ValueError:
-        raise DatasetError(f"bad digit classes in {dataset!r}: use digits, digits:0-4 or digits:5,6,7,8,9 "
-                           f"(digits 0-9, ranges low-high)") from None
+        raise DatasetError(
+            f"bad digit classes in {dataset!r}: use digits, digits:0-4 or digits:5,6,7,8,9 "
+            f"(digits 0-9, ranges low-high)"
+        ) from None
     if len(classes) < 2:
         raise DatasetError(f"{dataset!r} selects {len(classes)} class: a classifier needs at least 2 digits")
     return sorted(classes)
@@ -39,19 +42,29 @@ def digits_spec(dataset, selection):
     # top of TensorFlow and TFDS), and only runs on the digits need it.
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
+
     classes = parse_digit_classes(selection, dataset)
     digits = load_digits()
     # 8x8 pixels with values 0..16 -> uint8 0..255, RGB, stored PNG-encoded like any other image.
     pixels = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)
     rgb = np.repeat(pixels[..., None], 3, axis=-1)
     encoded = np.array([tf.io.encode_png(p).numpy() for p in rgb], dtype=object)
-    train, test = train_test_split(np.arange(len(pixels)), test_size=DIGITS_TEST_FRACTION,
-                                   stratify=digits.target, random_state=LAYOUT_SEED)
+    train, test = train_test_split(
+        np.arange(len(pixels)),
+        test_size=DIGITS_TEST_FRACTION,
+        stratify=digits.target,
+        random_state=LAYOUT_SEED,
+    )
     relabel = {c: i for i, c in enumerate(classes)}
     splits = {}
     for name, idx in (("train", train), ("test", test)):
         idx = np.array([i for i in idx if digits.target[i] in relabel])
         splits[name] = (encoded[idx], np.array([relabel[digits.target[i]] for i in idx], dtype=np.int32))
     reader = MemoryReader(dataset, splits, payload_is_path=False)
-    return DatasetSpec(name=dataset, num_classes=len(classes), num_examples=reader.split_counts(),
-                       class_names=[str(c) for c in classes], reader=reader)
+    return DatasetSpec(
+        name=dataset,
+        num_classes=len(classes),
+        num_examples=reader.split_counts(),
+        class_names=[str(c) for c in classes],
+        reader=reader,
+    )

@@ -4,6 +4,7 @@ Class names are the sub-folders of train/, sorted. Every image is decoded once w
 opened, with the decoder the pipeline uses, and the files that cannot be decoded are left out and
 counted. The same image in several class folders of a split is one multi-label example.
 """
+
 import hashlib
 import os
 
@@ -24,12 +25,14 @@ def folder_spec(dataset, path):
     """The DatasetSpec of the image folder `path` (the part of `dataset` after "folder:")."""
     path = os.path.abspath(os.path.expanduser(path)) if path else ""
     if not path or not os.path.isdir(path):
-        raise DatasetError(f"image folder {path or '(empty)'!r} does not exist: "
-                           f"--dataset=folder:PATH expects {_LAYOUT}")
+        raise DatasetError(
+            f"image folder {path or '(empty)'!r} does not exist: --dataset=folder:PATH expects {_LAYOUT}"
+        )
     train_dir = os.path.join(path, "train")
     if not os.path.isdir(train_dir) or not _class_folders(train_dir):
-        raise DatasetError(f"{path} has no train/<class>/ sub-folders: "
-                           f"--dataset=folder:PATH expects {_LAYOUT}")
+        raise DatasetError(
+            f"{path} has no train/<class>/ sub-folders: --dataset=folder:PATH expects {_LAYOUT}"
+        )
     class_names = _class_folders(train_dir)
     index = {name: i for i, name in enumerate(class_names)}
     examples, skipped = {}, []
@@ -39,10 +42,15 @@ def folder_spec(dataset, path):
             continue
         unknown = [c for c in classes if c not in index]
         if unknown:
-            raise DatasetError(f"{path}/{split}/ has class folders that train/ lacks "
-                               f"({', '.join(unknown[:5])}): every split must use the classes of train/")
-        files = [(os.path.join(path, split, c, f), index[c]) for c in classes
-                 for f in _list_images(os.path.join(path, split, c))]
+            raise DatasetError(
+                f"{path}/{split}/ has class folders that train/ lacks "
+                f"({', '.join(unknown[:5])}): every split must use the classes of train/"
+            )
+        files = [
+            (os.path.join(path, split, c, f), index[c])
+            for c in classes
+            for f in _list_images(os.path.join(path, split, c))
+        ]
         ok = _readable([f for f, _ in files])
         skipped += [f for (f, _), good in zip(files, ok) if not good]
         examples[split] = _merge_copies([item for item, good in zip(files, ok) if good])
@@ -52,27 +60,45 @@ def folder_spec(dataset, path):
         # A fixed shuffle makes slices such as train[90%:] a sample of every class, not the last classes.
         items = [items[i] for i in np.random.default_rng(LAYOUT_SEED).permutation(len(items))]
         classes = [labels for _, labels in items]
-        splits[split] = (np.array([path for path, _ in items], dtype=object),
-                         pad_label_lists(classes) if multi_label else np.array(classes, np.int32).reshape(-1))
+        splits[split] = (
+            np.array([path for path, _ in items], dtype=object),
+            pad_label_lists(classes) if multi_label else np.array(classes, np.int32).reshape(-1),
+        )
     if not len(splits.get("train", ((), ()))[1]):
-        raise DatasetError(f"{train_dir} has no readable images ({', '.join(IMAGE_EXTENSIONS)}): "
-                           f"--dataset=folder:PATH expects {_LAYOUT}")
+        raise DatasetError(
+            f"{train_dir} has no readable images ({', '.join(IMAGE_EXTENSIONS)}): "
+            f"--dataset=folder:PATH expects {_LAYOUT}"
+        )
     if skipped:
         logging.warning("Skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
     reader = MemoryReader(dataset, splits, payload_is_path=True)
-    return DatasetSpec(name=dataset, num_classes=len(class_names), num_examples=reader.split_counts(),
-                       class_names=class_names, skipped=len(skipped), multi_label=multi_label, reader=reader)
+    return DatasetSpec(
+        name=dataset,
+        num_classes=len(class_names),
+        num_examples=reader.split_counts(),
+        class_names=class_names,
+        skipped=len(skipped),
+        multi_label=multi_label,
+        reader=reader,
+    )
 
 
 def _list_images(folder):
-    return sorted(f for f in os.listdir(folder)
-                  if f.lower().endswith(IMAGE_EXTENSIONS) and not f.startswith(".")
-                  and os.path.isfile(os.path.join(folder, f)))
+    return sorted(
+        f
+        for f in os.listdir(folder)
+        if f.lower().endswith(IMAGE_EXTENSIONS)
+        and not f.startswith(".")
+        and os.path.isfile(os.path.join(folder, f))
+    )
 
 
 def _class_folders(split_dir):
-    return sorted(d for d in os.listdir(split_dir)
-                  if not d.startswith(".") and os.path.isdir(os.path.join(split_dir, d)))
+    return sorted(
+        d
+        for d in os.listdir(split_dir)
+        if not d.startswith(".") and os.path.isdir(os.path.join(split_dir, d))
+    )
 
 
 def _readable(paths):

@@ -16,6 +16,7 @@ anywhere, or a random op added after the others, leaves every other op's seed as
 A new augmentation knob: register its op here if it is new, add its line to `train_ops`, and declare
 the config field it reads (configs/fields.py, with its help).
 """
+
 import dataclasses
 import numbers
 from collections.abc import Callable
@@ -45,11 +46,13 @@ _REGISTRY: dict[str, _Registered] = {}
 
 def register(name, *, random=False):
     """Registers the decorated op factory under `name`; random=True: its op takes (image, seed)."""
+
     def add(factory):
         if name in _REGISTRY:
             raise ValueError(f"image op {name!r} is registered twice")
         _REGISTRY[name] = _Registered(factory, random)
         return factory
+
     return add
 
 
@@ -108,11 +111,15 @@ def train_ops(config):
 
 def eval_ops(image_size):
     """The evaluation ops: the paper's, resize only."""
-    return [("decode", {}), ("resize", {"size": image_size}),
-            ("value_range", {"low": UNIT_RANGE[0], "high": UNIT_RANGE[1]})]
+    return [
+        ("decode", {}),
+        ("resize", {"size": image_size}),
+        ("value_range", {"low": UNIT_RANGE[0], "high": UNIT_RANGE[1]}),
+    ]
 
 
 # ------------------------------------------------------------------------------------------------- ops
+
 
 def decode_image(encoded):
     """Encoded JPEG/PNG/GIF/BMP bytes -> uint8 (h, w, 3); grayscale and RGBA become RGB."""
@@ -135,9 +142,15 @@ def inception_crop(min_area=CROP_MIN_AREA):
 
     def crop(image, seed):
         begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-            tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4], tf.float32), seed=seed,
-            min_object_covered=0.0, area_range=(min_area, 1.0), aspect_ratio_range=CROP_ASPECT_RATIO_RANGE,
-            max_attempts=10, use_image_if_no_bounding_boxes=True)
+            tf.shape(image),
+            bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
+            seed=seed,
+            min_object_covered=0.0,
+            area_range=(min_area, 1.0),
+            aspect_ratio_range=CROP_ASPECT_RATIO_RANGE,
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
         return tf.slice(image, begin, size)
 
     return crop

@@ -14,6 +14,7 @@ numbers with stateless ops. Two consequences the trainers rely on:
 Labels are int32 class indices (b,), or, for a multi-label dataset (`spec.multi_label`), float32 multi-hot
 vectors (b, num_classes); the records carry class-index rows until then, which are far smaller.
 """
+
 import math
 
 import numpy as np
@@ -28,7 +29,7 @@ from trainers.errors import DatasetError
 # Records per shuffle window of a streamed TFDS split (encoded, ~110 kB each for ImageNet). Splits up
 # to this size are shuffled uniformly; in-memory splits always are.
 SHUFFLE_BUFFER = 50_000
-_FOREVER = 2 ** 62
+_FOREVER = 2**62
 
 
 class InputFn:
@@ -51,8 +52,10 @@ class InputFn:
         # Evaluation: global batches in one pass (the last one padded).
         self.num_batches = None if training else math.ceil(records.count / global_batch_size)
         if not training and self.image_ops.random_ops:
-            raise DatasetError(f"evaluation sees every image once as it is, but its ops include random "
-                               f"{', '.join(self.image_ops.random_ops)}: keep random ops to training")
+            raise DatasetError(
+                f"evaluation sees every image once as it is, but its ops include random "
+                f"{', '.join(self.image_ops.random_ops)}: keep random ops to training"
+            )
 
     def __call__(self, input_context=None):
         pipelines = input_context.num_input_pipelines if input_context else 1
@@ -60,8 +63,10 @@ class InputFn:
         replicas = input_context.num_replicas_in_sync if input_context else 1
         batch = self.global_batch_size
         if batch % replicas or replicas % pipelines:
-            raise DatasetError(f"batch size {batch} does not split evenly over {replicas} replicas "
-                               f"({pipelines} input pipelines): use a multiple of {replicas}")
+            raise DatasetError(
+                f"batch size {batch} does not split evenly over {replicas} replicas "
+                f"({pipelines} input pipelines): use a multiple of {replicas}"
+            )
         shard = _HostShard(batch, batch // pipelines, pipeline_id)
         if self.training:
             ds = self._train(shard, batch // replicas)
@@ -90,7 +95,8 @@ class InputFn:
 
             def epoch(e):
                 order = tf.random.experimental.stateless_shuffle(
-                    tf.range(count, dtype=tf.int64), seed=_epoch_seed(seed, e), alg=SEED_ALG)
+                    tf.range(count, dtype=tf.int64), seed=_epoch_seed(seed, e), alg=SEED_ALG
+                )
                 return tf.data.Dataset.from_tensor_slices(order).map(lambda i: (e, i))
 
             stream = epochs.flat_map(epoch).skip(offset)
@@ -101,8 +107,13 @@ class InputFn:
         window = min(count, SHUFFLE_BUFFER)
         base = records.stream().enumerate()
         if self.spec.multi_label:  # class-index vectors of different lengths: padded to the window's longest
-            base = base.padded_batch(window, padding_values=(tf.constant(0, tf.int64), (
-                tf.constant(b""), tf.constant(NO_LABEL, tf.int32))))
+            base = base.padded_batch(
+                window,
+                padding_values=(
+                    tf.constant(0, tf.int64),
+                    (tf.constant(b""), tf.constant(NO_LABEL, tf.int32)),
+                ),
+            )
         else:
             base = base.batch(window)
 
@@ -110,9 +121,15 @@ class InputFn:
             def permute(w, block):
                 index, (payload, label) = block
                 order = tf.random.experimental.stateless_shuffle(
-                    tf.range(tf.shape(index)[0]), seed=_window_seed(seed, e, w), alg=SEED_ALG)
-                return tf.fill(tf.shape(index), e), tf.gather(index, order), tf.gather(payload, order), \
-                    tf.gather(label, order)
+                    tf.range(tf.shape(index)[0]), seed=_window_seed(seed, e, w), alg=SEED_ALG
+                )
+                return (
+                    tf.fill(tf.shape(index), e),
+                    tf.gather(index, order),
+                    tf.gather(payload, order),
+                    tf.gather(label, order),
+                )
+
             # prefetch: the next window is read while this one is consumed, so training does not stall.
             windows = base.enumerate().map(permute).prefetch(1)
             return windows.flat_map(lambda *block: tf.data.Dataset.from_tensor_slices(block))
@@ -144,20 +161,27 @@ class InputFn:
             payload, label = example
             return self.image_ops(self._encoded(payload)), self._target(label), tf.constant(1.0, tf.float32)
 
-        real = shard.keep(stream.enumerate()).map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
-                                                  deterministic=True)
+        real = shard.keep(stream.enumerate()).map(
+            prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
         image = real.element_spec[0]
         if not image.shape.is_fully_defined():
-            raise DatasetError(f"evaluation images must all have one size, but the ops give {image.shape}: "
-                               f"end them with a resize")
+            raise DatasetError(
+                f"evaluation images must all have one size, but the ops give {image.shape}: "
+                f"end them with a resize"
+            )
         # Pad the pass to whole global batches: every replica then runs the same number of steps with the
         # same static shape (TPU), and weight 0 keeps the padding out of the metrics.
         total = self.num_batches * self.global_batch_size
         pad = shard.count_in(records.count, total)
-        no_label = tf.zeros([self.spec.num_classes], tf.float32) if self.spec.multi_label else \
-            tf.constant(0, tf.int32)
+        no_label = (
+            tf.zeros([self.spec.num_classes], tf.float32)
+            if self.spec.multi_label
+            else tf.constant(0, tf.int32)
+        )
         padding = tf.data.Dataset.from_tensors(
-            (tf.zeros(image.shape, image.dtype), no_label, tf.constant(0.0, tf.float32))).repeat(pad)
+            (tf.zeros(image.shape, image.dtype), no_label, tf.constant(0.0, tf.float32))
+        ).repeat(pad)
         return real.concatenate(padding).batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
@@ -199,10 +223,20 @@ def _window_seed(seed, epoch, window):
     return tf.random.experimental.stateless_fold_in(_epoch_seed(seed, epoch), window, alg=SEED_ALG)
 
 
-def make_input_fn(spec: DatasetSpec, split: str, *, global_batch_size: int, training: bool,
-                  image_size: int | None = None, seed: int = 0, start_step: int = 0,
-                  examples_per_class: int | None = None, ops: list | None = None,
-                  crop_min_area: float | None = None, random_flip: bool | None = None) -> InputFn:
+def make_input_fn(
+    spec: DatasetSpec,
+    split: str,
+    *,
+    global_batch_size: int,
+    training: bool,
+    image_size: int | None = None,
+    seed: int = 0,
+    start_step: int = 0,
+    examples_per_class: int | None = None,
+    ops: list | None = None,
+    crop_min_area: float | None = None,
+    random_flip: bool | None = None,
+) -> InputFn:
     """An input function for `distribute(strategy, input_fn)` or direct use (`input_fn(None)`).
 
     training=True: an endless stream of (images float32 (b, S, S, 3) in [-1, 1], labels int32 (b,)),
@@ -222,25 +256,39 @@ def make_input_fn(spec: DatasetSpec, split: str, *, global_batch_size: int, trai
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
             raise DatasetError(f"{name} must be an integer >= {low}, got {value!r}")
     if ops is not None and (crop_min_area is not None or random_flip is not None):
-        raise TypeError("crop_min_area and random_flip shape the default training ops: "
-                        "with ops=, set them in the ops")
+        raise TypeError(
+            "crop_min_area and random_flip shape the default training ops: with ops=, set them in the ops"
+        )
     if ops is None:
-        ops = _default_train_ops(int(image_size), crop_min_area, random_flip) if training else \
-            eval_ops(int(image_size))
+        ops = (
+            _default_train_ops(int(image_size), crop_min_area, random_flip)
+            if training
+            else eval_ops(int(image_size))
+        )
     image_ops = Chain(ops)  # a bad op list fails here, before any record is read
     records = spec.records(split)
     if examples_per_class is not None:
         if not isinstance(examples_per_class, (int, np.integer)) or examples_per_class < 1:
             raise DatasetError(f"examples_per_class must be a positive integer, got {examples_per_class!r}")
         if spec.multi_label:
-            raise DatasetError(multi_label_refusal(spec, "--examples_per_class",
-                                                   "leave it at 0 (train on every example)"))
-        records = examples_per_class_subset(records, int(examples_per_class), seed, spec.num_classes,
-                                            spec.name, split)
+            raise DatasetError(
+                multi_label_refusal(spec, "--examples_per_class", "leave it at 0 (train on every example)")
+            )
+        records = examples_per_class_subset(
+            records, int(examples_per_class), seed, spec.num_classes, spec.name, split
+        )
     if records.count == 0:
         raise DatasetError(f"split {split!r} of {spec.name} has no examples: choose a non-empty split")
-    return InputFn(spec, split, records, ops=image_ops, global_batch_size=int(global_batch_size),
-                   training=bool(training), seed=int(seed), start_step=int(start_step))
+    return InputFn(
+        spec,
+        split,
+        records,
+        ops=image_ops,
+        global_batch_size=int(global_batch_size),
+        training=bool(training),
+        seed=int(seed),
+        start_step=int(start_step),
+    )
 
 
 def _default_train_ops(image_size, crop_min_area, random_flip):

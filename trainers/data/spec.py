@@ -5,6 +5,7 @@ that is a Sequence of ClassLabel (voc's `labels`), or a folder whose class folde
 labels are the class indices of each image, padded with -1 (`NO_LABEL`) to a common width; the
 pipeline turns them into multi-hot vectors.
 """
+
 import dataclasses
 from collections.abc import Callable
 
@@ -18,9 +19,10 @@ NO_LABEL = -1
 @dataclasses.dataclass
 class Records:
     """A split's examples in their natural order: in memory (payloads + labels) or a TFDS stream."""
+
     count: int
-    payloads: np.ndarray | None = None      # object array of encoded image bytes, or of file paths
-    labels: np.ndarray | None = None        # int32 (n,), or (n, L) class indices padded with NO_LABEL
+    payloads: np.ndarray | None = None  # object array of encoded image bytes, or of file paths
+    labels: np.ndarray | None = None  # int32 (n,), or (n, L) class indices padded with NO_LABEL
     payload_is_path: bool = False
     # () -> dataset of (encoded bytes, int32 label), the label a scalar or a (variable-length) index vector
     stream: Callable[[], tf.data.Dataset] | None = None
@@ -47,12 +49,13 @@ def pad_label_lists(label_lists):
 @dataclasses.dataclass
 class DatasetSpec:
     """A resolved dataset: what the trainers need to size the model and the schedule."""
+
     name: str
     num_classes: int
-    num_examples: dict                       # split expression -> count (any "train[:90%]" on demand)
+    num_examples: dict  # split expression -> count (any "train[:90%]" on demand)
     class_names: list = dataclasses.field(default_factory=list)
-    skipped: int = 0                         # unreadable images left out (results.json: skipped_images)
-    multi_label: bool = False                # several labels per image: multi-hot targets, --loss=sigmoid
+    skipped: int = 0  # unreadable images left out (results.json: skipped_images)
+    multi_label: bool = False  # several labels per image: multi-hot targets, --loss=sigmoid
     reader: object = dataclasses.field(default=None, repr=False, compare=False)
 
     def records(self, split: str) -> Records:

@@ -3,6 +3,7 @@
 Folders and digits keep their splits in memory as (payloads, labels) arrays in a fixed natural order;
 a split expression selects slices of them exactly as TFDS would slice a prepared split.
 """
+
 import dataclasses
 
 import numpy as np
@@ -35,13 +36,16 @@ class SplitCounts(dict):
 
 
 def bad_split_message(split, dataset, names, error):
-    return (f"bad split {split!r} for {dataset} ({first_line(error)}): "
-            f"use one of {', '.join(sorted(names))}, optionally sliced like train[:90%] or train[90%:]")
+    return (
+        f"bad split {split!r} for {dataset} ({first_line(error)}): "
+        f"use one of {', '.join(sorted(names))}, optionally sliced like train[:90%] or train[90%:]"
+    )
 
 
 @dataclasses.dataclass
 class _SplitSize:
     """The part of a TFDS SplitInfo that ReadInstruction.to_absolute reads."""
+
     num_examples: int
 
     @property
@@ -64,7 +68,7 @@ class MemoryReader:
 
     def __init__(self, dataset, splits, payload_is_path):
         self._dataset = dataset
-        self._splits = splits              # name -> (payloads object array, labels int32 array)
+        self._splits = splits  # name -> (payloads object array, labels int32 array)
         self._payload_is_path = payload_is_path
 
     def sizes(self):
@@ -77,12 +81,15 @@ class MemoryReader:
         return SplitCounts(self.count, self.sizes())
 
     def records(self, split):
-        parts = [(self._splits[name][0][start:stop], self._splits[name][1][start:stop])
-                 for name, start, stop in absolute_slices(split, self.sizes(), self._dataset)]
+        parts = [
+            (self._splits[name][0][start:stop], self._splits[name][1][start:stop])
+            for name, start, stop in absolute_slices(split, self.sizes(), self._dataset)
+        ]
         payloads = np.concatenate([p for p, _ in parts]) if parts else np.array([], dtype=object)
         labels = _concatenate_labels([label for _, label in parts])
-        return Records(count=len(labels), payloads=payloads, labels=labels,
-                       payload_is_path=self._payload_is_path)
+        return Records(
+            count=len(labels), payloads=payloads, labels=labels, payload_is_path=self._payload_is_path
+        )
 
 
 def _concatenate_labels(parts):
@@ -90,5 +97,6 @@ def _concatenate_labels(parts):
     if parts[0].ndim == 1:
         return np.concatenate(parts).astype(np.int32)
     width = max(part.shape[1] for part in parts)
-    return np.concatenate([np.pad(part, ((0, 0), (0, width - part.shape[1])), constant_values=NO_LABEL)
-                           for part in parts]).astype(np.int32)
+    return np.concatenate(
+        [np.pad(part, ((0, 0), (0, width - part.shape[1])), constant_values=NO_LABEL) for part in parts]
+    ).astype(np.int32)

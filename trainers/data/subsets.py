@@ -1,4 +1,5 @@
 """Few-shot subsets: exactly k examples of every class of a split, drawn once with the run's seed."""
+
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -16,14 +17,23 @@ def examples_per_class_subset(records, k, seed, num_classes, dataset, split):
     counts = np.bincount(labels, minlength=num_classes)
     short = [c for c in range(num_classes) if counts[c] < k]
     if short:
-        raise DatasetError(f"{dataset} {split} has fewer than {k} examples of class {short[0]} "
-                           f"({counts[short[0]]}): lower --examples_per_class or use a larger split")
+        raise DatasetError(
+            f"{dataset} {split} has fewer than {k} examples of class {short[0]} "
+            f"({counts[short[0]]}): lower --examples_per_class or use a larger split"
+        )
     rng = np.random.default_rng(seed)
-    chosen = np.sort(np.concatenate([rng.choice(np.flatnonzero(labels == c), k, replace=False)
-                                     for c in range(num_classes)]))
+    chosen = np.sort(
+        np.concatenate(
+            [rng.choice(np.flatnonzero(labels == c), k, replace=False) for c in range(num_classes)]
+        )
+    )
     if records.payloads is not None:
-        return Records(count=len(chosen), payloads=records.payloads[chosen], labels=labels[chosen],
-                       payload_is_path=records.payload_is_path)
+        return Records(
+            count=len(chosen),
+            payloads=records.payloads[chosen],
+            labels=labels[chosen],
+            payload_is_path=records.payload_is_path,
+        )
     wanted = tf.constant(np.isin(np.arange(records.count), chosen))
     stream = records.stream
 
@@ -42,7 +52,12 @@ def examples_per_class_subset(records, k, seed, num_classes, dataset, split):
         size += len(image)
         if size > IN_MEMORY_LIMIT_BYTES:
             # Too big to hold (and to embed in the input graph): read the subset from the split each pass.
-            logging.info("%s %s: %d examples per class stay on disk (over %d MB)", dataset, split, k,
-                         IN_MEMORY_LIMIT_BYTES >> 20)
+            logging.info(
+                "%s %s: %d examples per class stay on disk (over %d MB)",
+                dataset,
+                split,
+                k,
+                IN_MEMORY_LIMIT_BYTES >> 20,
+            )
             return Records(count=len(chosen), labels=labels[chosen], stream=subset)
     return Records(count=len(chosen), payloads=np.array(payloads, dtype=object), labels=labels[chosen])

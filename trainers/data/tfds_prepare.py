@@ -6,6 +6,7 @@ files) the user gets one line saying how to prepare it, and the data_dir is left
 only ever marks a version prepared by renaming a finished directory, and the folders this attempt
 created are removed.
 """
+
 import os
 import shutil
 import socket
@@ -26,9 +27,11 @@ def open_tfds_builder(dataset, data_dir):
     try:
         builder = tfds.builder(dataset, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
-        raise DatasetError(f"unknown dataset {dataset!r}: use a TFDS image classification dataset "
-                           f"(e.g. oxford_iiit_pet, oxford_flowers102, cifar10, cifar100, imagenet2012), "
-                           f"folder:PATH or digits") from None
+        raise DatasetError(
+            f"unknown dataset {dataset!r}: use a TFDS image classification dataset "
+            f"(e.g. oxford_iiit_pet, oxford_flowers102, cifar10, cifar100, imagenet2012), "
+            f"folder:PATH or digits"
+        ) from None
     except Exception as e:  # bad config or version in the name, unreadable data_dir, ...
         raise DatasetError(f"cannot open TFDS dataset {dataset!r}: {first_line(e)}") from None
     return builder
@@ -47,13 +50,17 @@ def _root(builder):
 
 def _how_to_prepare(builder, dataset, root):
     if builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
-        return (f"download its files by hand (see https://www.tensorflow.org/datasets/catalog/"
-                f"{builder.name}; for imagenet2012: ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar), "
-                f"put them in a folder "
-                f"and pass --manual_dir=FOLDER (default {root}/downloads/manual), or run "
-                f"`tfds build {dataset} --manual_dir=FOLDER --data_dir={root}` and pass --data_dir={root}")
-    return (f"prepare it on a machine with network with `tfds build {dataset} --data_dir=DIR` "
-            f"and pass --data_dir=DIR (or copy DIR/{builder.name} into {root})")
+        return (
+            f"download its files by hand (see https://www.tensorflow.org/datasets/catalog/"
+            f"{builder.name}; for imagenet2012: ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar), "
+            f"put them in a folder "
+            f"and pass --manual_dir=FOLDER (default {root}/downloads/manual), or run "
+            f"`tfds build {dataset} --manual_dir=FOLDER --data_dir={root}` and pass --data_dir={root}"
+        )
+    return (
+        f"prepare it on a machine with network with `tfds build {dataset} --data_dir=DIR` "
+        f"and pass --data_dir=DIR (or copy DIR/{builder.name} into {root})"
+    )
 
 
 def _network_available(timeout=5.0):
@@ -88,16 +95,25 @@ def _prepare(builder, dataset, manual_dir):
         builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
     except Exception as e:  # network, missing manual files, disk, ... all end the same way for the user
         _remove(created)
-        reason = "its manual download files are missing" if builder.MANUAL_DOWNLOAD_INSTRUCTIONS else \
-            f"download failed: {first_line(e)}"
+        reason = (
+            "its manual download files are missing"
+            if builder.MANUAL_DOWNLOAD_INSTRUCTIONS
+            else f"download failed: {first_line(e)}"
+        )
         raise DatasetError(f"{where} ({reason}): {how}") from None
 
 
 def _paths_an_attempt_creates(builder, root):
     """Outermost first: the root itself, the dataset folder, and TFDS's download folders for it."""
     downloads = os.path.join(root, "downloads")
-    return [root, os.path.join(root, builder.name), downloads, os.path.join(downloads, builder.name),
-            os.path.join(downloads, "extracted"), os.path.join(downloads, "manual")]
+    return [
+        root,
+        os.path.join(root, builder.name),
+        downloads,
+        os.path.join(downloads, builder.name),
+        os.path.join(downloads, "extracted"),
+        os.path.join(downloads, "manual"),
+    ]
 
 
 def _remove(created):

@@ -4,6 +4,7 @@ The image is the `supervised_keys` image (else the feature `image`); the label t
 label, else `label`, else `labels`. A label that is a Sequence of ClassLabel (voc's `labels`) makes
 the dataset multi-label.
 """
+
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
@@ -32,8 +33,11 @@ class _TfdsReader:
         builder, image_key, label_key = self._builder, self._image_key, self._label_key
         # Every image feature stays encoded: the pipeline decodes only the examples it keeps (after
         # skipping on resume and taking this host's share), and only the one it needs.
-        decoders = {key: tfds.decode.SkipDecoding() for key, feature in builder.info.features.items()
-                    if isinstance(feature, tfds.features.Image)}
+        decoders = {
+            key: tfds.decode.SkipDecoding()
+            for key, feature in builder.info.features.items()
+            if isinstance(feature, tfds.features.Image)
+        }
 
         def stream():
             ds = builder.as_dataset(split=split, shuffle_files=False, decoders=decoders)
@@ -51,16 +55,26 @@ def tfds_spec(dataset, data_dir, manual_dir):
     if isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(k, str) for k in keys):
         image_key, label_keys = keys[0], (keys[1],)
     label_key, label, multi_label = _class_label(features, label_keys)
-    if not (image_key in features.keys() and isinstance(features[image_key], tfds.features.Image)
-            and label is not None):
-        raise DatasetError(f"{dataset} is not an image classification dataset (it needs an image feature "
-                           f"and a class label): use e.g. oxford_iiit_pet, cifar10, folder:PATH or digits")
+    if not (
+        image_key in features.keys()
+        and isinstance(features[image_key], tfds.features.Image)
+        and label is not None
+    ):
+        raise DatasetError(
+            f"{dataset} is not an image classification dataset (it needs an image feature "
+            f"and a class label): use e.g. oxford_iiit_pet, cifar10, folder:PATH or digits"
+        )
     ensure_prepared(builder, dataset, manual_dir)
     reader = _TfdsReader(builder, image_key, label_key, dataset)
     counts = {name: int(info.num_examples) for name, info in builder.info.splits.items()}
-    return DatasetSpec(name=dataset, num_classes=int(label.num_classes),
-                       num_examples=SplitCounts(reader.count, counts), class_names=list(label.names),
-                       multi_label=multi_label, reader=reader)
+    return DatasetSpec(
+        name=dataset,
+        num_classes=int(label.num_classes),
+        num_examples=SplitCounts(reader.count, counts),
+        class_names=list(label.names),
+        multi_label=multi_label,
+        reader=reader,
+    )
 
 
 def _class_label(features, keys):
@@ -70,7 +84,8 @@ def _class_label(features, keys):
         feature = features[key] if key in features.keys() else None
         if isinstance(feature, tfds.features.ClassLabel):
             return key, feature, False
-        if isinstance(feature, tfds.features.Sequence) and isinstance(feature.feature,
-                                                                      tfds.features.ClassLabel):
+        if isinstance(feature, tfds.features.Sequence) and isinstance(
+            feature.feature, tfds.features.ClassLabel
+        ):
             return key, feature.feature, True
     return None, None, False

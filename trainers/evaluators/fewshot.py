@@ -5,15 +5,14 @@ Used by `python -m trainers.fewshot` and, every --fewshot_every steps, by any tr
 once and reuses them for all shot counts and seeds; the data pipelines and the compiled feature
 step are built once and reused across calls.
 """
+
 import re
 
 import numpy as np
 
+from configs.fields import FIELDS
 from trainers import data, features, linear_probe
 from trainers.evaluators import Evaluator
-
-DEFAULT_SHOTS = (1, 5, 10, 25)
-DEFAULT_L2_REG = 2.0 ** 10
 
 
 def metric_name(dataset):
@@ -28,8 +27,9 @@ def parse_l2_reg(value):
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise linear_probe.FewShotError(f"--l2_reg must be a positive number or 'sweep', got {value!r}") \
-            from None
+        raise linear_probe.FewShotError(
+            f"--l2_reg must be a positive number or 'sweep', got {value!r}"
+        ) from None
     if not number > 0:
         raise linear_probe.FewShotError(f"--l2_reg must be a positive number or 'sweep', got {value!r}")
     return number
@@ -47,6 +47,11 @@ def parse_shots(value):
     return tuple(shots)
 
 
+# The declared defaults (configs/fields.py), for callers that build an evaluator in Python.
+DEFAULT_SHOTS = parse_shots(FIELDS["shots"].default)
+DEFAULT_L2_REG = parse_l2_reg(FIELDS["l2_reg"].default)
+
+
 class FewShotEvaluator(Evaluator):
     """run(model) -> {"fewshot/<dataset>/<k>shot_accuracy": mean, ..._std: spread over seeds}.
 
@@ -59,8 +64,21 @@ class FewShotEvaluator(Evaluator):
 
     name = "fewshot"
 
-    def __init__(self, datasets, *, data_dir=None, image_size, batch_size, shots=DEFAULT_SHOTS, seeds=3,
-                 l2_reg=DEFAULT_L2_REG, strategy=None, train_split="train", test_split="test", every=0):
+    def __init__(
+        self,
+        datasets,
+        *,
+        data_dir=None,
+        image_size,
+        batch_size,
+        shots=DEFAULT_SHOTS,
+        seeds=3,
+        l2_reg=DEFAULT_L2_REG,
+        strategy=None,
+        train_split="train",
+        test_split="test",
+        every=0,
+    ):
         self.every = int(every)
         if isinstance(datasets, str):
             datasets = [datasets]
@@ -74,8 +92,9 @@ class FewShotEvaluator(Evaluator):
         for spec in self.specs.values():
             # Refused here, before training starts, not at the first probe after hours of it.
             if spec.multi_label:
-                raise linear_probe.FewShotError(data.multi_label_refusal(
-                    spec, "a few-shot probe", "probe a single-label dataset"))
+                raise linear_probe.FewShotError(
+                    data.multi_label_refusal(spec, "a few-shot probe", "probe a single-label dataset")
+                )
         self.image_size = image_size
         self.batch_size = batch_size
         self.shots = parse_shots(shots)
@@ -94,8 +113,9 @@ class FewShotEvaluator(Evaluator):
         if self._extractor is None or self._extractor_model is not model:
             self._extractor = features.FeatureExtractor(model, self.strategy)
             self._extractor_model = model
-        result = self._extractor(self.specs[key], split, image_size=self.image_size,
-                                 batch_size=self.batch_size)
+        result = self._extractor(
+            self.specs[key], split, image_size=self.image_size, batch_size=self.batch_size
+        )
         if isinstance(model, str):
             self._pixel_cache[(key, split)] = result
         return result
@@ -109,12 +129,17 @@ class FewShotEvaluator(Evaluator):
                 raise linear_probe.FewShotError(
                     f"{max(self.shots)}-shot needs {max(self.shots)} examples of every class, but the "
                     f"{self.train_split!r} split of {spec.name} has only {smallest} of its smallest class; "
-                    f"use --shots no larger than {smallest}")
+                    f"use --shots no larger than {smallest}"
+                )
             test_x, test_y = self._features(model, key, self.test_split)
-            self.stats[key] = {"feature_dim": int(train_x.shape[1]), "train_examples": len(train_y),
-                               "test_examples": len(test_y)}
-            probes = linear_probe.evaluate_probes(train_x, train_y, test_x, test_y, spec.num_classes,
-                                                  self.shots, self.seeds, self.l2_reg)
+            self.stats[key] = {
+                "feature_dim": int(train_x.shape[1]),
+                "train_examples": len(train_y),
+                "test_examples": len(test_y),
+            }
+            probes = linear_probe.evaluate_probes(
+                train_x, train_y, test_x, test_y, spec.num_classes, self.shots, self.seeds, self.l2_reg
+            )
             for k, (mean, std, l2) in probes.items():
                 results[f"fewshot/{key}/{k}shot_accuracy"] = mean
                 results[f"fewshot/{key}/{k}shot_accuracy_std"] = std
