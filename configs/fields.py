@@ -103,6 +103,11 @@ FIELDS = {
     "eval_every": Field(100, "evaluate every N steps (0 = only at the end)"),
     "checkpoint_every": Field(100, "checkpoint every N steps (0 = only at the end)"),
     "keep_checkpoints": Field(3, "how many checkpoints to keep"),
+    "allow_config_change": Field(
+        False,
+        "resume a workdir whose config.json differs from these flags in more than where and how long "
+        "it runs, and record the new config",
+    ),
     # Hardware.
     "strategy": Field("auto", "auto, tpu, gpu, cpu or multi_worker (TF_CONFIG)", STRATEGIES),
     "tpu": Field("", "TPU name or 'local' (TPU VM) for --strategy=tpu"),
@@ -188,6 +193,7 @@ TRAINING = COMMON + (
     "fewshot_seeds",
     "fewshot_l2_reg",
     "fewshot_batch_size",
+    "allow_config_change",
 )
 
 

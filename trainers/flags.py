@@ -17,6 +17,9 @@ from absl import flags
 from configs.fields import FIELDS
 from trainers.errors import UsageError
 
+# Model-shape overrides of a preset: 0 means "the variant's own".
+ARCHITECTURE_OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
+
 
 def program_name(argv):
     return os.path.basename(argv[0]).replace(".py", "") if argv else "trainer"
@@ -45,6 +48,12 @@ def parse_flags(argv, get_config, help_overrides=None):
         if name in defaults and values[name].value is not None
     }
     config = get_config(**preset_args) if preset_args else defaults
+    if values["model"].value is not None:
+        # A preset's shape overrides (the digits presets' small model) belong to its own model:
+        # --model=ViT-S_16 means that variant's shape, unless a shape flag is given too.
+        for name in ARCHITECTURE_OVERRIDES:
+            if name in config:
+                config[name] = 0
     for name in defaults:
         if values[name].value is not None:
             config[name] = values[name].value

@@ -23,27 +23,14 @@ from keras_vit import fileio
 from trainers import loop, training
 from trainers.errors import TrainingError, UsageError
 from trainers.flags import config_to_json, parse_eval_splits
+from trainers.validation import RERUN_FREE_FIELDS
 
 MINIVAL = "minival"
 FINAL = "final"
 # Where and how a sub-run executes, not what it computes: these may differ when a sweep is re-run
-# (e.g. resumed on other hardware) without making its finished sub-runs stale.
-EXECUTION_FIELDS = frozenset(
-    {
-        "workdir",
-        "data_dir",
-        "manual_dir",
-        "strategy",
-        "tpu",
-        "cpu_devices",
-        "jit_compile",
-        "steps_per_loop",
-        "eval_every",
-        "checkpoint_every",
-        "keep_checkpoints",
-        "sweep_lrs",
-    }
-)
+# (e.g. resumed on other hardware) without making its finished sub-runs stale. Unlike a plain
+# re-run, a finished sub-run with another --total_steps is another experiment.
+EXECUTION_FIELDS = RERUN_FREE_FIELDS - {"total_steps"}
 
 
 def parse_sweep_lrs(text):

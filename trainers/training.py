@@ -23,7 +23,7 @@ from trainers.evaluators.fewshot import FewShotEvaluator
 from trainers.flags import config_to_json, parse_eval_splits
 from trainers.model_builder import build_model
 from trainers.run_checkpoints import RunCheckpoints
-from trainers.validation import check_replicas, validate_training
+from trainers.validation import check_replicas, check_rerun, validate_training
 
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
@@ -37,6 +37,7 @@ def run(config):
     if hasattr(config, "copy_and_resolve_references"):
         config = config.copy_and_resolve_references()
     validate_training(config)
+    check_rerun(config)
     eval_splits = parse_eval_splits(config.eval_splits)
     strategy = distribute.create_strategy(
         config.strategy, tpu=config.tpu or None, cpu_devices=config.cpu_devices or 1

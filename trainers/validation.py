@@ -3,14 +3,13 @@
 They run before anything is built or written, and each problem is one `UsageError` line.
 """
 
+import json
+
 import keras_vit
 from configs.fields import FIELDS
 from keras_vit import fileio
 from trainers.errors import UsageError
-from trainers.flags import check_known_fields, parse_eval_splits
-
-# Model-shape overrides: 0 means "the variant's own".
-ARCHITECTURE_OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
+from trainers.flags import ARCHITECTURE_OVERRIDES, check_known_fields, config_to_json, parse_eval_splits
 
 
 def validate_common(config, *, models=tuple(keras_vit.VARIANTS), known_fields=None):
@@ -68,4 +67,53 @@ def check_replicas(config, replicas):
         raise UsageError(
             f"--batch_size {config.batch_size} is not divisible by {replicas} replicas x --accum_steps "
             f"{config.accum_steps}; use a multiple of {replicas * config.accum_steps}."
+        )
+
+
+# Where and how long a run executes, and what it logs, not what it computes: a re-run may change
+# these and resume (extending --total_steps, moving to other hardware, evaluating more often).
+RERUN_FREE_FIELDS = frozenset(
+    {
+        "workdir",
+        "data_dir",
+        "manual_dir",
+        "strategy",
+        "tpu",
+        "cpu_devices",
+        "jit_compile",
+        "steps_per_loop",
+        "eval_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "total_steps",
+        "fewshot_every",
+        "sweep_lrs",
+        "allow_config_change",
+    }
+)
+
+
+def config_changes(config, recorded, free=RERUN_FREE_FIELDS):
+    """['--base_lr: 0.01 -> 0.03', ...]: the fields where `config` differs from a recorded config.json."""
+    current = json.loads(config_to_json(config))
+    names = sorted((current.keys() | recorded.keys()) - free)
+    return [
+        f"--{name}: {recorded.get(name)!r} -> {current.get(name)!r}"
+        for name in names
+        if recorded.get(name) != current.get(name)
+    ]
+
+
+def check_rerun(config):
+    """A workdir that holds a run with other settings is not silently resumed under new ones."""
+    path = fileio.join(config.workdir, "config.json")
+    if config.get("allow_config_change", False) or not fileio.exists(path):
+        return
+    with fileio.open(path) as f:
+        recorded = json.load(f)
+    changes = config_changes(config, recorded)
+    if changes:
+        raise UsageError(
+            f"{config.workdir} holds a run with other settings ({'; '.join(changes)}): rerun with its flags, "
+            "use another --workdir, or add --allow_config_change to resume under the new ones"
         )

@@ -1,0 +1,71 @@
+"""Re-running a workdir: same flags resume; other settings stop with one line unless accepted."""
+
+import json
+
+import pytest
+
+from trainers import finetune
+from trainers import flags as trainer_flags
+
+TINY = [
+    "--dataset=digits",
+    "--hidden_size=16",
+    "--mlp_dim=32",
+    "--num_layers=1",
+    "--num_heads=2",
+    "--batch_size=32",
+    "--total_steps=4",
+    "--warmup_steps=1",
+    "--steps_per_loop=2",
+    "--eval_every=0",
+    "--checkpoint_every=0",
+]
+
+
+def _run(capsys, workdir, *extra):
+    code = finetune.main(["finetune", f"--workdir={workdir}", *TINY, *extra])
+    return code, capsys.readouterr()
+
+
+@pytest.fixture
+def finished(capsys, tmp_path):
+    workdir = tmp_path / "run"
+    code, _ = _run(capsys, workdir)
+    assert code == 0
+    return workdir
+
+
+def test_other_settings_stop_with_one_line_listing_them(capsys, finished):
+    before = (finished / "config.json").read_text()
+    code, out = _run(capsys, finished, "--base_lr=0.3", "--seed=5")
+    assert code == 2
+    err = out.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("finetune: error: "), err
+    assert "--base_lr: 0.1 -> 0.3" in err[0] and "--seed: 0 -> 5" in err[0]
+    assert "--allow_config_change" in err[0]
+    assert (finished / "config.json").read_text() == before  # nothing rewritten
+
+
+def test_allow_config_change_resumes_under_the_new_settings(capsys, finished):
+    code, out = _run(capsys, finished, "--base_lr=0.3", "--allow_config_change")
+    assert code == 0 and "Resumed from" in out.out
+    assert json.loads((finished / "config.json").read_text())["base_lr"] == 0.3
+
+
+def test_run_length_and_logging_may_change(capsys, finished):
+    code, out = _run(capsys, finished, "--total_steps=6", "--eval_every=2", "--steps_per_loop=1")
+    assert code == 0 and "Resumed from" in out.out and "at step 4" in out.out
+    assert json.loads((finished / "results.json").read_text())["steps"] == 6
+
+
+def test_model_flag_resets_the_presets_shape_overrides():
+    digits = trainer_flags.parse_flags(["finetune", "--dataset=digits"], finetune.get_config)
+    assert digits.hidden_size == 64 and digits.num_layers == 4
+    small = trainer_flags.parse_flags(
+        ["finetune", "--dataset=digits", "--model=ViT-S_16"], finetune.get_config
+    )
+    assert (small.patch_size, small.hidden_size, small.num_layers, small.num_heads, small.mlp_dim) == (0,) * 5
+    kept = trainer_flags.parse_flags(
+        ["finetune", "--dataset=digits", "--model=ViT-S_16", "--num_layers=2"], finetune.get_config
+    )
+    assert kept.num_layers == 2 and kept.hidden_size == 0
