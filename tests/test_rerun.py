@@ -69,3 +69,46 @@ def test_model_flag_resets_the_presets_shape_overrides():
         ["finetune", "--dataset=digits", "--model=ViT-S_16", "--num_layers=2"], finetune.get_config
     )
     assert kept.num_layers == 2 and kept.hidden_size == 0
+
+
+def test_weights_file_alone_gives_the_architecture(capsys, tmp_path):
+    """A pre-training run's model.npz loads into fine-tuning without shape flags."""
+    import keras_vit
+
+    model = keras_vit.ViT(
+        image_size=16,
+        patch_size=4,
+        hidden_size=24,
+        num_layers=1,
+        num_heads=3,
+        mlp_dim=40,
+        num_classes=5,
+        representation_size=24,
+        classifier="gap",
+    )
+    path = str(tmp_path / "pre.npz")
+    keras_vit.weights.save_npz(model, path)
+    config = trainer_flags.parse_flags(
+        ["finetune", "--dataset=digits", f"--weights={path}"], finetune.get_config
+    )
+    shape = (config.patch_size, config.hidden_size, config.num_layers, config.num_heads, config.mlp_dim)
+    assert shape == (4, 24, 1, 3, 40) and config.classifier == "gap"
+    # An explicit --model keeps the old contract: the variant's shape, and a mismatch is one line.
+    explicit = trainer_flags.parse_flags(
+        ["finetune", "--dataset=digits", "--model=ViT-Ti_16", f"--weights={path}"], finetune.get_config
+    )
+    assert explicit.hidden_size == 0
+    code = finetune.main(
+        [
+            "finetune",
+            "--dataset=digits:5-9",
+            f"--weights={path}",
+            f"--workdir={tmp_path / 'ft'}",
+            "--total_steps=2",
+            "--warmup_steps=1",
+            "--batch_size=16",
+            "--eval_every=0",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "ft" / "results.json").read_text())["steps"] == 2

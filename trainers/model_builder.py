@@ -6,7 +6,8 @@ Bad model or weights arguments become one-line `UsageError`s before anything is 
 import keras
 
 import keras_vit
-from keras_vit import checkpoints, fileio
+from keras_vit import checkpoints, fileio, npz_layout
+from keras_vit import weights as weights_lib
 from trainers.errors import UsageError, first_line
 
 # big_vision's init_head_bias for sigmoid runs: a new head predicts sigmoid(-10) ~ 4.5e-5 for
@@ -30,6 +31,30 @@ def model_kwargs(config, num_classes):
     hidden = kwargs.get("hidden_size", keras_vit.VARIANTS[config.model]["hidden_size"])
     kwargs["representation_size"] = hidden if config.pre_logits else None
     return kwargs
+
+
+def architecture_from_weights(path):
+    """The shape fields a local weights file decides: {"model": ..., "patch_size": ..., ...}.
+
+    A file of our own pre-training (or an official one) says what it is; building the model from
+    it needs no shape flags. Hybrids take the R50+ViT-B_16 stem; everything else is an override
+    of the config's variant.
+    """
+    try:
+        found = npz_layout.architecture(weights_lib.read_params(path))
+    except (ValueError, OSError) as e:
+        raise UsageError(f"--weights {path!r}: {first_line(e)}") from None
+    fields = {
+        name: found[name] for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
+    }
+    fields["classifier"] = found["classifier"]
+    if found["resnet_layers"]:
+        fields["model"] = "R50+ViT-B_16"
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def is_weights_file(weights):
+    return bool(weights) and weights.lower() != "none" and weights not in checkpoints.REGISTRY
 
 
 def weights_arg(config):
