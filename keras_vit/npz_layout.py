@@ -44,8 +44,16 @@ def read_npz(path, source=None):
     except FileNotFoundError:
         raise CheckpointError(f"{source}: no such file; check the path") from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
+        # NumPy's own texts for these files suggest unpickling them: never pass that advice on.
+        reason = first_line(err)
+        if "pickle" in reason:
+            reason = (
+                "it holds object arrays, which are never unpickled"
+                if "Object arrays" in reason
+                else ("not a zip archive of .npy arrays")
+            )
         raise CheckpointError(
-            f"{source}: not a readable .npz checkpoint ({first_line(err)}); "
+            f"{source}: not a readable .npz checkpoint ({reason}); "
             "download it again or convert it with keras_vit.convert"
         ) from None
     if not arrays:

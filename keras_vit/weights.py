@@ -286,7 +286,7 @@ def _summary(params):
     found = npz_layout.architecture(params)
     parts = [
         f"{k}={found[k]}"
-        for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "resnet_layers")
+        for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "resnet_layers")
         if found[k]
     ]
     return "checkpoint has " + ", ".join(parts)

@@ -204,6 +204,7 @@ def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, refer
             "--total_steps=50",
             "--base_lr=1e38",
             "--grad_norm_clip=0",
+            "--allow_config_change",  # other settings than the finished run's, on purpose
         ],
     )
     assert proc.returncode == 1

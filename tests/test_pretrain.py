@@ -28,14 +28,13 @@ RUN = [
 ]
 
 
+FEWSHOT = ["--fewshot_datasets=digits", "--fewshot_shots=1,5", "--fewshot_every=10"]
+
+
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("pretrain") / "run")
-    proc = run_cli(
-        "pretrain",
-        RUN
-        + [f"--workdir={workdir}", "--fewshot_datasets=digits", "--fewshot_shots=1,5", "--fewshot_every=10"],
-    )
+    proc = run_cli("pretrain", RUN + FEWSHOT + [f"--workdir={workdir}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return workdir
 
@@ -68,7 +67,7 @@ def test_resume_with_dropout_is_exact(pretrained, tmp_path):
             os.remove(os.path.join(directory, name))
     tf.compat.v1.train.update_checkpoint_state(directory, os.path.join(directory, "ckpt-10"))
     os.remove(os.path.join(workdir, "results.json"))
-    proc = run_cli("pretrain", RUN + [f"--workdir={workdir}"])
+    proc = run_cli("pretrain", RUN + FEWSHOT + [f"--workdir={workdir}"])  # the same command
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "at step 10" in proc.stdout
     resumed, full = read_results(workdir), read_results(pretrained)

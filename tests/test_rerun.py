@@ -112,3 +112,13 @@ def test_weights_file_alone_gives_the_architecture(capsys, tmp_path):
     )
     assert code == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "ft" / "results.json").read_text())["steps"] == 2
+
+
+def test_an_unknown_registry_name_lists_the_known_ones(capsys, tmp_path):
+    code = finetune.main(
+        ["finetune", "--dataset=digits", "--weights=imagenet22k", f"--workdir={tmp_path / 'r'}"]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "'imagenet22k' is not a registry name; known names: augreg-imagenet21k" in err[0]
+    assert "imagenet21k+imagenet2012" in err[0]

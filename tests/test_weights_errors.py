@@ -73,9 +73,12 @@ def test_wrong_zip(model, tmp_path):
 def test_pickled_arrays_are_never_loaded(model, tmp_path):
     path = tmp_path / "pickled.npz"
     np.savez(path, cls=np.array([{"a": 1}], dtype=object))
-    assert "pickled.npz: not a readable .npz checkpoint (Object arrays cannot be loaded" in (
-        error_of(model, path)
+    message = error_of(model, path)
+    assert (
+        "pickled.npz: not a readable .npz checkpoint (it holds object arrays, which are never unpickled)"
+        in (message)
     )
+    assert "allow_pickle" not in message  # no advice to load it unsafely
 
 
 def test_checkpoint_of_another_variant(model, tmp_path):
@@ -86,7 +89,7 @@ def test_checkpoint_of_another_variant(model, tmp_path):
         f"{path}: does not fit this model: 'embedding/kernel' has shape "
         "(8, 8, 3, 48) in the checkpoint but (8, 8, 3, 32) in the model; build the "
         "variant the checkpoint was trained as (checkpoint has patch_size=8, "
-        "hidden_size=48, num_layers=2, num_heads=3)"
+        "hidden_size=48, num_layers=2, num_heads=3, mlp_dim=64)"
     )
 
 
@@ -137,3 +140,12 @@ def test_bad_keras_files(model, tmp_path):
         z.writestr("config.json", '{"class_name": "Sequential", "config": {}}')
         z.writestr("model.weights.h5", b"")
     assert "other.keras: holds a Sequential model, not a keras_vit ViT" in error_of(model, keras_file)
+
+
+def test_a_file_numpy_would_unpickle_is_refused_without_suggesting_it(tmp_path):
+    path = tmp_path / "text.npz"
+    path.write_bytes(b"not an archive, not an array")
+    with pytest.raises(weights.CheckpointError) as err:
+        keras_vit.ViT_Ti16(weights=str(path))
+    message = str(err.value)
+    assert "not a zip archive of .npy arrays" in message and "pickle" not in message

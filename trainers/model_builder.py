@@ -70,6 +70,12 @@ def build_model(config, num_classes, pre_logits_from_weights=False):
     """
     weights = weights_arg(config)
     if weights and weights not in checkpoints.REGISTRY and not fileio.exists(weights):
+        if "/" not in weights and "." not in weights:  # meant as a registry name
+            known = ", ".join(checkpoints.names())
+            raise UsageError(
+                f"--weights {weights!r} is not a registry name; known names: {known} "
+                "(or give a file path, or none)."
+            )
         raise UsageError(f"--weights {weights!r}: no such file (give a registry name, a path, or none).")
     kwargs = model_kwargs(config, num_classes)
     if pre_logits_from_weights and weights:

@@ -37,7 +37,6 @@ def run(config):
     if hasattr(config, "copy_and_resolve_references"):
         config = config.copy_and_resolve_references()
     validate_training(config)
-    check_rerun(config)
     eval_splits = parse_eval_splits(config.eval_splits)
     strategy = distribute.create_strategy(
         config.strategy, tpu=config.tpu or None, cpu_devices=config.cpu_devices or 1
@@ -56,6 +55,7 @@ def run(config):
     classification = ClassificationEvaluator(trainer, eval_data, every=config.eval_every)
     with strategy.scope():
         evaluators = [classification, *_fewshot_evaluators(config, strategy)]
+    check_rerun(config)
     # Validation is over: from here on the workdir is written.
     return _Run(config, strategy, spec, trainer, schedule, classification, evaluators).train()
 

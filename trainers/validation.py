@@ -8,7 +8,7 @@ import json
 import keras_vit
 from configs.fields import FIELDS
 from keras_vit import fileio
-from trainers.errors import UsageError
+from trainers.errors import UsageError, first_line
 from trainers.flags import ARCHITECTURE_OVERRIDES, check_known_fields, config_to_json, parse_eval_splits
 
 
@@ -109,8 +109,14 @@ def check_rerun(config):
     path = fileio.join(config.workdir, "config.json")
     if config.get("allow_config_change", False) or not fileio.exists(path):
         return
-    with fileio.open(path) as f:
-        recorded = json.load(f)
+    try:
+        with fileio.open(path) as f:
+            recorded = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UsageError(
+            f"{path} is not a readable config.json ({first_line(e)}): use another --workdir, or add "
+            "--allow_config_change to resume and write it anew"
+        ) from None
     changes = config_changes(config, recorded)
     if changes:
         raise UsageError(
