@@ -187,3 +187,13 @@ def test_misspelt_field_of_a_python_config_is_one_line(tmp_path):
     ):
         training.run(ml_collections.ConfigDict(fields))
     assert not (tmp_path / "run").exists()
+
+
+def test_help_shows_each_flags_preset_default(capsys):
+    with pytest.raises(SystemExit) as stop:
+        finetune.main(["finetune", "--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m trainers.finetune ")
+    out = " ".join(out.split())  # absl wraps the help text
+    assert "(preset default: 384)" in out and "(preset default: 'imagenet21k')" in out

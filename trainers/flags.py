@@ -73,7 +73,9 @@ def _define(defaults, help_overrides):
     values = flags.FlagValues()
     for name, default in defaults.items():
         field = FIELDS[name]
-        help_text = help_overrides.get(name, field.help)
+        # The flags themselves default to "not given" (the preset decides), so --help shows the
+        # default preset's value.
+        help_text = f"{help_overrides.get(name, field.help)} (preset default: {default!r})"
         if name == "base_lr":
             # A number; "sweep" too where the preset has the grid to sweep (fine-tuning).
             parser = _LearningRateParser(sweepable="sweep_lrs" in defaults)

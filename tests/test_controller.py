@@ -1,0 +1,84 @@
+"""trainers.controller: loop calls split at the actions' steps, actions run when due, divergence stops."""
+
+import pytest
+
+from trainers import distribute
+from trainers.actions import describe
+from trainers.controller import Controller
+from trainers.errors import TrainingError
+
+
+class FakeTrainer:
+    """Counts steps like trainers.loop.Trainer; `diverge_at` makes one loop call non-finite."""
+
+    def __init__(self, diverge_at=None):
+        self.calls, self.step, self.diverge_at = [], 0, diverge_at
+
+    def train(self, iterator, num_steps):
+        self.calls.append(num_steps)
+        self.step += num_steps
+        finite = self.diverge_at is None or self.step < self.diverge_at
+        return {"loss": 1.0 if finite else float("nan"), "grad_norm": 1.0, "finite": finite}
+
+
+class FakeCheckpoints:
+    latest = "ckpt-4"
+
+    def __init__(self):
+        self.saved = []
+
+    def save(self):
+        self.saved.append("preempted")
+
+
+class Record:
+    def __init__(self, every, log):
+        self.every, self.log = every, log
+
+    def __call__(self, step, out, seconds):
+        self.log.append((self.every, step))
+
+
+def _controller(trainer, actions, total=12, steps_per_loop=5, logged=None):
+    return Controller(
+        trainer=trainer,
+        strategy=distribute.create_strategy("cpu"),
+        total_steps=total,
+        steps_per_loop=steps_per_loop,
+        log=lambda start, end, out, seconds: logged.append((start, end)),
+        actions=actions,
+        checkpoints=FakeCheckpoints(),
+    )
+
+
+def test_loop_calls_end_at_every_actions_steps_and_actions_run_before_the_end():
+    trainer, ran, logged = FakeTrainer(), [], []
+    controller = _controller(trainer, [Record(4, ran), Record(6, ran), Record(0, ran)], logged=logged)
+    assert [controller.next_boundary(s) for s in (0, 4, 5, 6, 8, 10, 11)] == [4, 5, 6, 8, 10, 12, 12]
+    step, preempted = controller.train(iterator=None, step=0)
+    assert (step, preempted) == (12, False)
+    assert trainer.calls == [4, 1, 1, 2, 2, 2]  # 0-4-5-6-8-10-12: the same split after a resume from 8
+    assert logged == [(0, 4), (4, 5), (5, 6), (6, 8), (8, 10), (10, 12)]  # every call, the last too
+    # Due actions only, never at the final step (its end-of-run work is separate); every=0 never.
+    assert ran == [(4, 4), (6, 6), (4, 8)]
+
+
+def test_a_resumed_run_replays_the_same_calls():
+    full, resumed = FakeTrainer(), FakeTrainer()
+    _controller(full, [Record(4, [])], logged=[]).train(None, 0)
+    resumed.step = 8
+    _controller(resumed, [Record(4, [])], logged=[]).train(None, 8)
+    assert full.calls[-len(resumed.calls) :] == resumed.calls
+
+
+def test_a_non_finite_loss_stops_with_one_line_naming_the_last_checkpoint():
+    with pytest.raises(TrainingError, match=r"between steps 5 and 8; .* Last good checkpoint: ckpt-4"):
+        _controller(FakeTrainer(diverge_at=6), [Record(4, [])], logged=[]).train(None, 0)
+
+
+def test_console_text_of_evaluations():
+    tags = {"test/accuracy": 0.5, "test/loss": 0.25, "test/examples": 10.0, "minival/accuracy": 1.0}
+    assert describe("eval", tags) == "test: accuracy 0.5000 loss 0.2500  minival: accuracy 1.0000"
+    assert (
+        describe("fewshot", {"fewshot/d/1shot_accuracy": 0.125}) == "fewshot: fewshot/d/1shot_accuracy 0.1250"
+    )
