@@ -487,7 +487,10 @@ def test_not_prepared_and_offline_says_how_to_prepare(tmp_path, monkeypatch):
         data.get_spec("cifar100", data_dir=str(tmp_path))
     message = one_line(e)
     assert "cifar100 is not prepared in" in message and "no network" in message
-    assert "tfds build cifar100 --data_dir=DIR" in message and "--data_dir=DIR" in message
+    assert (
+        "python -m trainers.prepare --dataset=cifar100 --data_dir=DIR" in message
+        and "--data_dir=DIR" in message
+    )
     assert _tree(tmp_path) == before
 
 
@@ -501,7 +504,9 @@ def test_failed_download_leaves_no_trace(tmp_path, monkeypatch):
     root = tmp_path / "fresh"
     with pytest.raises(data.DatasetError) as e:
         data.get_spec("cifar10", data_dir=str(root))
-    assert "download failed: Failed to resolve" in one_line(e) and "tfds build cifar10" in one_line(e)
+    assert "download failed: Failed to resolve" in one_line(
+        e
+    ) and "python -m trainers.prepare --dataset=cifar10" in one_line(e)
     assert not root.exists()
     assert not tfds.builder("cifar10", data_dir=str(tmp_path)).is_prepared()
 
@@ -512,7 +517,10 @@ def test_imagenet_without_manual_files_names_the_manual_dir(tmp_path):
         data.get_spec("imagenet2012", data_dir=str(tmp_path / "tfds"), manual_dir=str(manual))
     message = one_line(e)
     assert "imagenet2012 is not prepared" in message and "--manual_dir=FOLDER" in message
-    assert "ILSVRC2012_img_train.tar" in message and "tfds build imagenet2012" in message
+    assert (
+        "ILSVRC2012_img_train.tar" in message
+        and "python -m trainers.prepare --dataset=imagenet2012" in message
+    )
     assert not (tmp_path / "tfds").exists()
 
 

@@ -55,11 +55,12 @@ def _how_to_prepare(builder, dataset, root):
             f"{builder.name}; for imagenet2012: ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar), "
             f"put them in a folder "
             f"and pass --manual_dir=FOLDER (default {root}/downloads/manual), or run "
-            f"`tfds build {dataset} --manual_dir=FOLDER --data_dir={root}` and pass --data_dir={root}"
+            f"`python -m trainers.prepare --dataset={dataset} --manual_dir=FOLDER --data_dir={root}` "
+            f"and pass --data_dir={root}"
         )
     return (
-        f"prepare it on a machine with network with `tfds build {dataset} --data_dir=DIR` "
-        f"and pass --data_dir=DIR (or copy DIR/{builder.name} into {root})"
+        f"prepare it on a machine with network with `python -m trainers.prepare --dataset={dataset} "
+        f"--data_dir=DIR` and pass --data_dir=DIR (or copy DIR/{builder.name} into {root})"
     )
 
 

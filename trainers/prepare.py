@@ -1,0 +1,61 @@
+"""Prepare a TFDS dataset in a data_dir once, before training: download (or read the files
+downloaded by hand) and convert, with the same TFDS builder the trainers read.
+
+    python -m trainers.prepare --dataset=oxford_iiit_pet --data_dir=/data/tfds
+    python -m trainers.prepare --dataset=imagenet2012 --data_dir=/data/tfds --manual_dir=/data/imagenet_tars
+
+TFDS's own `tfds build` command needs packages (apache_beam, mlcroissant) that image datasets do
+not; this runs the builder through its Python API instead. Bad input or a download that cannot
+happen is one line on stderr with exit code 2; nothing half-prepared is left behind.
+"""
+
+import sys
+
+from absl import flags
+
+from configs.fields import FIELDS
+from trainers.data.tfds_prepare import ensure_prepared, open_tfds_builder
+from trainers.errors import TrainerError, UsageError, one_line
+
+
+def prepare(dataset, data_dir=None, manual_dir=None):
+    """Prepares `dataset` in `data_dir` (TFDS's default when None); returns (its folder, prepared before)."""
+    if not dataset:
+        raise UsageError("--dataset is required (a TFDS name, e.g. oxford_iiit_pet).")
+    builder = open_tfds_builder(dataset, data_dir)
+    prepared_before = builder.is_prepared()
+    ensure_prepared(builder, dataset, manual_dir)
+    return builder.data_dir, prepared_before
+
+
+def _flags():
+    values = flags.FlagValues()
+    for name in ("dataset", "data_dir", "manual_dir"):
+        flags.DEFINE_string(name, "", FIELDS[name].help, flag_values=values)
+    return values
+
+
+def main(argv=None):
+    argv = sys.argv if argv is None else argv
+    values = _flags()
+    if any(a in ("--help", "-h", "--helpfull") for a in argv[1:]):
+        print("usage: python -m trainers.prepare --dataset=NAME [--data_dir=DIR] [--manual_dir=DIR]\n")
+        print(values.get_help())
+        return 0
+    try:
+        try:
+            rest = values(argv)
+        except flags.Error as e:
+            raise UsageError(str(e)) from None
+        if len(rest) > 1:
+            raise UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
+        folder, before = prepare(values.dataset, values.data_dir or None, values.manual_dir or None)
+    except TrainerError as e:
+        print(f"prepare: error: {one_line(e)}", file=sys.stderr)
+        return e.exit_code
+    print(f"{values.dataset} {'was already' if before else 'is now'} prepared in {folder}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
