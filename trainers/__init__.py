@@ -1,7 +1,22 @@
 """The keras-vit trainers: tf.distribute fine-tuning, pre-training and few-shot probes.
 
-They need TensorFlow and TFDS, which `pip install keras-vit` (the library alone) does not bring.
+They need TensorFlow and TFDS, which `pip install keras-vit` (the library alone) does not bring,
+and they run Keras on its TensorFlow backend whatever KERAS_BACKEND says: they select it here,
+before anything imports Keras (TensorFlow's import does), while the library itself runs on any
+backend.
 """
+
+import os
+import sys
+
+if "keras" not in sys.modules:
+    os.environ["KERAS_BACKEND"] = "tensorflow"
+elif sys.modules["keras"].backend.backend() != "tensorflow":
+    raise ImportError(
+        f"the trainers run on Keras' TensorFlow backend, and Keras was already imported with "
+        f"{sys.modules['keras'].backend.backend()!r}: import trainers before keras, or set "
+        "KERAS_BACKEND=tensorflow"
+    )
 
 try:
     import tensorflow  # noqa: F401
