@@ -86,3 +86,13 @@ def test_bad_numbers_are_one_line_errors(tmp_path, capsys):
     assert demo.main(["demo", f"--workdir={tmp_path / 'd'}", "--pretrain_steps=0"]) == 2
     assert "--pretrain_steps must be positive" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "d")
+
+
+def test_help_names_the_real_step_budgets(capsys):
+    assert demo.main(["demo", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: python -m trainers.demo")
+    assert (
+        f"upstream steps (default {demo.FULL['pretrain_steps']}; --small {demo.SMALL['pretrain_steps']})"
+        in out
+    )

@@ -25,8 +25,8 @@ from configs import fewshot as fewshot_config
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
 from keras_vit import fileio
-from trainers import fewshot, finetune, pretrain
-from trainers.errors import TrainerError, UsageError, one_line
+from trainers import cli, fewshot, finetune, pretrain
+from trainers.errors import UsageError
 
 UPSTREAM, DOWNSTREAM = "digits:0-4", "digits:5-9"
 SHOTS = (1, 5, 10)
@@ -256,19 +256,7 @@ def _flags():
 
 
 def main(argv=None):
-    argv = sys.argv if argv is None else argv
-    values = _flags()
-    if any(a in ("--help", "-h", "--helpfull") for a in argv[1:]):
-        print("usage: python -m trainers.demo [--workdir=DIR] [--small] [flags]\n")
-        print(values.get_help())
-        return 0
-    try:
-        try:
-            rest = values(argv)
-        except flags.Error as e:
-            raise UsageError(str(e)) from None
-        if len(rest) > 1:
-            raise UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
+    def body(values):
         run(
             values.workdir,
             small=values.small,
@@ -277,10 +265,9 @@ def main(argv=None):
             few_finetune_steps=values.few_finetune_steps,
             seeds=values.seeds,
         )
-    except TrainerError as e:
-        print(f"demo: error: {one_line(e)}", file=sys.stderr)
-        return e.exit_code
-    return 0
+
+    usage = "usage: python -m trainers.demo [--workdir=DIR] [--small] [flags]"
+    return cli.main_with_own_flags("demo", _flags(), usage, body, argv)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ import sys
 from absl import flags
 
 from configs.fields import FIELDS
+from trainers import cli
 from trainers.data.tfds_prepare import ensure_prepared, open_tfds_builder
-from trainers.errors import TrainerError, UsageError, one_line
+from trainers.errors import UsageError
 
 
 def prepare(dataset, data_dir=None, manual_dir=None):
@@ -36,25 +37,12 @@ def _flags():
 
 
 def main(argv=None):
-    argv = sys.argv if argv is None else argv
-    values = _flags()
-    if any(a in ("--help", "-h", "--helpfull") for a in argv[1:]):
-        print("usage: python -m trainers.prepare --dataset=NAME [--data_dir=DIR] [--manual_dir=DIR]\n")
-        print(values.get_help())
-        return 0
-    try:
-        try:
-            rest = values(argv)
-        except flags.Error as e:
-            raise UsageError(str(e)) from None
-        if len(rest) > 1:
-            raise UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
+    def body(values):
         folder, before = prepare(values.dataset, values.data_dir or None, values.manual_dir or None)
-    except TrainerError as e:
-        print(f"prepare: error: {one_line(e)}", file=sys.stderr)
-        return e.exit_code
-    print(f"{values.dataset} {'was already' if before else 'is now'} prepared in {folder}", flush=True)
-    return 0
+        print(f"{values.dataset} {'was already' if before else 'is now'} prepared in {folder}", flush=True)
+
+    usage = "usage: python -m trainers.prepare --dataset=NAME [--data_dir=DIR] [--manual_dir=DIR]"
+    return cli.main_with_own_flags("prepare", _flags(), usage, body, argv)
 
 
 if __name__ == "__main__":
