@@ -34,16 +34,9 @@ def parse_flags(argv, get_config, help_overrides=None):
     """
     defaults = get_config()
     values = _define(defaults, help_overrides or {})
-    if any(a in ("--help", "-h", "--helpfull") for a in argv[1:]):
-        print(f"usage: python -m trainers.{program_name(argv)} --dataset=NAME --workdir=DIR [flags]\n")
-        print(values.get_help())
+    usage = f"usage: python -m trainers.{program_name(argv)} --dataset=NAME --workdir=DIR [flags]"
+    if not read_argv(values, argv, usage):
         raise SystemExit(0)
-    try:
-        rest = values(argv)
-    except flags.Error as e:
-        raise UsageError(str(e)) from None
-    if len(rest) > 1:
-        raise UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
     preset_args = {
         name: values[name].value
         for name in inspect.signature(get_config).parameters
@@ -67,6 +60,24 @@ def parse_flags(argv, get_config, help_overrides=None):
             config[name] = values[name].value
     config.lock()
     return config
+
+
+def read_argv(values, argv, usage):
+    """Parses argv into absl `values`; False when it asked for --help (printed with `usage`).
+
+    A bad or misspelt flag, or a stray argument, is a one-line UsageError.
+    """
+    if any(a in ("--help", "-h", "--helpfull") for a in argv[1:]):
+        print(f"{usage}\n")
+        print(values.get_help())
+        return False
+    try:
+        rest = values(argv)
+    except flags.Error as e:
+        raise UsageError(str(e)) from None
+    if len(rest) > 1:
+        raise UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
+    return True
 
 
 def _define(defaults, help_overrides):

@@ -69,7 +69,7 @@ def build_model(config, num_classes, pre_logits_from_weights=False):
     --pre_logits does (fine-tuning drops the checkpoint's, as vit_jax does).
     """
     weights = weights_arg(config)
-    if weights and weights not in checkpoints.REGISTRY and not fileio.exists(weights):
+    if is_weights_file(weights) and not fileio.exists(weights):
         if "/" not in weights and "." not in weights:  # meant as a registry name
             known = ", ".join(checkpoints.names())
             raise UsageError(

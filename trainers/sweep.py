@@ -22,8 +22,8 @@ from tensorboard.plugins.hparams import api as hp
 from keras_vit import fileio
 from trainers import loop, training
 from trainers.errors import TrainingError, UsageError
-from trainers.flags import config_to_json, parse_eval_splits
-from trainers.validation import RERUN_FREE_FIELDS
+from trainers.flags import parse_eval_splits
+from trainers.validation import RERUN_FREE_FIELDS, config_changes
 
 MINIVAL = "minival"
 FINAL = "final"
@@ -157,14 +157,13 @@ def _check_same_settings(config):
     path = fileio.join(config.workdir, "config.json")
     if not fileio.exists(path):
         return
-    recorded = _read_json(path)
-    wanted = json.loads(config_to_json(config))
-    for name in sorted((wanted.keys() & recorded.keys()) - EXECUTION_FIELDS):
-        if recorded[name] != wanted[name]:
-            raise UsageError(
-                f"{config.workdir} holds a run with --{name}={recorded[name]}, this sweep needs "
-                f"--{name}={wanted[name]}: use another --workdir, or delete that folder to redo it."
-            )
+    changes = config_changes(config, _read_json(path), free=EXECUTION_FIELDS)
+    if changes:
+        name, recorded, wanted = changes[0]
+        raise UsageError(
+            f"{config.workdir} holds a run with --{name}={recorded}, this sweep needs "
+            f"--{name}={wanted}: use another --workdir, or delete that folder to redo it."
+        )
 
 
 def _preempted(config):

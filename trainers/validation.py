@@ -94,11 +94,12 @@ RERUN_FREE_FIELDS = frozenset(
 
 
 def config_changes(config, recorded, free=RERUN_FREE_FIELDS):
-    """['--base_lr: 0.01 -> 0.03', ...]: the fields where `config` differs from a recorded config.json."""
+    """[(name, recorded value, value now), ...]: where `config` differs from a recorded config.json,
+    the `free` fields left out. Shared by plain re-runs and the sweep's reuse of finished runs."""
     current = json.loads(config_to_json(config))
     names = sorted((current.keys() | recorded.keys()) - free)
     return [
-        f"--{name}: {recorded.get(name)!r} -> {current.get(name)!r}"
+        (name, recorded.get(name), current.get(name))
         for name in names
         if recorded.get(name) != current.get(name)
     ]
@@ -117,7 +118,7 @@ def check_rerun(config):
             f"{path} is not a readable config.json ({first_line(e)}): use another --workdir, or add "
             "--allow_config_change to resume and write it anew"
         ) from None
-    changes = config_changes(config, recorded)
+    changes = [f"--{name}: {old!r} -> {new!r}" for name, old, new in config_changes(config, recorded)]
     if changes:
         raise UsageError(
             f"{config.workdir} holds a run with other settings ({'; '.join(changes)}): rerun with its flags, "
