@@ -26,13 +26,21 @@ TRAIN_REQUIRES = [
     "ml-collections",
     # The bundled real data set (UCI handwritten digits) for the demo.
     "scikit-learn",
+    # The attention and few-shot pictures the trainers log to TensorBoard.
+    "matplotlib",
 ]
+
+# `python -m keras_vit.export`: SavedModel and LiteRT files need TensorFlow, ONNX files tf2onnx
+# (which Keras' ONNX export calls) and onnx; each export is checked by running it in
+# onnxruntime or ai-edge-litert's interpreter (TensorFlow's own tf.lite.Interpreter is deprecated).
+EXPORT_REQUIRES = ["tensorflow>=2.16", "tf2onnx", "onnx", "onnxruntime", "ai-edge-litert"]
 
 # The tests run the trainers too, so they need everything [train] installs. The list is
 # repeated rather than written as "keras-vit[train]": pip resolves such a self-reference only
 # since 21.2 (and an older pip or another installer may fetch keras-vit from the index).
 # ruff is pinned: `make test` enforces its formatter's output, which changes between releases.
-TEST_REQUIRES = ["pytest", "pytest-timeout", "jax[cpu]", "ruff==0.17.6"]
+# nbclient, nbformat and ipykernel run the colab/ notebooks top to bottom.
+TEST_REQUIRES = ["pytest", "pytest-timeout", "jax[cpu]", "ruff==0.17.6", "nbclient", "nbformat", "ipykernel"]
 
 setup(
     name="keras-vit",
@@ -50,7 +58,8 @@ setup(
     install_requires=INSTALL_REQUIRES,
     extras_require={
         "train": TRAIN_REQUIRES,
-        "test": TEST_REQUIRES + TRAIN_REQUIRES,
+        "test": TEST_REQUIRES + TRAIN_REQUIRES + EXPORT_REQUIRES,
+        "export": EXPORT_REQUIRES,
         "plots": ["matplotlib"],
         # The peer that benchmarks/ measures against in the same run.
         "bench": ["keras-hub"],

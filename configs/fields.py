@@ -96,13 +96,23 @@ FIELDS = {
     "total_steps": Field(500, "optimizer steps in all"),
     "warmup_steps": Field(100, "linear warm-up steps"),
     "batch_size": Field(512, "global batch size (over all replicas and accumulation steps)"),
-    "accum_steps": Field(1, "split each batch into this many micro-batches (gradients summed)"),
+    "accum_steps": Field(
+        "auto",
+        "split each batch into this many micro-batches, their gradients summed (the same update); "
+        "auto: the fewest whose step fits the device's memory",
+    ),
+    "device_memory_gb": Field(
+        0.0,
+        "memory per replica that --accum_steps=auto fits the step into (0 = detect: the GPU's "
+        "memory, or the available RAM on CPU; TPUs need it set)",
+    ),
     "grad_norm_clip": Field(1.0, "clip the global norm of the all-reduced gradient (0 = off)"),
     # Loop, logging, checkpoints.
     "steps_per_loop": Field(50, "optimizer steps per compiled loop call (host round trip)"),
     "eval_every": Field(100, "evaluate every N steps (0 = only at the end)"),
     "checkpoint_every": Field(100, "checkpoint every N steps (0 = only at the end)"),
     "keep_checkpoints": Field(3, "how many checkpoints to keep"),
+    "verbose": Field(False, "show TensorFlow's own start-up and runtime log lines"),
     "allow_config_change": Field(
         False,
         "resume a workdir whose config.json differs from these flags in more than where and how long "
@@ -163,6 +173,7 @@ COMMON = (
     "strategy",
     "tpu",
     "cpu_devices",
+    "verbose",
 )
 # Fields of the two training trainers (fine-tuning and pre-training).
 TRAINING = COMMON + (
@@ -180,6 +191,7 @@ TRAINING = COMMON + (
     "warmup_steps",
     "batch_size",
     "accum_steps",
+    "device_memory_gb",
     "grad_norm_clip",
     "steps_per_loop",
     "eval_every",
@@ -197,9 +209,16 @@ TRAINING = COMMON + (
 )
 
 
+# Fields that take a word or a number ("auto" or 4): typed object, so Python configs may set either.
+WORD_OR_NUMBER = ("accum_steps",)
+
+
 def fields(names):
     """A ConfigDict holding `names` at their declared defaults (unlocked: the preset fills it in)."""
     config = ml_collections.ConfigDict()
     for name in names:
-        config[name] = FIELDS[name].default
+        default = FIELDS[name].default
+        if name in WORD_OR_NUMBER:
+            default = ml_collections.FieldReference(default, field_type=object)
+        config[name] = default
     return config

@@ -4,6 +4,7 @@
 # after a plain `import keras_vit`; none of them imports TensorFlow. Not `convert`: it is run
 # as `python -m keras_vit.convert`, which warns when the package has already imported it.
 from keras_vit import checkpoints, fileio, initializers, layers, variants, visualize, weights
+from keras_vit.images import load_image, load_images
 from keras_vit.models import (
     CONSTRUCTORS,
     VARIANTS,
@@ -44,6 +45,8 @@ __all__ = [
     "fileio",
     "initializers",
     "layers",
+    "load_image",
+    "load_images",
     "preprocess_input",
     "variants",
     "visualize",

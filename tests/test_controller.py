@@ -54,11 +54,12 @@ def _controller(trainer, actions, total=12, steps_per_loop=5, logged=None):
 def test_loop_calls_end_at_every_actions_steps_and_actions_run_before_the_end():
     trainer, ran, logged = FakeTrainer(), [], []
     controller = _controller(trainer, [Record(4, ran), Record(6, ran), Record(0, ran)], logged=logged)
-    assert [controller.next_boundary(s) for s in (0, 4, 5, 6, 8, 10, 11)] == [4, 5, 6, 8, 10, 12, 12]
+    # A fresh run's first call is one step (it compiles the step: the first progress line comes at once).
+    assert [controller.next_boundary(s) for s in (0, 1, 4, 5, 6, 8, 10, 11)] == [1, 4, 5, 6, 8, 10, 12, 12]
     step, preempted = controller.train(iterator=None, step=0)
     assert (step, preempted) == (12, False)
-    assert trainer.calls == [4, 1, 1, 2, 2, 2]  # 0-4-5-6-8-10-12: the same split after a resume from 8
-    assert logged == [(0, 4), (4, 5), (5, 6), (6, 8), (8, 10), (10, 12)]  # every call, the last too
+    assert trainer.calls == [1, 3, 1, 1, 2, 2, 2]  # 0-1-4-5-6-8-10-12: the same split after a resume from 8
+    assert logged == [(0, 1), (1, 4), (4, 5), (5, 6), (6, 8), (8, 10), (10, 12)]  # every call, the last too
     # Due actions only, never at the final step (its end-of-run work is separate); every=0 never.
     assert ran == [(4, 4), (6, 6), (4, 8)]
 

@@ -32,8 +32,12 @@ MAX_FUNCTION_LEVEL_PROJECT_IMPORTS = {"keras_vit": 0, "trainers": 0, "configs": 
 DELIBERATE_LAZY_IMPORTS = {
     # gs:// and other URL paths go through tf.io.gfile; the library runs without TensorFlow.
     ("keras_vit.fileio", "tensorflow"),
+    # Exports need TensorFlow and the runtimes that check them, the optional `export` extra.
+    ("keras_vit.serving", "tensorflow"),
+    ("keras_vit.export", "onnxruntime"),
+    ("keras_vit.export", "ai_edge_litert"),
     # Plots need matplotlib, an optional extra (`plots`).
-    ("keras_vit.visualize", "matplotlib"),
+    ("keras_vit.visualize.figures", "matplotlib"),
     # The running backend's own module, to tell a tensor being traced from one with values:
     # only the branch of the backend in use runs, and Keras has imported that module already.
     ("keras_vit.preprocessing", "tensorflow"),

@@ -4,6 +4,9 @@ They need TensorFlow and TFDS, which `pip install keras-vit` (the library alone)
 and they run Keras on its TensorFlow backend whatever KERAS_BACKEND says: they select it here,
 before anything imports Keras (TensorFlow's import does), while the library itself runs on any
 backend.
+
+TensorFlow's start-up lines are hidden unless the command line has --verbose
+(trainers/console.py).
 """
 
 import os
@@ -18,7 +21,15 @@ elif sys.modules["keras"].backend.backend() != "tensorflow":
         "KERAS_BACKEND=tensorflow"
     )
 
+from trainers import console  # noqa: E402  (imports nothing from TensorFlow)
+
+_VERBOSE = console.verbose_requested(sys.argv)
+if not _VERBOSE:
+    # TensorFlow's runtime log lines (XLA service, tf.data notes) below errors stay hidden too.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
 try:
-    import tensorflow  # noqa: F401
+    with console.native_stderr_hidden(hide=not _VERBOSE and "tensorflow" not in sys.modules):
+        import tensorflow  # noqa: F401
 except ImportError as error:  # the library was installed without the [train] extra
     raise ImportError('the trainers need TensorFlow and TFDS: pip install "keras-vit[train]"') from error

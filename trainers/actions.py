@@ -8,12 +8,14 @@ The controller also stops its loop calls at every action's steps, so a resumed r
 steps into the same calls as an uninterrupted one.
 """
 
+import gc
 import json
 
 import tensorflow as tf
 
-from keras_vit import fileio
+from keras_vit import fileio, run_dir
 from keras_vit import weights as weights_lib
+from trainers.console import Console, duration
 
 
 class Summaries:
@@ -32,29 +34,41 @@ class Summaries:
 
 
 class LogTraining:
-    """Train scalars every loop call (loss, learning rate, gradient norm, throughput) and a console line."""
+    """Train scalars every loop call (loss, learning rate, gradient norm, throughput) and a console line.
 
-    def __init__(self, summaries, schedule, *, total_steps, batch_size, replicas):
-        self.summaries, self.schedule = summaries, schedule
+    The first loop call of a process traces and compiles the step (a fresh run's first call is one
+    step, trainers/controller.py): its line shows that time apart, and the speed and the ETA come
+    from the later calls only, so compilation does not inflate them.
+    """
+
+    def __init__(self, summaries, schedule, *, total_steps, batch_size, replicas, console):
+        self.summaries, self.schedule, self.console = summaries, schedule, console
         self.total_steps, self.batch_size, self.replicas = total_steps, batch_size, replicas
+        self.compiled = False
+        self.steady_steps, self.steady_seconds = 0, 0.0
 
     def __call__(self, start, step, out, seconds):
-        images_per_s = (step - start) * self.batch_size / max(seconds, 1e-9)
-        per_core = images_per_s / self.replicas
         lr = float(self.schedule(step - 1))  # the rate of the last update taken
+        first_call, self.compiled = not self.compiled, True
+        line = f"step {step}/{self.total_steps}  loss {out['loss']:.4f}  lr {lr:.3g}  "
+        line += f"grad_norm {out['grad_norm']:.3f}"
         with self.summaries.train.as_default(step=step):
             tf.summary.scalar("loss", out["loss"])
             tf.summary.scalar("learning_rate", lr)
             tf.summary.scalar("grad_norm", out["grad_norm"])
-            tf.summary.scalar("images_per_second", images_per_s)
-            tf.summary.scalar("images_per_second_per_core", per_core)
-        eta = (self.total_steps - step) * seconds / (step - start)
-        print(
-            f"step {step}/{self.total_steps}  loss {out['loss']:.4f}  lr {lr:.3g}  "
-            f"grad_norm {out['grad_norm']:.3f}  {images_per_s:.1f} img/s ({per_core:.1f}/core)  "
-            f"ETA {duration(eta)}",
-            flush=True,
-        )
+            if not first_call:
+                images_per_s = (step - start) * self.batch_size / max(seconds, 1e-9)
+                per_core = images_per_s / self.replicas
+                tf.summary.scalar("images_per_second", images_per_s)
+                tf.summary.scalar("images_per_second_per_core", per_core)
+        if first_call:
+            line += f"  first call {seconds:.1f} s (tracing and compiling the step)"
+        else:
+            self.steady_steps += step - start
+            self.steady_seconds += seconds
+            eta = (self.total_steps - step) * self.steady_seconds / self.steady_steps
+            line += f"  {images_per_s:.1f} img/s ({per_core:.1f}/core)  ETA {duration(eta)}"
+        self.console.print(line)
 
 
 class SaveCheckpoint:
@@ -68,31 +82,43 @@ class SaveCheckpoint:
 class Evaluate:
     """Runs an evaluator, writes its tags to WORKDIR/eval and prints them; returns the tags."""
 
-    def __init__(self, evaluator, model, summaries, strategy):
+    def __init__(self, evaluator, model, summaries, strategy, console=None):
         self.evaluator, self.model, self.summaries, self.strategy = evaluator, model, summaries, strategy
+        self.console = console or Console()
         self.every = evaluator.every
 
     def __call__(self, step, out=None, seconds=None):
         with self.strategy.scope():  # so the evaluator shares the trainer's devices
             tags = {k: float(v) for k, v in self.evaluator.run(self.model).items()}
+        # Each pass leaves its dataset iterators in reference cycles that only the cyclic collector
+        # frees, and the loop allocates too few Python objects to trigger it: without this, memory
+        # climbs by megabytes per evaluation (tests/test_soak.py).
+        gc.collect()
         with self.summaries.eval.as_default(step=step):
             for tag, value in tags.items():
                 if not tag.endswith("/examples"):
                     tf.summary.scalar(tag, value)
-        print(f"step {step}  {describe(self.evaluator.name, tags)}", flush=True)
+        self.console.print(f"step {step}  {describe(self.evaluator.name, tags)}")
         return tags
 
 
 class Export:
-    """The end of a run, on the chief: WORKDIR/model.npz (official layout) and WORKDIR/results.json."""
+    """The end of a run, on the chief: WORKDIR/model.npz (official layout), WORKDIR/results.json
+    and WORKDIR/class_names.json (what keras_vit.run_dir reads to classify and export)."""
 
-    def __init__(self, model, workdir, chief):
+    def __init__(self, model, workdir, chief, class_names=()):
         self.model, self.workdir, self.chief = model, workdir, chief
+        self.class_names = list(class_names)
 
     def __call__(self, results):
         if not self.chief:
             return
         weights_lib.save_npz(self.model, fileio.join(self.workdir, "model.npz"))
+        if self.class_names:
+            fileio.write_atomic(
+                fileio.join(self.workdir, run_dir.CLASS_NAMES_FILE),
+                json.dumps(self.class_names, indent=1) + "\n",
+            )
         fileio.write_atomic(
             fileio.join(self.workdir, "results.json"), json.dumps(results, indent=2, sort_keys=True) + "\n"
         )
@@ -109,8 +135,3 @@ def describe(name, tags):
         split, _, key = tag.rpartition("/")
         groups.setdefault(split, []).append(f"{key} {value:.4f}")
     return "  ".join(f"{split}: {' '.join(items)}" for split, items in groups.items())
-
-
-def duration(seconds):
-    seconds = int(max(0, seconds))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"

@@ -6,6 +6,7 @@ failed (e.g. the loss diverged), 130 interrupted: each error's `exit_code` (trai
 
 import sys
 
+from trainers.console import show_library_messages
 from trainers.errors import TrainerError, one_line
 from trainers.flags import parse_flags, program_name, read_argv
 
@@ -13,6 +14,7 @@ from trainers.flags import parse_flags, program_name, read_argv
 def main(run, get_config, argv=None, help_overrides=None):
     argv = sys.argv if argv is None else argv
     program = program_name(argv)
+    show_library_messages()
     try:
         run(parse_flags(argv, get_config, help_overrides))
     except TrainerError as e:

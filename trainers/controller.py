@@ -12,6 +12,8 @@ import time
 from trainers import preemption
 from trainers.errors import TrainingError
 
+FIRST_CALL_STEPS = 1
+
 
 class Controller:
     def __init__(self, *, trainer, strategy, total_steps, steps_per_loop, log, actions, checkpoints):
@@ -23,7 +25,9 @@ class Controller:
 
     def next_boundary(self, step):
         """The next step at which the host must act."""
-        ends = [self.total_steps]
+        # A fresh run's first call is one step: it traces and compiles the step, so the first
+        # progress line comes as soon as that is done, and its time is kept out of the ETA.
+        ends = [self.total_steps, FIRST_CALL_STEPS] if step < FIRST_CALL_STEPS else [self.total_steps]
         for every in (self.steps_per_loop, *(action.every for action in self.actions)):
             if every:
                 ends.append((step // every + 1) * every)

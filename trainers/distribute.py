@@ -185,3 +185,16 @@ def describe(strategy) -> str:
     if len(devices) > 8:
         shown += f", ... ({len(devices)} devices)"
     return f"{kind}: {replicas} replica(s) on {workers} worker(s) [{shown}]"
+
+
+def is_chief(strategy):
+    """The process that writes logs, results and the real checkpoints (worker 0 or 'chief')."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or isinstance(strategy, tf.distribute.TPUStrategy):
+        return True
+    cluster = resolver.cluster_spec().as_dict()
+    if not cluster or resolver.task_type is None:
+        return True
+    if resolver.task_type == "chief":
+        return True
+    return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in cluster

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainers import data
+from trainers.console import Progress
 from trainers.errors import IncompatibleModelError
 
 PIXELS = "pixels"
@@ -53,8 +54,10 @@ class FeatureExtractor:
     more training steps costs no retracing).
     """
 
-    def __init__(self, model, strategy=None):
+    def __init__(self, model, strategy=None, console=None):
+        """`console`: a trainers.console.Console that shows the extraction's progress."""
         self.strategy = strategy or tf.distribute.get_strategy()
+        self.console = console
         if isinstance(model, str):
             if model != PIXELS:
                 raise IncompatibleModelError(f"unknown feature mode {model!r}; pass a model or {PIXELS!r}")
@@ -87,16 +90,24 @@ class FeatureExtractor:
         )
         dataset = data.distribute(self.strategy, input_fn)
         features, labels = [], []
+        progress = None
+        if self.console is not None:
+            progress = Progress(self.console, f"features of {spec.name} {split}", spec.num_examples[split])
         for batch in dataset:
             f, y, w = (t.numpy() for t in self._step(batch))
             keep = w > 0
             features.append(f[keep])
             labels.append(y[keep])
+            if progress:
+                progress.update(int(keep.sum()))
+        if progress:
+            progress.finish()
         if not features:
             raise data.DatasetError(f"split {split!r} of {spec.name} is empty")
         return np.concatenate(features), np.concatenate(labels).astype(np.int64)
 
 
-def extract_features(model, spec, split, *, image_size, batch_size, strategy=None):
+def extract_features(model, spec, split, *, image_size, batch_size, strategy=None, console=None):
     """(features, labels) of `split` under the frozen `model` (or PIXELS)."""
-    return FeatureExtractor(model, strategy)(spec, split, image_size=image_size, batch_size=batch_size)
+    extractor = FeatureExtractor(model, strategy, console)
+    return extractor(spec, split, image_size=image_size, batch_size=batch_size)

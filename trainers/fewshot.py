@@ -20,7 +20,8 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_config
 from keras_vit import VARIANTS, fileio
-from trainers import cli, distribute
+from trainers import cli, distribute, image_summaries
+from trainers.console import Console
 from trainers.errors import UsageError
 from trainers.evaluators.fewshot import FewShotEvaluator, parse_l2_reg, parse_shots
 from trainers.features import PIXELS, extract_features  # noqa: F401 (public API)
@@ -66,6 +67,7 @@ def run(config):
         raise UsageError(
             f"--batch_size {config.batch_size} is not divisible by {strategy.num_replicas_in_sync} replicas."
         )
+    console = Console(distribute.is_chief(strategy))
     start = time.time()
     evaluator = FewShotEvaluator(
         {"data": config.dataset},
@@ -78,6 +80,7 @@ def run(config):
         strategy=strategy,
         train_split=config.train_split,
         test_split=config.test_split,
+        console=console,
     )
     spec = evaluator.specs["data"]
     with strategy.scope():
@@ -106,15 +109,15 @@ def run(config):
             tf.summary.scalar(f"fewshot/{k}shot_accuracy", results[f"{k}shot_accuracy"], step=0)
             # One curve over k: accuracy against the number of examples per class.
             tf.summary.scalar("fewshot/accuracy_by_shots", results[f"{k}shot_accuracy"], step=k)
+        image_summaries.log_accuracy_by_shots(scores, step=0, rename={"data": config.dataset})
     writer.flush()
     fileio.write_atomic(
         fileio.join(config.workdir, "results.json"), json.dumps(results, indent=2, sort_keys=True) + "\n"
     )
     for k in evaluator.shots:
-        print(
+        console.print(
             f"{k}-shot accuracy {results[f'{k}shot_accuracy']:.4f} "
-            f"+- {results[f'{k}shot_accuracy_std']:.4f}  (l2 {results[f'{k}shot_l2_reg']:g})",
-            flush=True,
+            f"+- {results[f'{k}shot_accuracy_std']:.4f}  (l2 {results[f'{k}shot_l2_reg']:g})"
         )
     return results
 

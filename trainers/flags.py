@@ -91,6 +91,8 @@ def _define(defaults, help_overrides):
             # A number; "sweep" too where the preset has the grid to sweep (fine-tuning).
             parser = _LearningRateParser(sweepable="sweep_lrs" in defaults)
             flags.DEFINE(parser, name, None, help_text, flag_values=values)
+        elif name == "accum_steps":
+            flags.DEFINE(_AccumStepsParser(), name, None, help_text, flag_values=values)
         elif field.choices:
             flags.DEFINE_enum(name, None, field.choices, help_text, flag_values=values)
         elif isinstance(default, bool):
@@ -153,6 +155,33 @@ class _LearningRateParser(flags.ArgumentParser):
 
     def parse(self, argument):
         return _read_base_lr(argument, self.sweepable)
+
+
+def parse_accum_steps(value):
+    """--accum_steps as given (a flag's text or a config value) -> "auto" or a positive int."""
+    try:
+        return _read_accum_steps(value)
+    except ValueError as e:
+        raise UsageError(f"--accum_steps={value}: {e}.") from None
+
+
+def _read_accum_steps(value):
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        steps = int(value)
+    except (TypeError, ValueError):
+        steps = 0
+    if isinstance(value, float) and value != steps or steps < 1:
+        raise ValueError("must be a positive integer or auto")
+    return steps
+
+
+class _AccumStepsParser(flags.ArgumentParser):
+    """absl parser of --accum_steps; a bad value reads "flag --accum_steps=0: must be ..."."""
+
+    def parse(self, argument):
+        return _read_accum_steps(argument)
 
 
 def config_to_json(config):

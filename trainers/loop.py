@@ -80,6 +80,7 @@ class Trainer:
         self.global_batch_size = int(global_batch_size)
         self.accum_steps = int(accum_steps)
         self.grad_norm_clip = float(grad_norm_clip) if grad_norm_clip else None
+        self.jit_compile = bool(jit_compile)
         self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         replicas = strategy.num_replicas_in_sync
         if self.global_batch_size % (replicas * self.accum_steps):
@@ -118,6 +119,11 @@ class Trainer:
         self._train_fn = tf.function(self._train_loop)
         self._eval_fn = tf.function(self._eval_loop)
 
+    @property
+    def micro_batch_size(self):
+        """The global batch of one accumulation step: what is in memory at once."""
+        return self.global_batch_size // self.accum_steps
+
     # -- training -----------------------------------------------------------------------
     def _micro_batch_grads(self, images, labels):
         variables = self.model.trainable_variables
@@ -138,6 +144,10 @@ class Trainer:
             loss = tf.constant(0.0)
             grads = [tf.zeros_like(v) for v in variables]
             for i in tf.range(self.accum_steps):
+                # One micro-batch at a time: the iterations do not depend on each other until the
+                # sum, so tf.while_loop would otherwise run up to 10 at once, holding the
+                # activations of all of them, which is the memory accumulation exists to save.
+                tf.autograph.experimental.set_loop_options(parallel_iterations=1)
                 micro_loss, micro_grads = self._micro_batch_grads(images[i], labels[i])
                 loss += micro_loss
                 grads = [g + tf.cast(m, g.dtype) for g, m in zip(grads, micro_grads)]
@@ -193,10 +203,12 @@ class Trainer:
         hits = tf.reduce_sum(top1_hits(labels, logits) * weights)
         return loss, hits, tf.reduce_sum(weights)
 
-    def _eval_loop(self, dataset):
+    def _eval_loop(self, iterator):
         strategy = self.strategy
         totals = tf.zeros([3])
-        for images, labels, weights in dataset:
+        # Over an iterator, not the dataset: AutoGraph's loop over a dataset reads its options
+        # in graph mode, which makes tf.data warn on every evaluation.
+        for images, labels, weights in iterator:
             out = strategy.run(self._replica_eval, args=(images, labels, weights))
             totals += tf.stack([strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for v in out])
         return totals
@@ -206,7 +218,7 @@ class Trainer:
 
         Returns {"loss", metric_name ("accuracy" or "prec@1"), "examples"}.
         """
-        loss, hits, count = (float(v) for v in self._eval_fn(dataset).numpy())
+        loss, hits, count = (float(v) for v in self._eval_fn(iter(dataset)).numpy())
         if count == 0:
             raise ValueError("the evaluation split has no examples.")
         return {"loss": loss / count, self.metric_name: hits / count, "examples": int(count)}

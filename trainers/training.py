@@ -15,7 +15,8 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
 from keras_vit import fileio
-from trainers import actions, data, distribute, loop, optimizers
+from trainers import actions, banner, data, distribute, faults, image_summaries, loop, memory, optimizers
+from trainers.console import Console
 from trainers.controller import Controller
 from trainers.errors import FewShotError, UsageError
 from trainers.evaluators.classification import ClassificationEvaluator
@@ -42,14 +43,15 @@ def run(config):
         config.strategy, tpu=config.tpu or None, cpu_devices=config.cpu_devices or 1
     )
     check_replicas(config, strategy.num_replicas_in_sync)
-    print(f"Strategy: {distribute.describe(strategy)}", flush=True)
     spec = data.get_spec(
         config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
     )
     _check_labels(config, spec)
-    trainer, schedule = _build_trainer(config, strategy, spec)
+    trainer, schedule, memory_note = _build_trainer(config, strategy, spec)
     eval_data = {
-        name: data.distribute(strategy, _input_fn(config, spec, split, training=False))
+        name: data.distribute(
+            strategy, _input_fn(config, spec, split, training=False, batch_size=trainer.micro_batch_size)
+        )
         for name, split in eval_splits.items()
     }
     classification = ClassificationEvaluator(trainer, eval_data, every=config.eval_every)
@@ -57,7 +59,16 @@ def run(config):
         evaluators = [classification, *_fewshot_evaluators(config, strategy)]
     check_rerun(config)
     # Validation is over: from here on the workdir is written.
-    return _Run(config, strategy, spec, trainer, schedule, classification, evaluators).train()
+    try:
+        run = _Run(config, strategy, spec, trainer, schedule, classification, evaluators)
+        run.memory_note = memory_note
+        return run.train()
+    except (OSError, tf.errors.OpError) as error:
+        # A damaged data file or a write the disk refused: one line (trainers/faults.py).
+        fault = faults.as_trainer_error(error, workdir=config.workdir, spec=spec)
+        if fault is None:
+            raise
+        raise fault from None
 
 
 def _check_labels(config, spec):
@@ -92,19 +103,20 @@ def _build_trainer(config, strategy, spec):
                 weight_decay=config.weight_decay,
                 loss_scaling=config.mixed_precision == "float16",
             )
+            accum_steps, memory_note = memory.resolve_accum_steps(config, strategy, model)
             trainer = loop.Trainer(
                 strategy=strategy,
                 model=model,
                 optimizer=optimizer,
                 global_batch_size=config.batch_size,
-                accum_steps=config.accum_steps,
+                accum_steps=accum_steps,
                 grad_norm_clip=config.grad_norm_clip,
                 jit_compile=use_jit(config.jit_compile, strategy),
                 loss=config.loss,
             )
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
-    return trainer, schedule
+    return trainer, schedule, memory_note
 
 
 def _fewshot_evaluators(config, strategy):
@@ -124,20 +136,23 @@ def _fewshot_evaluators(config, strategy):
                 l2_reg=config.fewshot_l2_reg,
                 strategy=strategy,
                 every=config.fewshot_every,
+                console=Console(distribute.is_chief(strategy)),
             )
         ]
     except FewShotError as e:
         raise UsageError(f"few-shot evaluation: {e}") from None
 
 
-def _input_fn(config, spec, split, training, start_step=0):
+def _input_fn(config, spec, split, training, start_step=0, batch_size=None):
+    """`batch_size`: evaluation's global batch (default --batch_size); the micro-batches of an
+    accumulating run, whose full batch would not fit."""
     # The image ops come from the config in one place (trainers/data/ops.py: train_ops, eval_ops).
     ops = data.train_ops(config) if training else data.eval_ops(config.image_size)
     return data.make_input_fn(
         spec,
         split,
         ops=ops,
-        global_batch_size=config.batch_size,
+        global_batch_size=batch_size or config.batch_size,
         training=training,
         seed=config.seed,
         start_step=start_step,
@@ -161,19 +176,6 @@ def use_jit(setting, strategy):
     return all("GPU" in d.upper() for d in devices)
 
 
-def is_chief(strategy):
-    """The process that writes logs, results and the real checkpoints (worker 0 or 'chief')."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or isinstance(strategy, tf.distribute.TPUStrategy):
-        return True
-    cluster = resolver.cluster_spec().as_dict()
-    if not cluster or resolver.task_type is None:
-        return True
-    if resolver.task_type == "chief":
-        return True
-    return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in cluster
-
-
 class _Run:
     """The workdir side of a run: resume, the controller's actions, the final evaluation and export."""
 
@@ -181,7 +183,9 @@ class _Run:
         self.config, self.strategy, self.spec, self.trainer = config, strategy, spec, trainer
         self.schedule, self.classification, self.evaluators = schedule, classification, evaluators
         self.workdir = config.workdir
-        self.chief = is_chief(strategy)
+        self.chief = distribute.is_chief(strategy)
+        self.console = Console(self.chief)
+        self.memory_note = ""
 
     def train(self):
         config, trainer, strategy = self.config, self.trainer, self.strategy
@@ -194,13 +198,31 @@ class _Run:
             trainer, self.workdir, chief=self.chief, task_id=task_id, keep=config.keep_checkpoints
         )
         latest = checkpoints.restore()
-        if latest:
-            print(f"Resumed from {latest} at step {checkpoints.step}.", flush=True)
-        self.summaries = actions.Summaries(self.workdir, self.chief)
         step = checkpoints.step
+        for line in banner.lines(
+            config=config,
+            spec=self.spec,
+            strategy=strategy,
+            model=trainer.model,
+            eval_splits=parse_eval_splits(config.eval_splits),
+            accum_steps=trainer.accum_steps,
+            memory_note=self.memory_note,
+            jit=trainer.jit_compile,
+            start_step=step,
+        ):
+            self.console.print(line)
+        if latest:
+            self.console.print(f"Resumed from {latest} at step {step}.")
+        self.summaries = actions.Summaries(self.workdir, self.chief)
         if step == 0:
             self._log_start()
-        evaluations = [actions.Evaluate(e, trainer.model, self.summaries, strategy) for e in self.evaluators]
+        evaluations = [
+            actions.Evaluate(e, trainer.model, self.summaries, strategy, self.console)
+            for e in self.evaluators
+        ]
+        evaluations = [image_summaries.FewShotPlot(e, self.summaries.eval) for e in evaluations]
+        if self.chief:
+            evaluations.append(self._pictures())
         controller = Controller(
             trainer=trainer,
             strategy=strategy,
@@ -212,6 +234,7 @@ class _Run:
                 total_steps=config.total_steps,
                 batch_size=config.batch_size,
                 replicas=strategy.num_replicas_in_sync,
+                console=self.console,
             ),
             actions=[actions.SaveCheckpoint(checkpoints, config.checkpoint_every), *evaluations],
             checkpoints=checkpoints,
@@ -243,13 +266,24 @@ class _Run:
         results.update({tag: value for tag, value in tags.items() if tag.partition("/")[0] not in metrics})
         metric = self.trainer.metric_name
         for name, m in metrics.items():
-            print(
-                f"final {name}: {metric} {m[metric]:.4f}  loss {m['loss']:.4f}  ({m['examples']} images)",
-                flush=True,
+            self.console.print(
+                f"final {name}: {metric} {m[metric]:.4f}  loss {m['loss']:.4f}  ({m['examples']} images)"
             )
-        actions.Export(self.trainer.model, self.workdir, self.chief)(results)
+        actions.Export(self.trainer.model, self.workdir, self.chief, self.spec.class_names)(results)
         self.summaries.flush()
         return results
+
+    def _pictures(self):
+        """Attention pictures at each evaluation, of the first eval split's first images."""
+        name, split = next(iter(parse_eval_splits(self.config.eval_splits).items()))
+        batch = self.trainer.micro_batch_size
+        dataset = _input_fn(self.config, self.spec, split, training=False, batch_size=batch)(
+            tf.distribute.InputContext()
+        )
+        writer, every = self.summaries.eval, self.config.eval_every
+        return image_summaries.Pictures.from_dataset(
+            dataset, self.trainer.model, writer, self.spec.class_names, every, name
+        )
 
     def _log_start(self):
         """Hyperparameters and a few (evaluation-pipeline) input images, once per workdir."""
@@ -259,7 +293,10 @@ class _Run:
         with self.summaries.train.as_default(step=0):
             hparams_api.hparams(hparams)
         name, split = next(iter(parse_eval_splits(self.config.eval_splits).items()))
-        dataset = _input_fn(self.config, self.spec, split, training=False)(tf.distribute.InputContext())
+        batch = self.trainer.micro_batch_size
+        dataset = _input_fn(self.config, self.spec, split, training=False, batch_size=batch)(
+            tf.distribute.InputContext()
+        )
         images = next(iter(dataset))[0][:4]
         with self.summaries.eval.as_default(step=0):
             tf.summary.image(f"{name}/input_images", (tf.cast(images, tf.float32) + 1.0) / 2.0, max_outputs=4)

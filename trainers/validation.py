@@ -9,7 +9,13 @@ import keras_vit
 from configs.fields import FIELDS
 from keras_vit import fileio
 from trainers.errors import UsageError, first_line
-from trainers.flags import ARCHITECTURE_OVERRIDES, check_known_fields, config_to_json, parse_eval_splits
+from trainers.flags import (
+    ARCHITECTURE_OVERRIDES,
+    check_known_fields,
+    config_to_json,
+    parse_accum_steps,
+    parse_eval_splits,
+)
 
 
 def validate_common(config, *, models=tuple(keras_vit.VARIANTS), known_fields=None):
@@ -37,7 +43,7 @@ def validate_common(config, *, models=tuple(keras_vit.VARIANTS), known_fields=No
 def validate_training(config):
     """validate_common, then the optimisation, loop and split fields of fine-tuning and pre-training."""
     validate_common(config)
-    for name in ("total_steps", "batch_size", "accum_steps", "steps_per_loop", "keep_checkpoints"):
+    for name in ("total_steps", "batch_size", "steps_per_loop", "keep_checkpoints"):
         if config[name] <= 0:
             raise UsageError(f"--{name} must be positive, got {config[name]}.")
     for name in ("warmup_steps", "eval_every", "checkpoint_every", "examples_per_class", "fewshot_every"):
@@ -54,19 +60,22 @@ def validate_training(config):
         raise UsageError(f"--crop_min_area must be in (0, 1], got {config.crop_min_area}.")
     if config.dropout_rate >= 1:
         raise UsageError(f"--dropout_rate must be below 1, got {config.dropout_rate}.")
-    if config.batch_size % config.accum_steps:
-        raise UsageError(
-            f"--batch_size {config.batch_size} is not divisible by --accum_steps {config.accum_steps}."
-        )
+    accum = parse_accum_steps(config.accum_steps)
+    if accum != "auto" and config.batch_size % accum:
+        raise UsageError(f"--batch_size {config.batch_size} is not divisible by --accum_steps {accum}.")
+    if config.device_memory_gb < 0:
+        raise UsageError(f"--device_memory_gb must not be negative, got {config.device_memory_gb}.")
     if not parse_eval_splits(config.eval_splits):
         raise UsageError("--eval_splits is empty; give at least one name=split pair.")
 
 
 def check_replicas(config, replicas):
-    if config.batch_size % (replicas * config.accum_steps):
+    accum = parse_accum_steps(config.accum_steps)
+    accum = 1 if accum == "auto" else accum  # auto picks a divisor of the per-replica batch
+    if config.batch_size % (replicas * accum):
         raise UsageError(
             f"--batch_size {config.batch_size} is not divisible by {replicas} replicas x --accum_steps "
-            f"{config.accum_steps}; use a multiple of {replicas * config.accum_steps}."
+            f"{accum}; use a multiple of {replicas * accum}."
         )
 
 
@@ -81,6 +90,10 @@ RERUN_FREE_FIELDS = frozenset(
         "tpu",
         "cpu_devices",
         "jit_compile",
+        "verbose",
+        # The same update, split differently to fit other hardware.
+        "accum_steps",
+        "device_memory_gb",
         "steps_per_loop",
         "eval_every",
         "checkpoint_every",

@@ -29,6 +29,10 @@ from trainers.errors import DatasetError
 # Records per shuffle window of a streamed TFDS split (encoded, ~110 kB each for ImageNet). Splits up
 # to this size are shuffled uniformly; in-memory splits always are.
 SHUFFLE_BUFFER = 50_000
+# Batches made ahead of the step. A fixed number, not tf.data.AUTOTUNE: while a long step runs
+# (an accumulated batch on a CPU takes minutes), autotuning keeps filling the buffer, up to half
+# the machine's RAM, which then no longer holds the step. trainers/memory.py counts these.
+PREFETCH_BATCHES = 1
 _FOREVER = 2**62
 
 
@@ -76,6 +80,8 @@ class InputFn:
         options.deterministic = True
         # The sharding is done above, per element; tf.data must not shard again.
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        # No prefetch buffers beyond PREFETCH_BATCHES: tf.data would otherwise add its own.
+        options.experimental_optimization.inject_prefetch = False
         return ds.with_options(options)
 
     def _encoded(self, payload):
@@ -148,7 +154,7 @@ class InputFn:
             return image, self._target(label)
 
         stream = stream.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return stream.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+        return stream.batch(per_replica, drop_remainder=True).prefetch(PREFETCH_BATCHES)
 
     def _eval(self, shard, per_replica):
         records = self.records
@@ -182,7 +188,7 @@ class InputFn:
         padding = tf.data.Dataset.from_tensors(
             (tf.zeros(image.shape, image.dtype), no_label, tf.constant(0.0, tf.float32))
         ).repeat(pad)
-        return real.concatenate(padding).batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+        return real.concatenate(padding).batch(per_replica, drop_remainder=True).prefetch(PREFETCH_BATCHES)
 
 
 class _HostShard:
@@ -197,7 +203,16 @@ class _HostShard:
     def keep(self, ds):
         if self.host_batch == self.global_batch:
             return ds
-        return ds.enumerate().filter(lambda p, element: self.mine(p)).map(lambda p, element: element)
+
+        # Named functions, not lambdas: AutoGraph cannot parse two lambdas on one line and
+        # warns on every worker that it runs them as they are.
+        def is_mine(position, element):
+            return self.mine(position)
+
+        def drop_position(position, element):
+            return element
+
+        return ds.enumerate().filter(is_mine).map(drop_position)
 
     def count_in(self, start, stop):
         return int(sum(1 for p in range(start, stop) if self.mine(p)))

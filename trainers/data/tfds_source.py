@@ -3,7 +3,15 @@
 The image is the `supervised_keys` image (else the feature `image`); the label the `supervised_keys`
 label, else `label`, else `labels`. A label that is a Sequence of ClassLabel (voc's `labels`) makes
 the dataset multi-label.
+
+A damaged data_dir (a shard truncated by a copy cut short or a failing disk, a shard missing, a
+record whose checksum fails) is a one-line DatasetError naming the file, never a traceback from
+inside the training loop: opening the dataset compares each split's files with the byte count TFDS
+recorded when it prepared them (a stat per shard), and `damaged_files` finds the file after a
+record fails to read mid-run (trainers/faults.py).
 """
+
+import struct
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -45,6 +53,92 @@ class _TfdsReader:
 
         return Records(count=count, stream=stream)
 
+    def damaged_files(self, checksums=True):
+        """[(path, what is wrong)] for the shards of every split that are missing, truncated or
+        (with `checksums`, reading every record) corrupt; [] when all read."""
+        damaged = []
+        for split in self._builder.info.splits.values():
+            damaged += _damaged_shards(split)
+        if damaged or not checksums:
+            return damaged
+        for split in self._builder.info.splits.values():
+            for path in split.filepaths:
+                try:
+                    for _ in tf.data.TFRecordDataset(str(path)):
+                        pass
+                except tf.errors.OpError as e:
+                    damaged.append((str(path), _tf_message(e)))
+        return damaged
+
+    def check_files(self):
+        """Raises DatasetError naming the damaged shard when a split's files do not add up to the
+        bytes TFDS recorded (every TFRecord is its bytes plus a 16-byte frame)."""
+        for split in self._builder.info.splits.values():
+            expected = int(split.num_bytes or 0) + 16 * int(split.num_examples or 0)
+            try:
+                found = sum(tf.io.gfile.stat(str(p)).length for p in split.filepaths)
+            except tf.errors.OpError:
+                found = None  # a missing shard: named below
+            if not split.num_bytes or found == expected:
+                continue
+            damaged = _damaged_shards(split)
+            if damaged:
+                raise DatasetError(damaged_message(self._dataset, damaged))
+
+
+def damaged_message(dataset, damaged):
+    files = "; ".join(f"{path}: {why}" for path, why in damaged[:3])
+    more = f" (and {len(damaged) - 3} more)" if len(damaged) > 3 else ""
+    return (
+        f"{dataset} has a damaged data file: {files}{more}. Prepare the dataset again with "
+        f"`python -m trainers.prepare --dataset={dataset} --data_dir=DIR` (after removing its "
+        "folder), or copy that file back from a good copy."
+    )
+
+
+def _damaged_shards(split):
+    """[(path, what is wrong)] for the shards of a TFDS split that are missing or whose TFRecord
+    frames do not end exactly at the end of the file after the recorded number of examples."""
+    lengths = list(split.shard_lengths or [])
+    damaged = []
+    for i, path in enumerate(split.filepaths):
+        path = str(path)
+        expected = lengths[i] if i < len(lengths) else None
+        try:
+            why = _frame_error(path, expected)
+        except tf.errors.NotFoundError:
+            why = "missing"
+        except tf.errors.OpError as e:
+            why = _tf_message(e)
+        if why:
+            damaged.append((path, why))
+    return damaged
+
+
+def _tf_message(error):
+    """TensorFlow's message without the function-node prefix and the op suffix."""
+    return " ".join(error.message.split()).split("}} ")[-1].split(" [Op:")[0]
+
+
+def _frame_error(path, expected):
+    """Walks the TFRecord frames of `path` (an 8-byte length, a 4-byte checksum, the record, a
+    4-byte checksum), reading 8 bytes per record; what is wrong with them, or None."""
+    size = tf.io.gfile.stat(path).length
+    count, position = 0, 0
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while position < size:
+            if size - position < 16:
+                return f"truncated: {size} bytes, cut inside record {count + 1}"
+            f.seek(position)
+            (length,) = struct.unpack("<Q", f.read(8))
+            position += 16 + length
+            if position > size:
+                return f"truncated: {size} bytes, cut inside record {count + 1}"
+            count += 1
+    if expected is not None and count != expected:
+        return f"{count} records where TFDS wrote {expected}"
+    return None
+
 
 def tfds_spec(dataset, data_dir, manual_dir):
     """The DatasetSpec of the TFDS dataset `dataset`, prepared in `data_dir` first if it is not yet."""
@@ -66,6 +160,7 @@ def tfds_spec(dataset, data_dir, manual_dir):
         )
     ensure_prepared(builder, dataset, manual_dir)
     reader = _TfdsReader(builder, image_key, label_key, dataset)
+    reader.check_files()
     counts = {name: int(info.num_examples) for name, info in builder.info.splits.items()}
     return DatasetSpec(
         name=dataset,

@@ -78,8 +78,10 @@ class FewShotEvaluator(Evaluator):
         train_split="train",
         test_split="test",
         every=0,
+        console=None,
     ):
         self.every = int(every)
+        self.console = console  # shows feature extraction's progress
         if isinstance(datasets, str):
             datasets = [datasets]
         if not isinstance(datasets, dict):
@@ -111,7 +113,7 @@ class FewShotEvaluator(Evaluator):
         if isinstance(model, str) and (key, split) in self._pixel_cache:
             return self._pixel_cache[(key, split)]
         if self._extractor is None or self._extractor_model is not model:
-            self._extractor = features.FeatureExtractor(model, self.strategy)
+            self._extractor = features.FeatureExtractor(model, self.strategy, self.console)
             self._extractor_model = model
         result = self._extractor(
             self.specs[key], split, image_size=self.image_size, batch_size=self.batch_size

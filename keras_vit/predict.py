@@ -1,0 +1,108 @@
+"""Classifies image files: the top classes of each, with their probabilities.
+
+    python -m keras_vit.predict cat.jpg dog.png --model=ViT-B_16 --weights=imagenet21k+imagenet2012
+    python -m keras_vit.predict photos/*.jpg --workdir=runs/pets --json
+
+Images of any size and any format Pillow reads are resized to the model's size as the
+official evaluation does (keras_vit.images). Class names: the run's own for --workdir, the
+shipped ImageNet-1k / ImageNet-21k names for 1000- and 21,843-class heads, --labels=FILE
+otherwise. Bad input exits with status 2 and a one-line message.
+
+In Python: `classify(model, ["cat.jpg"], class_names)`, or
+`model.predict(keras_vit.load_image("cat.jpg", model))` for the probabilities.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+from keras_vit import images as images_lib
+from keras_vit import labels as labels_lib
+from keras_vit import model_source
+from keras_vit.errors import first_line
+
+USAGE_ERROR = 2
+_CHUNK = 16  # images decoded and run at a time: bounded memory for long lists
+
+
+def top_k(probabilities, class_names, k=5):
+    """Per row: [(class index, name, probability)], best first (ties: lower index first)."""
+    results = []
+    for row in np.asarray(probabilities):
+        best = np.argsort(-row, kind="stable")[:k]
+        results.append([(int(i), class_names[i], float(row[i])) for i in best])
+    return results
+
+
+def classify(model, images, class_names=None, top=5):
+    """The `top` classes of each image (a path or an (h, w, 3) pixel array), best first.
+
+    `model`: a keras_vit model taking pixels in [0, 255] (include_preprocessing=True).
+    `class_names`: a list, a labels file, or None for the shipped ImageNet names (else
+    "class i"). Returns one list per image of (class index, name, probability) tuples.
+    """
+    names = labels_lib.class_names(model.num_classes, class_names)
+    results = []
+    for start in range(0, len(images), _CHUNK):
+        chunk = images[start : start + _CHUNK]
+        batch = np.stack(
+            [images_lib.resize(images_lib.read_image(x) if _is_path(x) else x, model) for x in chunk]
+        )
+        results.extend(top_k(model.predict(batch, verbose=0), names, top))
+    return results
+
+
+def _is_path(x):
+    return isinstance(x, (str, bytes)) or hasattr(x, "__fspath__")
+
+
+def _format(path, predictions):
+    lines = [f"{path}:"]
+    lines += [f"  {probability:7.2%}  {name}  (class {index})" for index, name, probability in predictions]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_vit.predict",
+        description="Print the top classes of each image, with their probabilities.",
+    )
+    parser.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF, BMP, WebP, TIFF, ...)")
+    model_source.add_arguments(parser)
+    parser.add_argument("--top", type=int, default=5, help="how many classes to print per image")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        if args.top < 1:
+            raise ValueError(f"--top must be at least 1, got {args.top}")
+        model_source.check_arguments(args)
+        for path in args.images:  # every file is checked before a model is built
+            images_lib.read_image(path)
+        source = model_source.load(args)
+        results = classify(source.model, args.images, source.class_names, args.top)
+    except (ValueError, ImportError, OSError) as err:  # ImportError: a gs:// path without TensorFlow
+        print(f"error: {first_line(err, limit=2000)}", file=sys.stderr)
+        return USAGE_ERROR
+    if args.json:
+        document = [
+            {
+                "image": path,
+                "predictions": [
+                    {"index": index, "name": name, "probability": probability}
+                    for index, name, probability in predictions
+                ],
+            }
+            for path, predictions in zip(args.images, results)
+        ]
+        print(json.dumps(document, indent=2))
+    else:
+        print("\n".join(_format(path, predictions) for path, predictions in zip(args.images, results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

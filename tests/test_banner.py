@@ -1,0 +1,76 @@
+"""The start banner: the facts of a run, on one screen, before its first step."""
+
+import tensorflow as tf
+
+import keras_vit
+from configs import DIGITS_ARCHITECTURE, finetune
+from trainers import banner
+from trainers.data.spec import DatasetSpec
+
+
+def _pets_lines():
+    config = finetune.get_config("oxford_iiit_pet")
+    config.update(dict(workdir="/tmp/pets", model="ViT-Ti_16"))
+    spec = DatasetSpec(
+        name="oxford_iiit_pet",
+        num_classes=37,
+        num_examples={"train[:90%]": 3312, "train[90%:]": 368, "test": 3669},
+    )
+    model = keras_vit.create_model("ViT-Ti_16", image_size=config.image_size, num_classes=37)
+    return banner.lines(
+        config=config,
+        spec=spec,
+        strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+        model=model,
+        eval_splits={"minival": "train[90%:]", "test": "test"},
+        accum_steps=16,
+        memory_note="accum_steps auto: 16 (step ~9.9 GB of 14.0 GB available RAM per replica)",
+        jit=False,
+        start_step=0,
+    )
+
+
+def test_the_banner_names_model_data_hardware_batch_steps_and_workdir():
+    lines = _pets_lines()
+    # 577 tokens: (384 / 16)^2 patches and the class token.
+    assert lines[0] == "model:    ViT-Ti_16 (5.6M parameters), 384 px, 577 tokens, weights: imagenet21k"
+    text = "\n".join(lines)
+    assert (
+        "data:     oxford_iiit_pet, 37 classes; train 3,312 (train[:90%]); "
+        "eval minival 368 (train[90%:]), test 3,669 (test)" in text
+    )
+    assert (
+        "hardware: MirroredStrategy: 1 replica(s) on 1 worker(s) [CPU:0]; XLA off; precision float32" in text
+    )
+    assert (
+        "batch:    512 global = 1 replica(s) x 512 = 16 micro-batches of 32 (gradients summed); "
+        "accum_steps auto: 16" in text
+    )
+    assert (
+        "steps:    500 (100 warm-up, sgd, base_lr 0.01), from the start; eval every 100, checkpoint every 100"
+        in text
+    )
+    assert lines[-1] == "workdir:  /tmp/pets"
+
+
+def test_a_resumed_run_says_where_it_starts():
+    config = finetune.get_config("digits")
+    config.update(dict(workdir="/tmp/d"))
+    spec = DatasetSpec(name="digits", num_classes=10, num_examples={"train": 1437, "test": 360})
+    shape = {k: v for k, v in DIGITS_ARCHITECTURE.items() if k != "model"}
+    model = keras_vit.create_model("ViT-Ti_16", num_classes=10, **shape)
+    lines = banner.lines(
+        config=config,
+        spec=spec,
+        strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+        model=model,
+        eval_splits={"test": "test"},
+        accum_steps=1,
+        memory_note="",
+        jit=True,
+        start_step=600,
+    )
+    text = "\n".join(lines)
+    assert "from step 600" in text and "XLA on" in text
+    assert "batch:    64 global = 1 replica(s) x 64;" in text and "micro-batches" not in text
+    assert "(138,954 parameters), 16 px, 17 tokens, weights: random initialisation" in text

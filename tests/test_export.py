@@ -1,0 +1,205 @@
+"""keras_vit.export: SavedModel, ONNX and LiteRT files, each run by its own runtime.
+
+The SavedModel is served by `saved_model_cli run` in a subprocess, as a serving user would
+run it, on real JPEGs; ONNX runs in onnxruntime and LiteRT in ai-edge-litert's interpreter.
+Models are tiny (32 px, width 32, 2 blocks) so that each export takes seconds.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import PIL.Image
+import pytest
+import tensorflow as tf
+from sklearn.datasets import load_sample_image
+from trainer_cli import TINY_MODEL, make_fake_tfds, run_cli
+
+import keras_vit
+from keras_vit import export, images, predict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURE = os.path.join(ROOT, "..", "shared", "fixtures", "tiny_vit_vit_jax_layout.npz")
+TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
+NAMES = ["cat", "dog", "emu", "fox", "gnu"]
+ENV = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+
+
+@pytest.fixture(scope="module")
+def model():
+    model = keras_vit.create_model("ViT-Ti_16", num_classes=len(NAMES), **TINY)
+    head = model.get_layer("head")  # zero at initialisation: give the outputs something to show
+    head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("photos")
+    china, flower = load_sample_image("china.jpg"), load_sample_image("flower.jpg")
+    paths = [str(folder / "china.jpg"), str(folder / "flower_gray.jpg"), str(folder / "flower.png")]
+    PIL.Image.fromarray(china).save(paths[0], quality=90)
+    PIL.Image.fromarray(flower).convert("L").save(paths[1], quality=90)
+    PIL.Image.fromarray(flower).save(paths[2])
+    return paths
+
+
+@pytest.mark.slow
+def test_saved_model_served_by_saved_model_cli_gives_predicts_top_k(tmp_path, model, photos):
+    out = str(tmp_path / "served")
+    report = export.export(model, out, "saved_model", NAMES, top_k=3)
+    assert report.max_difference <= 1e-4 and report.size_bytes > 0
+    inputs = tmp_path / "images.npy"  # the encoded files, as bytes (no pickle needed)
+    np.save(inputs, np.array([open(path, "rb").read() for path in photos], dtype=bytes))
+    outputs = tmp_path / "outputs"
+    proc = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "saved_model_cli"),
+            "run",
+            f"--dir={out}",
+            "--tag_set=serve",
+            "--signature_def=serving_default",
+            f"--inputs=images={inputs}",
+            f"--outdir={outputs}",
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    classes = np.load(outputs / "classes.npy", allow_pickle=False)
+    scores = np.load(outputs / "scores.npy", allow_pickle=False)
+    expected = predict.classify(model, photos, NAMES, top=3)
+    np.testing.assert_array_equal(classes, [[i for i, _, _ in top] for top in expected])
+    np.testing.assert_allclose(scores, [[p for *_, p in top] for top in expected], atol=1e-5)
+    served_names = proc.stdout.split("Result for output key names:")[1].split("Result for")[0]
+    for top in expected:
+        assert str([name.encode() for _, name, _ in top]).replace(",", "") in served_names
+
+    # The pixel signature, in-process; and --overwrite replaces the directory whole.
+    loaded = tf.saved_model.load(out)
+    pixels = keras_vit.load_images(photos, model)
+    served = loaded.signatures["serving_pixels"](pixels=tf.constant(pixels))
+    np.testing.assert_allclose(served["probabilities"].numpy(), model.predict(pixels, verbose=0), atol=1e-6)
+    with pytest.raises(export.ExportError, match="exists; pass --overwrite"):
+        export.export(model, out, "saved_model", NAMES)
+    export.export(model, out, "saved_model", NAMES, top_k=2, overwrite=True)
+    assert tf.saved_model.load(out).signatures["serving_default"].structured_outputs["classes"].shape[1] == 2
+    assert sorted(os.listdir(tmp_path)) == ["images.npy", "outputs", "served"]  # no temporary left
+
+
+def test_onnx_runs_in_onnxruntime_like_keras(tmp_path, model, photos):
+    import onnxruntime
+
+    out = str(tmp_path / "vit.onnx")
+    report = export.export(model, out, "onnx", NAMES)
+    assert report.max_difference <= 1e-4
+    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    pixels = keras_vit.load_images(photos, model)
+    [probs] = session.run(None, {session.get_inputs()[0].name: pixels})
+    np.testing.assert_allclose(probs, model.predict(pixels, verbose=0), atol=1e-4)
+
+
+def test_litert_float_and_int8_with_accuracy_on_a_labelled_folder(tmp_path, model, photos):
+    from ai_edge_litert.interpreter import Interpreter
+
+    labelled = tmp_path / "labelled"  # crops of the photos, filed under the class Keras gives
+    pixels = keras_vit.load_images(photos, model)
+    for index, (path, label) in enumerate(zip(photos * 2, [0, 1, 2, 3, 4, 0])):
+        (labelled / NAMES[label]).mkdir(parents=True, exist_ok=True)
+        crop = images.read_image(path)[index * 30 : index * 30 + 200, index * 40 : index * 40 + 300]
+        PIL.Image.fromarray(crop).save(labelled / NAMES[label] / f"{index}.png")
+
+    out = str(tmp_path / "vit.tflite")
+    report = export.export(model, out, "litert", NAMES, eval_dir=str(labelled))
+    runner = Interpreter(model_path=out).get_signature_runner()
+    [probs] = runner(pixels=pixels).values()
+    np.testing.assert_allclose(probs, model.predict(pixels, verbose=0), atol=1e-4)
+    assert report.accuracy["images"] == 6 and report.accuracy["litert"] == report.accuracy["keras"]
+    crops = keras_vit.load_images(sorted(str(p) for p in labelled.glob("*/*.png")), model)
+    truth = [NAMES.index(p.parent.name) for p in sorted(labelled.glob("*/*.png"))]
+    keras_accuracy = np.mean(model.predict(crops, verbose=0).argmax(-1) == truth)
+    assert report.accuracy["keras"] == pytest.approx(keras_accuracy)
+
+    small = str(tmp_path / "vit_int8.tflite")
+    int8 = export.export(model, small, "litert-int8", NAMES, eval_dir=str(labelled))
+    assert int8.size_bytes < 0.7 * report.size_bytes
+    assert 0 < int8.max_difference <= export.TOLERANCE["litert-int8"]
+    assert "top-1 accuracy on 6 labelled images: Keras" in int8.summary()
+    [probs8] = Interpreter(model_path=small).get_signature_runner()(pixels=pixels).values()
+    np.testing.assert_allclose(probs8, probs, atol=export.TOLERANCE["litert-int8"])
+
+
+@pytest.mark.parametrize("format, name", [("onnx", "vit.onnx"), ("saved_model", "served")])
+def test_a_failed_check_is_an_error_and_leaves_nothing(tmp_path, model, monkeypatch, format, name):
+    monkeypatch.setitem(export.TOLERANCE, format, -1.0)
+    with pytest.raises(export.ExportError, match="does not match the Keras model.*nothing was written"):
+        export.export(model, str(tmp_path / name), format, NAMES)
+    assert os.listdir(tmp_path) == []
+
+
+def _main(capsys, *argv):
+    code = export.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["{tmp}/m.onnx", "--format=keras2", "--model=ViT-Ti_16", "--weights={fixture}"], "unknown --format"),
+        (["{tmp}/m.tflite", "--format=onnx", "--model=ViT-Ti_16", "--weights={fixture}"], "ending in .onnx"),
+        (
+            ["{tmp}/m.onnx", "--format=onnx", "--model=ViT-Ti_16", "--weights={fixture}"],
+            "does not fit this model",
+        ),
+        (
+            ["{tmp}", "--format=saved_model", "--model=ViT-Ti_16", "--weights={fixture}"],
+            "exists; pass --overwrite",
+        ),
+        (["{tmp}/m.onnx", "--format=onnx", "--workdir={tmp}"], "not a trainer's workdir"),
+        (["{tmp}/m.onnx", "--format=onnx", "--model=ViT-Ti_16"], "name the model"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(capsys, tmp_path, argv, message):
+    code, out, err = _main(capsys, *(arg.format(tmp=tmp_path, fixture=FIXTURE) for arg in argv))
+    assert code == 2 and not out
+    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_finetuned_workdir_exports_with_its_class_names(tmp_path, photos, capsys):
+    make_fake_tfds(tmp_path / "tfds", "oxford_iiit_pet", per_class=2, test_per_class=1)
+    workdir = tmp_path / "pets"
+    args = [
+        "--dataset=oxford_iiit_pet",
+        f"--data_dir={tmp_path / 'tfds'}",
+        f"--workdir={workdir}",
+        "--total_steps=4",
+        "--warmup_steps=1",
+        "--eval_every=0",
+        "--batch_size=8",
+        *TINY_MODEL,
+    ]
+    proc = run_cli("finetune", args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(workdir / "class_names.json") as f:
+        breeds = json.load(f)
+    assert len(breeds) == 37 and "Abyssinian" in breeds
+
+    out = tmp_path / "pets_model"
+    code, stdout, err = _main(capsys, str(out), "--format=saved_model", f"--workdir={workdir}")
+    assert code == 0, err
+    assert stdout.startswith(f"wrote {out} (saved_model, ") and "tolerance 0.0001" in stdout
+
+    served = tf.saved_model.load(str(out)).signatures["serving_default"]
+    result = served(images=tf.constant([open(photos[0], "rb").read()]))
+    names = [name.decode() for name in result["names"].numpy()[0]]
+    classes = result["classes"].numpy()[0]
+    assert names == [breeds[i] for i in classes] and len(names) == 5
+    expected = predict.classify(keras_vit.run_dir.load_run(str(workdir)).model, photos[:1], breeds)[0]
+    assert [i for i, _, _ in expected] == list(classes)

@@ -1,0 +1,242 @@
+"""keras_vit.predict, keras_vit.images and keras_vit.labels on real photographs.
+
+The photos are scikit-learn's china.jpg and flower.jpg (427 x 640), written as JPEG, PNG and
+grayscale files. The resize is held against tf.image.resize and the trainers' evaluation ops.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import PIL.Image
+import pytest
+import tensorflow as tf
+from sklearn.datasets import load_sample_image
+from synthetic_checkpoints import TI16, vit_jax_params
+
+import keras_vit
+from keras_vit import images, labels, predict, preprocessing
+from trainers.data import ops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURE = os.path.join(ROOT, "..", "shared", "fixtures", "tiny_vit_vit_jax_layout.npz")
+TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("photos")
+    china, flower = load_sample_image("china.jpg"), load_sample_image("flower.jpg")
+    paths = {
+        "jpeg": folder / "china.jpg",
+        "png": folder / "flower.png",
+        "gray": folder / "china_gray.jpg",
+        "rgba": folder / "flower_rgba.png",
+    }
+    PIL.Image.fromarray(china).save(paths["jpeg"], quality=90)
+    PIL.Image.fromarray(flower).save(paths["png"])
+    PIL.Image.fromarray(china).convert("L").save(paths["gray"], quality=90)
+    PIL.Image.fromarray(flower).convert("RGBA").save(paths["rgba"])
+    return {key: str(path) for key, path in paths.items()}
+
+
+@pytest.fixture(scope="module")
+def imagenet_model():
+    """A ViT-Ti/16 at 32 px with a 1000-class head and random weights (so outputs differ)."""
+    model = keras_vit.create_model("ViT-Ti_16", num_classes=1000, **TINY)
+    head = model.get_layer("head")
+    head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32"))
+    return model
+
+
+@pytest.mark.parametrize("size", [(224, 224), (16, 16), (37, 53), (100, 20)])
+def test_resize_is_tf_image_resize_bilinear(size):
+    x = np.random.default_rng(0).uniform(0, 255, (37, 53, 3)).astype(np.float32)
+    expected = tf.image.resize(x, size, method="bilinear").numpy()
+    np.testing.assert_allclose(images.resize(x, size), expected, atol=2e-3)  # of 255
+
+
+def test_load_image_gives_the_trainers_evaluation_pixels(photos):
+    chain = ops.Chain(ops.eval_ops(32)[:2])  # decode, resize (the model scales to [-1, 1] itself)
+    for key, levels in (("png", 2e-3), ("jpeg", 6.0)):  # JPEG: Pillow's accurate IDCT, TF's fast one
+        with open(photos[key], "rb") as f:
+            expected = chain(tf.constant(f.read())).numpy()
+        loaded = keras_vit.load_image(photos[key], 32)
+        assert loaded.shape == (1, 32, 32, 3) and loaded.dtype == np.float32
+        np.testing.assert_allclose(loaded[0], expected, atol=levels)
+
+
+def test_grayscale_and_alpha_become_rgb(photos):
+    gray = images.read_image(photos["gray"])
+    assert gray.shape == (427, 640, 3) and np.array_equal(gray[..., 0], gray[..., 2])
+    np.testing.assert_array_equal(images.read_image(photos["rgba"]), images.read_image(photos["png"]))
+
+
+def test_classify_real_photos_with_imagenet_names(photos, imagenet_model):
+    paths = [photos["jpeg"], photos["png"], photos["gray"]]
+    results = predict.classify(imagenet_model, paths)
+    probs = imagenet_model.predict(keras_vit.load_images(paths, imagenet_model), verbose=0)
+    names = [name for _, name in preprocessing.imagenet_class_index()]
+    for row, top in zip(probs, results):
+        best = np.argsort(row)[::-1][:5]
+        assert [index for index, _, _ in top] == list(best)
+        assert [name for _, name, _ in top] == [names[i] for i in best]
+        np.testing.assert_allclose([p for _, _, p in top], row[best], rtol=1e-6)
+    assert results[0] != results[1]  # different photos, different answers
+    # Arrays of any size work too, resized the same way.
+    [from_array] = predict.classify(imagenet_model, [images.read_image(paths[0])], top=2)
+    assert [i for i, _, _ in from_array] == [i for i, _, _ in results[0][:2]]
+    np.testing.assert_allclose([p for *_, p in from_array], [p for *_, p in results[0][:2]], rtol=1e-5)
+
+
+def test_class_names_shipped_given_or_numbered(tmp_path):
+    names21k = labels.class_names(21843)
+    assert len(names21k) == 21843 and names21k[0] == "organism, being"
+    wnids = [wnid for wnid, _ in labels.imagenet21k_class_index()]
+    assert len(set(wnids)) == 21843 and wnids[359] == "n01440764"  # ImageNet-1k's class 0, tench
+    assert names21k[359].startswith("tench")
+    assert labels.class_names(1000)[0] == "tench" and labels.class_names(3) == [
+        "class 0",
+        "class 1",
+        "class 2",
+    ]
+    text = tmp_path / "labels.txt"
+    text.write_text("cat\ndog \n\n")
+    assert labels.class_names(2, str(text)) == ["cat", "dog"]
+    with pytest.raises(labels.LabelsError, match="2 class names for a model with 3 outputs"):
+        labels.class_names(3, str(text))
+
+
+def test_any_size_model_loads_at_its_weights_size(photos):
+    shape = {key: value for key, value in TINY.items() if key != "image_size"}
+    model = keras_vit.create_model("ViT-Ti_16", image_size=(None, None), base_image_size=48, **shape)
+    assert images.target_size(model) == (48, 48)
+    assert keras_vit.load_image(photos["jpeg"], model).shape == (1, 48, 48, 3)
+
+
+@pytest.fixture(scope="module")
+def imagenet_weights(tmp_path_factory):
+    """A ViT-Ti/16 checkpoint in the official layout at 32 px with a 1000-class head."""
+    path = tmp_path_factory.mktemp("weights") / "ti16_imagenet.npz"
+    np.savez(path, **vit_jax_params(0, image_size=32, num_classes=1000, **TI16))
+    return str(path)
+
+
+@pytest.mark.slow
+def test_command_line_json_on_photos(photos, imagenet_weights):
+    paths = [photos["jpeg"], photos["png"], photos["gray"]]
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    command = [sys.executable, "-m", "keras_vit.predict", *paths, "--model=ViT-Ti_16"]
+    proc = subprocess.run(
+        [*command, f"--weights={imagenet_weights}", "--json"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    document = json.loads(proc.stdout)
+    model = keras_vit.create_model("ViT-Ti_16", weights=imagenet_weights)
+    expected = predict.classify(model, paths)
+    assert [entry["image"] for entry in document] == paths
+    for entry, top in zip(document, expected):
+        assert [(p["index"], p["name"]) for p in entry["predictions"]] == [(i, n) for i, n, _ in top]
+        np.testing.assert_allclose(
+            [p["probability"] for p in entry["predictions"]], [p for *_, p in top], rtol=1e-5
+        )
+
+
+def _main(capsys, *argv):
+    code = predict.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_weights_of_another_variant_are_one_line_and_status_2(capsys, photos):
+    # The fixture is a 48-wide, 2-block ViT, not a ViT-Ti/16.
+    code, out, err = _main(capsys, photos["jpeg"], "--model=ViT-Ti_16", f"--weights={FIXTURE}")
+    assert code == 2 and not out and err.startswith("error: ") and "does not fit this model" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["{setup}", "--model=ViT-Ti_16", "--weights={weights}"], "not an image file Pillow can read"),
+        (["{missing}", "--model=ViT-Ti_16", "--weights={weights}"], "cannot read the file"),
+        (["{jpeg}", "--model=ViT-Ti_16"], "name the model"),
+        (["{jpeg}", "--model=ViT-Q_1", "--weights={weights}"], "unknown --model 'ViT-Q_1'"),
+        (["{jpeg}", "--workdir={jpeg}", "--model=ViT-Ti_16"], "either --workdir or --model"),
+        (["{jpeg}", "--workdir={tmp}"], "not a trainer's workdir"),
+        (
+            ["{jpeg}", "--model=ViT-Ti_16", "--weights={weights}", "--labels={labels}"],
+            "2 class names for a model with 1000",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(capsys, photos, imagenet_weights, tmp_path, argv, message):
+    labels_file = tmp_path / "two.txt"
+    labels_file.write_text("a\nb\n")
+    values = dict(
+        photos,
+        setup=os.path.join(ROOT, "setup.py"),
+        missing=str(tmp_path / "nope.jpg"),
+        weights=imagenet_weights,
+        tmp=str(tmp_path),
+        labels=str(labels_file),
+    )
+    code, out, err = _main(capsys, *(arg.format(**values) for arg in argv))
+    assert code == 2 and not out
+    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_command_line_text_output_with_labels(capsys, photos, imagenet_weights, tmp_path):
+    names = tmp_path / "names.txt"
+    names.write_text("".join(f"thing {i}\n" for i in range(1000)))
+    argv = [photos["jpeg"], photos["gray"], "--model=ViT-Ti_16", f"--weights={imagenet_weights}"]
+    code, out, err = _main(capsys, *argv, f"--labels={names}")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"{photos['jpeg']}:" and lines[6] == f"{photos['gray']}:" and len(lines) == 12
+    assert all(line.startswith("  ") and "%  thing " in line and "(class " in line for line in lines[1:6])
+
+
+_WITHOUT_TENSORFLOW = """
+import importlib.abc, sys
+
+class NotInstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "tensorflow":
+            raise ModuleNotFoundError(name)
+
+sys.meta_path.insert(0, NotInstalled())
+import json
+import keras_vit
+from keras_vit import predict
+
+model = keras_vit.create_model("ViT-Ti_16", weights=sys.argv[1])
+print(json.dumps(predict.classify(model, sys.argv[2:])))
+"""
+
+
+@pytest.mark.slow
+def test_classify_works_on_jax_without_tensorflow(photos, imagenet_weights):
+    paths = [photos["jpeg"], photos["png"]]
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TENSORFLOW, imagenet_weights, *paths],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    on_jax = json.loads(proc.stdout.strip().splitlines()[-1])
+    on_tensorflow = predict.classify(keras_vit.create_model("ViT-Ti_16", weights=imagenet_weights), paths)
+    for jax_top, tf_top in zip(on_jax, on_tensorflow):
+        assert [i for i, _, _ in jax_top] == [i for i, _, _ in tf_top]
+        np.testing.assert_allclose([p for *_, p in jax_top], [p for *_, p in tf_top], atol=1e-5)

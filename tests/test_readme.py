@@ -1,0 +1,1152 @@
+"""Every code block of README.md runs here, so the README and the code cannot drift apart.
+
+Each README item (a Python block, an output sample, or one command of a shell block) must match
+exactly one entry of COVERAGE: the name of the test below that runs it, or, for the few commands
+that cannot run on a CPU machine without network, an Unrunnable entry whose check still parses
+every flag they use. Python blocks run as written (with local stand-ins: a Keras cache of
+synthetic official checkpoints, TFDS data_dirs prepared offline by ../shared/tools/fake_tfds.py,
+temporary paths for /tmp/... and /data/...); commands run with the same stand-ins plus flags that
+make them short; output samples are compared with what the code prints.
+
+A new README block fails test_every_readme_block_is_run, naming the block: add a row to
+COVERAGE and a test (or an Unrunnable entry with its reason).
+"""
+
+import ast
+import dataclasses
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import keras
+import numpy as np
+import pytest
+import readme_blocks
+import synthetic_checkpoints as synth
+import tensorflow_datasets as tfds
+from readme_blocks import ROOT, split_command
+from trainer_cli import TINY_MODEL, free_ports, make_fake_tfds, read_results
+
+import keras_vit
+from configs import finetune as finetune_config
+from keras_vit import checkpoints, weights
+from trainers import demo, flags, memory
+from trainers.data import tfds_prepare
+from trainers.errors import TrainerError
+
+# A trainer run reduced to seconds: two steps of a one-block ViT at 32 px.
+SHORT = ["--total_steps=2", "--warmup_steps=1", "--batch_size=8", "--steps_per_loop=1", "--eval_every=0"]
+SHORT_TINY = TINY_MODEL + SHORT
+
+
+@dataclasses.dataclass(frozen=True)
+class Unrunnable:
+    """A command that cannot run here; `check` names the test that checks what can be checked."""
+
+    reason: str
+    check: str
+
+
+# Regex (searched in an item's text) -> the test that runs it, or why it cannot run.
+COVERAGE = {
+    # Two commands
+    r"^make demo\b": "test_make_targets",
+    r"^make test\b": "test_make_targets",
+    r"^make format\b": "test_make_targets",
+    # Install
+    r"^pip install ": Unrunnable("installs from the package registry", "test_pip_installs_name_real_extras"),
+    # Quickstart, scaling, checkpoints, any size, visualize
+    r"^import numpy as np\nimport keras_vit": "test_quickstart",
+    r"^keras_vit\.ViT_B16\(\n": "test_constructor_signature",
+    r"^model = keras_vit\.ViT_B16\(weights=\"imagenet21k\+imagenet2012\"\)  # takes": "test_scaling_inputs",
+    r"^import keras_vit\n\n# ImageNet-21k pre-training": "test_pretrained_checkpoints",
+    r"^could not download ": "test_download_error_sample",
+    r"^python -m keras_vit\.convert ": "test_convert_commands",
+    r"^/data/ckpt\.npz: does not fit": "test_weights_error_samples",
+    r"input_shape=\(None, None, 3\)\)\nmodel\(images_384\)": "test_any_size_block",
+    r"^from keras_vit import visualize": "test_visualize_block",
+    r"^python -m keras_vit\.visualize ": "test_visualize_commands",
+    r"^python -m trainers\.pretrain --dataset=digits --workdir=/tmp/vis_pre": "test_visualize_commands",
+    # Training
+    r"^from configs import finetune as finetune_config\n(?![\s\S]*strategy=\"tpu\")": (
+        "test_finetune_from_python"
+    ),
+    r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --data_dir=\$DATA --base_lr=sweep": (
+        "test_sweep_command"
+    ),
+    r"--strategy=gpu --mixed_precision=float16": "test_accelerator_commands_refuse_without_one",
+    r"--strategy=tpu --tpu=local": "test_accelerator_commands_refuse_without_one",
+    r"^from configs import finetune as finetune_config\n[\s\S]*strategy=\"tpu\"": "test_colab_tpu_block",
+    r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --weights=gs://": "test_finetune_from_own_npz",
+    r"^tensorboard --logdir": Unrunnable("a server that runs until stopped", "test_tensorboard_command"),
+    r"\Amodel: +ViT": "test_console_sample",
+    r"^finetune: error: --batch_size": "test_trainer_error_samples",
+    r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --data_dir=/tmp/fakepets": (
+        "test_accum_auto_card_command"
+    ),
+    r"\Abatch: +512 global": "test_accum_auto_card_command",
+    r"^finetune: error: a training step of": "test_accum_nothing_fits_sample",
+    r"^case +parameters +measured GB": "test_memory_benchmark_table",
+    # Data
+    r"^python -m trainers\.prepare --dataset=oxford_iiit_pet": "test_tfds_block",
+    r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --data_dir=/data/tfds": "test_tfds_block",
+    r"^cifar100 is not prepared": "test_trainer_error_samples",
+    r"^python -m trainers\.pretrain --dataset=imagenet2012 --data_dir=/data/tfds --manual_dir": (
+        "test_imagenet_prepared_on_first_use"
+    ),
+    r"^python -m trainers\.pretrain --dataset=voc/2007": Unrunnable(
+        "voc has no offline stand-in (multi-label TFDS data is tested in tests/test_multilabel.py)",
+        "test_voc_command_flags",
+    ),
+    r"^PATH/\n  train/": "test_folder_run",
+    r"^python -m trainers\.finetune --dataset=folder:": "test_folder_run",
+    r"^PATH/train/cat/x\.jpg": "test_multilabel_folder_sample",
+    r"^from trainers import data, distribute": "test_data_python_api",
+    r"^TF_CONFIG=": "test_two_workers_block",
+    r"^python -m trainers\.fewshot ": "test_fewshot_commands",
+    r"^from trainers\.evaluators\.fewshot import FewShotEvaluator": "test_fewshot_evaluator_block",
+    r"^upstream: ViT pre-trained on digits 0-4": "test_demo_table_sample",
+    r"^python -m benchmarks\.throughput ": Unrunnable(
+        "needs keras-hub, the [bench] extra, which make test does not install", "test_benchmark_command"
+    ),
+    r"^ViT-B_16 encoder, 224 px": Unrunnable(
+        "printed by the benchmark (keras-hub not installed)", "test_benchmark_command"
+    ),
+    r"^\.venv/bin/python -m pytest ": "test_pytest_commands",
+    r"^keras_vit/ +the library": "test_layout_block",
+    # Deploy
+    r"^python -m keras_vit\.predict ": "test_deploy_predict_blocks",
+    r"^import keras_vit\nfrom keras_vit import predict, run_dir": "test_deploy_predict_blocks",
+    r"^\$ python -m keras_vit\.predict three\.png": "test_deploy_predict_sample",
+    r"^python -m keras_vit\.export OUT --format=FORMAT --workdir": "test_deploy_export_blocks",
+    r"^python -m keras_vit\.export /tmp/vit/1 ": "test_deploy_export_blocks",
+    r"^import keras_vit, onnxruntime": "test_deploy_export_blocks",
+    r"^\$ saved_model_cli run ": "test_deploy_export_blocks",
+    r"^import os\nfrom trainers\.data\.digits import digits_spec": "test_deploy_export_blocks",
+    r"^import numpy as np, keras_vit\n\nmodel = keras_vit\.ViT_B16\(\)": "test_deploy_random_b16_block",
+    r"^error: digits\.onnx exists": "test_deploy_error_samples",
+    r"^python -m keras_vit\.export OUT --format=FORMAT --model=ViT-B_16": Unrunnable(
+        "exports a ViT-B/16: minutes on a CPU", "test_deploy_unrunnable_commands"
+    ),
+    r"^docker run ": Unrunnable(
+        "needs docker and TensorFlow Serving's image", "test_deploy_unrunnable_commands"
+    ),
+    r"^curl -X POST ": Unrunnable("needs a running TensorFlow Serving", "test_deploy_unrunnable_commands"),
+}
+
+
+ITEMS = readme_blocks.items()
+
+
+def matching(pattern):
+    found = [item for item in ITEMS if re.search(pattern, item.text, re.MULTILINE)]
+    assert found, f"no README item matches {pattern!r} any more"
+    return found
+
+
+def only(pattern):
+    (item,) = matching(pattern)
+    return item
+
+
+def coverage_problems(items):
+    problems = []
+    for item in items:
+        entries = [p for p in COVERAGE if re.search(p, item.text, re.MULTILINE)]
+        if not entries:
+            problems.append(f"no test runs the README {item.describe()}; add it to COVERAGE")
+        elif len(entries) > 1:
+            problems.append(f"the README {item.describe()} matches several COVERAGE rows: {entries}")
+    for pattern, entry in COVERAGE.items():
+        test = entry.check if isinstance(entry, Unrunnable) else entry
+        if not callable(globals().get(test)):
+            problems.append(f"COVERAGE row {pattern!r} names {test}, which does not exist")
+        if not any(re.search(pattern, item.text, re.MULTILINE) for item in items):
+            problems.append(f"COVERAGE row {pattern!r} matches no README item any more")
+    return problems
+
+
+def test_every_readme_block_is_run():
+    problems = coverage_problems(ITEMS)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_new_block_is_named_with_its_heading(tmp_path):
+    with open(readme_blocks.README, encoding="utf-8") as f:
+        text = f.read()
+    new = (
+        "\n## Serving\n\nStart it:\n\n```bash\npython -m keras_vit.serve --port=8500 \\\n    --model=x\n```\n"
+    )
+    (tmp_path / "README.md").write_text(text + new, encoding="utf-8")
+    problems = coverage_problems(readme_blocks.items(str(tmp_path / "README.md")))
+    assert len(problems) == 1
+    assert problems[0].startswith("no test runs the README shell 'python -m keras_vit.serve --port=8500 ")
+    assert "under 'Serving'" in problems[0]
+
+
+def test_readme_items_are_found():
+    kinds = {item.kind for item in ITEMS}
+    assert kinds == {"python", "shell", "text"}
+    assert len(ITEMS) > 40
+    (command,) = matching(
+        r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --data_dir=\$DATA --base_lr=sweep"
+    )
+    assert command.text.endswith("--workdir=/tmp/pets_sweep")  # continuation joined, comment dropped
+
+
+# --- stand-ins -------------------------------------------------------------------------------
+
+
+def replaced(text, replacements, strict=True):
+    """text with each placeholder replaced; strict: a placeholder the text lacks is an error (drift)."""
+    for old, new in replacements.items():
+        assert old in text or not strict, f"{old!r} is no longer in the README text {text[:80]!r}"
+        text = text.replace(old, new)
+    return text
+
+
+def run_python(item, namespace=None, replacements=None):
+    """Runs a README Python block as a notebook cell: (namespace, value of its last expression)."""
+    source = replaced(item.text, replacements or {})
+    tree = ast.parse(source)
+    namespace = {} if namespace is None else namespace
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    exec(compile(tree, f"README.md:{item.line}", "exec"), namespace)
+    value = None
+    if last is not None:
+        value = eval(compile(ast.Expression(last.value), f"README.md:{item.line}", "eval"), namespace)
+    return namespace, value
+
+
+def pixels(*shape):
+    return np.random.default_rng(0).uniform(0, 255, shape).astype("float32")
+
+
+@pytest.fixture(scope="module")
+def registry_cache(tmp_path_factory):
+    """KERAS_HOME whose cache holds synthetic files of registry entries, written when asked for."""
+    home = tmp_path_factory.mktemp("keras_home")
+    os.makedirs(home / "models")
+
+    def put(name, variant):
+        entry = checkpoints.lookup(name, variant)
+        path = home / "models" / entry.file_name
+        if not path.exists():
+            params = synth.vit_jax_params(
+                0,
+                image_size=entry.image_size,
+                num_classes=entry.num_classes,
+                representation_size=entry.representation_size,
+                **keras_vit.VARIANTS[variant],
+            )
+            synth.save(path, params)
+        return str(home)
+
+    return put
+
+
+@pytest.fixture(scope="module")
+def tfds_dir(tmp_path_factory):
+    """A TFDS data_dir with oxford_iiit_pet (10 per class) and cifar10 (25 per class)."""
+    data_dir = tmp_path_factory.mktemp("tfds")
+    make_fake_tfds(data_dir, "oxford_iiit_pet", per_class=10, test_per_class=1)
+    make_fake_tfds(data_dir, "cifar10", per_class=25, test_per_class=2)
+    return str(data_dir)
+
+
+@pytest.fixture
+def default_tfds(monkeypatch, tfds_dir):
+    """TFDS's default data_dir (what commands without --data_dir read) is the stand-in one."""
+    monkeypatch.setenv("TFDS_DATA_DIR", tfds_dir)
+    monkeypatch.setattr(tfds.core.constants, "DATA_DIR", tfds_dir)
+    return tfds_dir
+
+
+@pytest.fixture(autouse=True)
+def fresh_keras():
+    yield
+    keras.backend.clear_session()
+
+
+def run_command(command, capsys, replacements=None, extra=()):
+    """Runs a README `python -m MODULE ...` command in-process: (exit code, stdout, stderr)."""
+    env, argv = split_command(replaced(command, replacements or {}, strict=False))
+    assert not env and argv[:2] == ["python", "-m"], command
+    module = importlib.import_module(argv[2])
+    args = [a for a in argv[3:] if a != "..."] + list(extra)
+    if argv[2].startswith("trainers."):  # absl-style: argv[0] is the program
+        args = [argv[2].rsplit(".", 1)[1], *args]
+    capsys.readouterr()
+    code = module.main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def trainer_config(command, replacements=None):
+    """The config a trainer command resolves, through the trainer's own flag parser."""
+    _, argv = split_command(replaced(command, replacements or {}, strict=False))
+    module = importlib.import_module(argv[2])
+    program = argv[2].rsplit(".", 1)[1]
+    return flags.parse_flags([program, *[a for a in argv[3:] if a != "..."]], module.get_config)
+
+
+# --- Two commands, Install, Tests, Layout ----------------------------------------------------
+
+
+def test_make_targets():
+    expected = {
+        "make demo": ["-m trainers.demo --workdir=runs/demo"],
+        "make test": ["ruff check .", "ruff format --check .", "-m pytest"],
+        "make format": ["ruff format ."],
+    }
+    for item in matching(r"^make (demo|test|format)\b"):
+        assert item.text in expected, item.describe()
+        plan = subprocess.run(
+            ["make", "-n", "-C", ROOT, item.text.split()[1]], capture_output=True, text=True, check=True
+        ).stdout
+        for step in expected[item.text]:
+            assert step in plan, f"`{item.text}` no longer runs {step!r}:\n{plan}"
+
+
+def test_pip_installs_name_real_extras():
+    setup = open(os.path.join(ROOT, "setup.py"), encoding="utf-8").read()
+    assert re.search(r"name=\"keras-vit\"", setup)
+    for item in matching(r"^pip install "):
+        _, argv = split_command(item.text)
+        target = argv[-1]
+        assert target.split("[")[0] in ("keras-vit", "."), item.describe()
+        for extra in re.findall(r"\[(\w+)\]", target):
+            assert re.search(rf"[\"']{extra}[\"']\s*:", setup), f"setup.py has no [{extra}] extra"
+
+
+@pytest.mark.slow
+def test_pytest_commands():
+    for item in matching(r"^\.venv/bin/python -m pytest "):
+        _, argv = split_command(item.text)
+        proc = subprocess.run(
+            [sys.executable, *argv[1:], "--collect-only", "-q", "-p", "no:cacheprovider"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, item.describe() + proc.stdout[-2000:] + proc.stderr[-2000:]
+        collected = re.search(r"(\d+)(?:/\d+)? tests? collected", proc.stdout)
+        assert collected and int(collected.group(1)) > 0, item.describe()
+
+
+def test_layout_block():
+    text = only(r"^keras_vit/ +the library").text
+    for folder in re.findall(r"^(\w+)/ ", text, re.MULTILINE):
+        assert os.path.isdir(os.path.join(ROOT, folder)), folder
+    keras_vit_line = re.search(r"^keras_vit/ +([\s\S]*?)\ntrainers/", text).group(1)
+    names = re.sub(r"\([^)]*\)", "", re.sub(r"the library[^:]*:", "", keras_vit_line))
+    for name in filter(None, (n.strip() for n in re.split(r"[,;/\s]+|\band\b", names))):
+        assert _module_exists("keras_vit", name), f"keras_vit/{name} is in the README's layout"
+    for line in re.findall(r"^ {17}(\S[^\n]*?)  +\S", text, re.MULTILINE):
+        for name in re.split(r"[,\s]+", line.replace("data/", "data").replace("evaluators/", "evaluators")):
+            if name:
+                assert _module_exists("trainers", name), f"trainers/{name} is in the README's layout"
+
+
+def _module_exists(package, name):
+    base = os.path.join(ROOT, package, name)
+    return os.path.exists(base + ".py") or os.path.isdir(base)
+
+
+# --- Quickstart, scaling, checkpoints, any size, visualize ------------------------------------
+
+
+@pytest.mark.slow
+def test_quickstart():
+    ns, _ = run_python(only(r"^import numpy as np\nimport keras_vit"))
+    assert ns["probs"].shape == (1, 1000)
+    assert ns["tokens"].output_shape == (None, 197, 384) and ns["pooled"].output_shape == (None, 384)
+    assert [m.shape for m in ns["maps"]] == [(2, 4, 65, 65)] * 4
+    assert ns["model"].num_classes == 10 and ns["model"].count_params() > 90e6  # the R50 hybrid
+
+
+def test_constructor_signature():
+    ns, model = run_python(only(r"^keras_vit\.ViT_B16\(\n"), {"keras_vit": keras_vit})
+    assert model.output_shape == (None, 1000) and model.image_size == (224, 224)
+
+
+@pytest.mark.slow
+def test_scaling_inputs(registry_cache, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", registry_cache("imagenet21k+imagenet2012", "ViT-B_16"))
+    images = pixels(1, 384, 384, 3)
+    item = only(r"^model = keras_vit\.ViT_B16\(weights=\"imagenet21k\+imagenet2012\"\)  # takes")
+    ns, _ = run_python(item, {"keras_vit": keras_vit, "images": images})
+    # `preds` is the raw model's on preprocess_input(images): the same as the default model's.
+    np.testing.assert_allclose(ns["preds"], ns["model"].predict(images, verbose=0), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_pretrained_checkpoints(registry_cache, monkeypatch, tmp_path, capsys):
+    for name, variant in (
+        ("imagenet21k+imagenet2012", "ViT-B_16"),
+        ("augreg-imagenet21k", "ViT-B_16"),
+        ("imagenet21k", "ViT-L_16"),
+    ):
+        monkeypatch.setenv("KERAS_HOME", registry_cache(name, variant))
+    on_disk = synth.save(tmp_path / "ViT-B_16.npz", synth.vit_jax_params(1, image_size=224, **synth_b16()))
+    item = only(r"^import keras_vit\n\n# ImageNet-21k pre-training")
+    ns, _ = run_python(item, {"images": pixels(1, 384, 384, 3)}, {"/data/ViT-B_16.npz": on_disk})
+    top3 = ast.literal_eval(capsys.readouterr().out.strip().splitlines()[-1].replace("np.float32", ""))
+    assert len(top3) == 1 and len(top3[0]) == 3  # (class id, name, score) for the one image
+    assert ns["features"].output_shape == (None, 1024)  # the L/16 file's pre-logits kept
+    assert ns["model"].num_classes == 10
+
+
+def synth_b16():
+    return keras_vit.VARIANTS["ViT-B_16"]
+
+
+@pytest.mark.slow
+def test_any_size_block(registry_cache, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", registry_cache("imagenet21k+imagenet2012", "ViT-B_16"))
+    namespace = {
+        "keras_vit": keras_vit,
+        "images_384": pixels(1, 384, 384, 3),
+        "images_160x320": pixels(1, 160, 320, 3),
+    }
+    item = only(r"input_shape=\(None, None, 3\)\)\nmodel\(images_384\)")
+    ns, out = run_python(item, namespace)
+    assert tuple(out.shape) == (1, 1000)
+    assert ns["model"].token_grid((160, 320)) == (10, 20)
+
+
+def test_visualize_block():
+    model = keras_vit.ViT_Ti16(input_shape=(None, None, 3))
+    ns, _ = run_python(
+        only(r"^from keras_vit import visualize"), {"model": model, "images": pixels(1, 64, 96, 3)}
+    )
+    assert ns["rollout"].shape == (1, 4, 6)
+    assert ns["distance"].shape == (12, 3)
+    assert ns["similarity"].shape == (14, 14, 14, 14)
+
+
+@pytest.mark.slow
+def test_visualize_commands(registry_cache, monkeypatch, tmp_path, capsys):
+    from PIL import Image
+
+    from keras_vit.visualize import __main__ as visualize_cli
+
+    monkeypatch.setenv("KERAS_HOME", registry_cache("imagenet21k+imagenet2012", "ViT-B_16"))
+    monkeypatch.chdir(tmp_path)
+    Image.fromarray(pixels(300, 200, 3).astype("uint8")).save("a.jpg")
+    Image.fromarray(pixels(50, 90, 3).astype("uint8")).save("b.png")
+    run = str(tmp_path / "run")
+    (pretrain,) = matching(r"^python -m trainers\.pretrain --dataset=digits --workdir=/tmp/vis_pre")
+    code, _, err = run_command(pretrain.text, capsys, {"/tmp/vis_pre": run}, extra=SHORT)
+    assert code == 0, err
+    stand_ins = {"RUN": run, "/tmp/vis_pre": run, "docs/inputs/": os.path.join(ROOT, "docs", "inputs", "")}
+    for index, item in enumerate(matching(r"^python -m keras_vit\.visualize ")):
+        out = str(tmp_path / f"out{index}")
+        command = replaced(item.text, {**stand_ins, "DIR": out, "docs/figures": out}, strict=False)
+        _, argv = split_command(command)
+        short = ["--image_size=64"] if "--model=" in command else []  # B/16 at 64 px, not 384
+        assert visualize_cli.main(argv[3:] + short) == 0, item.describe() + capsys.readouterr().err
+        assert sum(name.endswith(".png") for name in os.listdir(out)) == 4
+
+
+# --- Pretrained checkpoints: downloads, converting, errors ------------------------------------
+
+
+def test_download_error_sample(tmp_path, monkeypatch):
+    (sample,) = only(r"^could not download ").text.strip().splitlines()
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(weights.CheckpointError) as err:
+        weights.fetch(checkpoints.lookup("imagenet21k", "ViT-B_16"), cache_dir=str(tmp_path))
+    message = str(err.value).replace(str(tmp_path), "/root/.keras")
+    pattern = re.escape(sample).replace(re.escape("(...)"), r"\(.+\)")
+    assert re.fullmatch(pattern, message), message
+    assert os.listdir(tmp_path / "models") == []
+
+
+@pytest.mark.slow
+def test_convert_commands(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    official = synth.vit_jax_params(2, image_size=224, **synth_b16())
+    synth.save(tmp_path / "ViT-B_16.npz", official)
+    small = synth.vit_jax_params(3, image_size=32, **synth.TI16)
+    synth.save(tmp_path / "big_vision.npz", synth.to_big_vision(small))
+    for item in matching(r"^python -m keras_vit\.convert "):
+        _, argv = split_command(item.text)
+        if argv[3] == "finetuned.weights.h5":  # a keras_vit weights file: the one written above
+            shutil.copy("vit_b16.weights.h5", "finetuned.weights.h5")
+        code, out, err = run_command(item.text, capsys)
+        assert code == 0, item.describe() + err
+        assert os.path.exists(argv[4])
+    for name, expected in (("finetuned.npz", official), ("vit_jax.npz", small)):
+        with np.load(name) as written:
+            assert set(written.files) == set(expected), name
+            for key in expected:
+                np.testing.assert_array_equal(written[key], expected[key])
+
+
+def test_weights_error_samples(tmp_path):
+    wrong_shape, unknown, unreadable = only(r"^/data/ckpt\.npz: does not fit").text.strip().splitlines()
+    s16 = synth.vit_jax_params(4, image_size=32, **keras_vit.VARIANTS["ViT-S_16"])
+    ckpt = synth.save(tmp_path / "ckpt.npz", s16)
+    broken = tmp_path / "ViT-B_16.npz"
+    broken.write_bytes(b"not a zip file")
+    for weights_arg, sample in ((ckpt, wrong_shape), ("imagenet22k", unknown), (str(broken), unreadable)):
+        with pytest.raises(Exception) as err:
+            keras_vit.ViT_B16(weights=weights_arg)
+        assert str(err.value).replace(str(tmp_path), "/data") == sample
+
+
+# --- Training ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_presets(monkeypatch):
+    """configs.finetune.get_config gives the real preset, shrunk to a two-step run of a tiny ViT."""
+    original = finetune_config.get_config
+
+    def small(dataset="oxford_iiit_pet"):
+        config = flags.parse_flags(["finetune", f"--dataset={dataset}", *SHORT_TINY], original)
+        config.unlock()
+        return config
+
+    monkeypatch.setattr(finetune_config, "get_config", small)
+
+
+def test_finetune_from_python(small_presets, default_tfds, tmp_path):
+    workdir = str(tmp_path / "pets")
+    item = only(r"^from configs import finetune as finetune_config\n(?![\s\S]*strategy=\"tpu\")")
+    ns, _ = run_python(item, replacements={"/tmp/pets": workdir})
+    assert ns["results"] == read_results(workdir)  # "the dict also written to WORKDIR/results.json"
+    assert set(ns["results"]["eval"]) == {"minival", "test"} and ns["results"]["steps"] == 2
+
+
+def test_colab_tpu_block(small_presets, tfds_dir, tmp_path):
+    item = only(r"^from configs import finetune as finetune_config\n[\s\S]*strategy=\"tpu\"")
+    replacements = {"/content/tfds": tfds_dir, "/content/runs/pets": str(tmp_path / "pets")}
+    with pytest.raises(TrainerError) as err:  # every field is accepted; then: no TPU here
+        run_python(item, replacements=replacements)
+    assert str(err.value).startswith("no TPU found (--tpu=local")
+    assert not os.path.exists(tmp_path / "pets")
+
+
+@pytest.mark.slow
+def test_sweep_command(tfds_dir, tmp_path, capsys):
+    item = only(r"--data_dir=\$DATA --base_lr=sweep")
+    workdir = tmp_path / "sweep"
+    replacements = {"$DATA": tfds_dir, "/tmp/pets_sweep": str(workdir)}
+    code, out, err = run_command(item.text, capsys, replacements, [*SHORT_TINY, "--sweep_lrs=0.01,0.03"])
+    assert code == 0, err
+    results = read_results(workdir)
+    assert results["chosen_lr"] in (0.01, 0.03) and set(results["minival_accuracy"]) == {"0.01", "0.03"}
+    assert os.path.exists(workdir / "final" / "model.npz")
+
+
+def test_accelerator_commands_refuse_without_one(tfds_dir, tmp_path, capsys):
+    import tensorflow as tf
+
+    replacements = {
+        "$DATA": tfds_dir,
+        "gs://BUCKET": str(tmp_path / "bucket"),
+        "/tmp/pets": str(tmp_path / "pets"),
+        "/data/imagenet": str(tmp_path / "imagenet"),
+    }
+    items = matching(r"--strategy=gpu --mixed_precision=float16") + matching(r"--strategy=tpu --tpu=local")
+    assert len(items) == 3
+    for item in items:
+        config = trainer_config(item.text, replacements)  # every flag parses, with its value
+        accelerator = config.strategy
+        if accelerator == "gpu" and tf.config.list_physical_devices("GPU"):
+            continue
+        code, out, err = run_command(item.text, capsys, replacements)
+        expected = (
+            "no TPU found (--tpu=local"
+            if accelerator == "tpu"
+            else "--strategy=gpu but TensorFlow sees no GPU"
+        )
+        assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, item.describe() + err
+    assert not os.path.exists(tmp_path / "pets") and not os.path.exists(tmp_path / "bucket")
+
+
+def test_finetune_from_own_npz(default_tfds, tmp_path, capsys):
+    """--weights=FILE alone: the architecture comes from the file (a pre-training run's export)."""
+    mine = dict(patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
+    bucket = tmp_path / "bucket" / "runs" / "vit_b16"
+    os.makedirs(bucket)
+    synth.save(bucket / "model.npz", synth.vit_jax_params(5, image_size=32, representation_size=32, **mine))
+    item = only(r"--weights=gs://BUCKET/runs/vit_b16/model\.npz")
+    workdir = tmp_path / "pets_from_mine"
+    replacements = {"gs://BUCKET": str(tmp_path / "bucket"), "/tmp/pets_from_mine": str(workdir)}
+    code, out, err = run_command(item.text, capsys, replacements, [*SHORT, "--image_size=32"])
+    assert code == 0, err
+    config = json.loads((workdir / "config.json").read_text())
+    assert {k: config[k] for k in mine} == mine
+    assert read_results(workdir)["steps"] == 2
+
+
+def test_tensorboard_command(tmp_path):
+    import tensorflow as tf
+
+    (item,) = matching(r"^tensorboard --logdir")
+    _, argv = split_command(item.text)
+    executable = shutil.which(argv[0], path=os.path.dirname(sys.executable))
+    assert executable, "tensorboard is not installed beside this Python (the [train] extra)"
+    with tf.summary.create_file_writer(str(tmp_path / "train")).as_default():
+        tf.summary.scalar("loss", 0.5, step=1)
+    logdir = argv[1].replace("WORKDIR", str(tmp_path))
+    proc = subprocess.run([executable, logdir, "--inspect"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "loss" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_trainer_error_samples(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(tfds_prepare, "_network_available", lambda: False)  # as on a machine offline
+    not_divisible, not_prepared = only(r"^finetune: error: --batch_size").text.strip().splitlines()
+    empty = tmp_path / "data"
+    os.makedirs(empty)
+    for args, sample in (
+        (["--dataset=digits", "--strategy=cpu", "--cpu_devices=2", "--batch_size=15"], not_divisible),
+        (["--dataset=cifar10", f"--data_dir={empty}"], not_prepared),
+    ):
+        code, _, err = run_command(
+            f"python -m trainers.finetune --workdir={tmp_path / 'run'}", capsys, extra=args
+        )
+        assert code == 2 and err.strip().replace(str(empty), "/data") == sample
+    assert os.listdir(empty) == [] and not os.path.exists(tmp_path / "run")  # nothing written
+
+    sample = only(r"^cifar100 is not prepared").text.strip()
+    with pytest.raises(TrainerError) as err:
+        importlib.import_module("trainers.data").get_spec("cifar100", data_dir=str(empty))
+    assert str(err.value).replace(str(empty), "/data/tfds") == sample
+
+
+def test_tfds_block(tfds_dir, tmp_path, capsys):
+    replacements = {"/data/tfds": tfds_dir, "/tmp/pets": str(tmp_path / "pets")}
+    prepare_item, finetune_item = matching(
+        r"^python -m trainers\.(prepare|finetune) --dataset=oxford_iiit_pet --data_dir=/data/tfds"
+    )
+    code, out, err = run_command(
+        prepare_item.text, capsys, replacements
+    )  # prepared already: no network needed
+    assert code == 0 and f"oxford_iiit_pet was already prepared in {tfds_dir}" in out, err
+    code, out, err = run_command(finetune_item.text, capsys, replacements, SHORT_TINY)
+    assert code == 0, err
+    assert set(read_results(tmp_path / "pets")["eval"]) == {"minival", "test"}
+
+
+def test_imagenet_prepared_on_first_use(tmp_path, capsys):
+    """Run with a manual_dir that lacks the tars: the trainer tries to prepare ImageNet from it.
+
+    (Preparing even the stand-in ImageNet takes minutes; tests/test_prepare.py does it.)
+    """
+    item = only(r"^python -m trainers\.pretrain --dataset=imagenet2012 --data_dir=/data/tfds --manual_dir")
+    tars, data_dir = tmp_path / "imagenet_tars", tmp_path / "tfds"
+    os.makedirs(tars)
+    replacements = {"/data/imagenet_tars": str(tars), "/data/tfds": str(data_dir)}
+    code, _, err = run_command(item.text, capsys, replacements, [f"--workdir={tmp_path / 'run'}"])
+    assert code == 2, err
+    assert f"imagenet2012 is not prepared in {data_dir} (its manual download files are missing)" in err
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_voc_command_flags():
+    config = trainer_config(only(r"^python -m trainers\.pretrain --dataset=voc/2007").text)
+    assert (config.dataset, config.loss, config.batch_size, config.total_steps) == (
+        "voc/2007",
+        "sigmoid",
+        512,
+        2000,
+    )
+
+
+def folder_from_tree(tree, root, per_class=6):
+    """Writes the image folder a README tree sample draws (its file names, then more of them)."""
+    from PIL import Image
+
+    layout, split = {}, None
+    for line in tree.splitlines()[1:]:
+        entry = re.match(r"^ {2}(\w+)/", line)
+        cls = re.match(r"^ {4}(\w+)/\s*(.*)$", line)
+        assert entry or (cls and split is not None), f"not a folder-tree line: {line!r}"
+        if entry:
+            split = layout.setdefault(entry.group(1), {})
+        else:
+            names = [n for n in cls.group(2).split() if n != "..."]
+            split[cls.group(1)] = names + [f"{i:04d}.jpg" for i in range(len(names) + 1, per_class + 1)]
+    for split, classes in layout.items():
+        for label, (cls, names) in enumerate(sorted(classes.items())):
+            os.makedirs(root / split / cls)
+            for i, name in enumerate(names):  # one colour per class, sizes vary
+                Image.fromarray(np.full((24 + i, 20, 3), 60 + 120 * label, np.uint8)).save(
+                    root / split / cls / name
+                )
+    return {split: sorted(classes) for split, classes in layout.items()}
+
+
+def console_pattern(sample_line):
+    """A sample console line with every number free: the format, not the values, must match."""
+    parts = re.split(r"(\d+(?:\.\d+)?)", sample_line)
+    return "".join(r"\d+(?:\.\d+)?" if i % 2 else re.escape(p) for i, p in enumerate(parts))
+
+
+# --- Batches that do not fit -------------------------------------------------------------------
+# The README's run is ViT-Ti/16 at 384 px on 23 GB (nine minutes here); the test runs the same
+# command on a one-block model at 32 px, with the available RAM set so that auto must make the
+# same choice (16 micro-batches of 32), and compares the printed lines with the sample's.
+
+TINY_SHAPE = TINY_MODEL[2:]  # its shape flags, without --model and --weights
+
+
+@pytest.mark.slow
+def test_accum_auto_card_command(tfds_dir, tmp_path, capsys, monkeypatch):
+    command = only(r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --data_dir=/tmp/fakepets")
+    sample = only(r"\Abatch: +512 global").text.strip().splitlines()
+    config = trainer_config(command.text + " " + " ".join(TINY_SHAPE), {"/tmp/fakepets": tfds_dir})
+    model = keras_vit.create_model(
+        config.model, num_classes=37, **{a[2:].split("=")[0]: int(a.split("=")[1]) for a in TINY_SHAPE}
+    )
+    need = memory.estimate(model, image_size=32)
+    pipeline = memory.input_pipeline_bytes(512, 32)
+    # Between what micro-batches of 32 and of 64 need: auto must choose 32, as in the README's run.
+    budget = (need.total(32) + need.total(64)) / 2 + pipeline
+    monkeypatch.setattr(memory, "_available_ram", lambda: int(budget / memory.USABLE_FRACTION))
+    replacements = {"/tmp/fakepets": tfds_dir, "/tmp/card": str(tmp_path / "card")}
+    code, out, err = run_command(command.text, capsys, replacements, TINY_SHAPE)
+    assert code == 0, err
+    printed = [line for line in out.splitlines() if line.startswith(("batch:", "step 1/", "step 2/"))]
+    assert len(printed) == len(sample), out
+    for line, expected in zip(printed, sample):
+        assert re.fullmatch(console_pattern(expected), line), (expected, line)
+    assert "= 16 micro-batches of 32 (gradients summed); accum_steps auto: 16" in printed[0]
+    assert read_results(tmp_path / "card")["steps"] == 2
+
+
+def test_accum_nothing_fits_sample(tfds_dir, tmp_path, capsys):
+    sample = only(r"^finetune: error: a training step of").text.strip()
+    # The prose: the card's command (ViT-B/16 at 384 px) with --weights=none and --device_memory_gb=2.
+    assert "--device_memory_gb=2" in only(r"^finetune: error: a training step of").before
+    code, _, err = run_command(
+        f"python -m trainers.finetune --dataset=oxford_iiit_pet --data_dir={tfds_dir} --weights=none "
+        f"--device_memory_gb=2 --workdir={tmp_path / 'run'}",
+        capsys,
+    )
+    assert code == 2 and err.strip() == sample
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_memory_benchmark_table():
+    """The table's estimates are what trainers.memory estimates today, for the models it names."""
+    rows = only(r"^case +parameters +measured GB").text.strip().splitlines()[1:]
+    assert len(rows) >= 4
+    for row in rows:
+        case, parameters, measured, estimated, ratio = row.split()
+        variant, size, batch = case.split(":")
+        model = keras_vit.create_model(
+            variant,
+            image_size=int(size),
+            num_classes=37,
+            include_preprocessing=False,
+            classifier_activation=None,
+        )
+        assert model.count_params() == int(parameters.replace(",", "")), case
+        assert float(estimated) == round(
+            memory.estimate(model, image_size=int(size)).total(int(batch)) / 1e9, 2
+        ), case
+        assert float(estimated) >= float(measured), case  # an upper bound, as the README says
+        assert float(ratio) == pytest.approx(float(estimated) / float(measured), abs=0.011), case
+
+
+@pytest.mark.slow
+def test_folder_run(tmp_path, capsys):
+    folder = tmp_path / "pets_folder"
+    classes = folder_from_tree(only(r"^PATH/\n  train/").text, folder)
+    assert classes == {"train": ["cat", "dog"], "test": ["cat", "dog"]}
+    workdir = tmp_path / "folder_run"
+    replacements = {"/data/pets_folder": str(folder), "/tmp/folder_run": str(workdir)}
+    item = only(r"^python -m trainers\.finetune --dataset=folder:")
+    code, out, err = run_command(item.text, capsys, replacements, SHORT_TINY)
+    assert code == 0, err
+    results = read_results(workdir)
+    assert set(results["eval"]) == {"minival", "test"} and results["skipped_images"] == 0
+    assert results["eval"]["test"]["examples"] == 12  # test/cat and test/dog of the tree
+
+
+@pytest.mark.slow
+def test_console_sample(tmp_path, capsys):
+    """The sample is what the command named just above it prints, line for line, numbers aside."""
+    item = only(r"\Amodel: +ViT")
+    (command,) = re.findall(r"`(python -m trainers\.\w+ [^`]*)`\s+printed", item.before)
+    workdir = re.search(r"--workdir=(\S+)", command).group(1)
+    code, out, err = run_command(command.replace(workdir, str(tmp_path / "run")), capsys)
+    assert code == 0, err
+    printed = [line for line in out.replace(str(tmp_path / "run"), workdir).splitlines() if line.strip()]
+    sample = item.text.strip().splitlines()
+    assert len(printed) == len(sample), "\n".join(printed)
+    for line, expected in zip(printed, sample):
+        assert re.fullmatch(console_pattern(expected), line), (expected, line)
+
+
+def test_multilabel_folder_sample(tmp_path):
+    from PIL import Image
+
+    from trainers import data
+
+    rng = np.random.default_rng(0)
+    for cls in ("cat", "outdoor"):  # the same names in both classes, different images
+        os.makedirs(tmp_path / "train" / cls)
+        for i in range(2):
+            image = rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)
+            Image.fromarray(image).save(tmp_path / "train" / cls / f"{i:04d}.jpg")
+    sample = only(r"^PATH/train/cat/x\.jpg").text.strip().splitlines()
+    copies = [line.split()[0].replace("PATH", str(tmp_path)) for line in sample]
+    Image.fromarray(np.full((16, 16, 3), 7, np.uint8)).save(copies[0])
+    for copy in copies[1:]:
+        shutil.copy(copies[0], copy)
+    spec = data.get_spec(f"folder:{tmp_path}")
+    assert spec.multi_label and spec.class_names == ["cat", "outdoor"]
+    assert spec.num_examples["train"] == 5  # x.jpg once, labelled cat and outdoor; 0000/0001.jpg twice each
+
+
+def test_data_python_api(tfds_dir):
+    item = only(r"^from trainers import data, distribute")
+    replacements = {  # the README's 384 px batches of 512 would need gigabytes here
+        "/data/tfds": tfds_dir,
+        "image_size=384": "image_size=32",
+        '"size": 384': '"size": 32',
+        "global_batch_size=512": "global_batch_size=8",
+    }
+    ns, _ = run_python(item, replacements=replacements)
+    spec = ns["spec"]
+    assert spec.num_classes == 37 and len(spec.class_names) == 37 and spec.skipped == 0
+    strategy, train_fn = ns["strategy"], ns["train_fn"]
+    images, labels = next(iter(ns["data"].distribute(strategy, train_fn)))
+    images = strategy.experimental_local_results(images)
+    assert sum(int(x.shape[0]) for x in images) == 8 and tuple(images[0].shape[1:]) == (32, 32, 3)
+    test_weights = sum(
+        float(np.sum(w))
+        for _, _, ws in ns["data"].distribute(strategy, ns["test_fn"])
+        for w in strategy.experimental_local_results(ws)
+    )
+    assert test_weights == spec.num_examples["test"] == 37  # padding has weight 0
+
+
+@pytest.mark.slow
+def test_two_workers_block(tmp_path):
+    items = matching(r"^TF_CONFIG=")
+    assert len(items) == 2
+    ports = free_ports(2)
+    workdir = tmp_path / "mw"
+    procs = []
+    for item in items:
+        command = replaced(
+            item.text,
+            {"localhost:12345": f"localhost:{ports[0]}", "localhost:12346": f"localhost:{ports[1]}"},
+        )
+        env, argv = split_command(command.replace("/tmp/mw", str(workdir)))
+        assert set(env) == {"TF_CONFIG"} and argv[:2] == ["python", "-m"]
+        full_env = dict(
+            os.environ, PYTHONPATH=ROOT, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", **env
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, *argv[1:], *SHORT, "--eval_every=0"],
+                cwd=ROOT,
+                env=full_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    for proc, out in zip(procs, outputs):
+        assert proc.returncode == 0, out[-3000:]
+    results = read_results(workdir)
+    assert results["replicas"] == 2 and results["steps"] == 2
+
+
+# --- Few-shot linear probes -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_fewshot_commands(tmp_path, registry_cache, monkeypatch, capsys):
+    monkeypatch.setenv("KERAS_HOME", registry_cache("imagenet21k", "ViT-B_16"))
+    small = tmp_path / "small_tfds"  # features of hundreds of images per command take minutes here
+    make_fake_tfds(small, "cifar10", per_class=1, test_per_class=1)
+    make_fake_tfds(small, "oxford_iiit_pet", per_class=1, test_per_class=1)
+    pre = tmp_path / "pre"
+    os.makedirs(pre)  # a pre-training run's export: Ti/16 with its pre-logits layer
+    ti16 = synth.vit_jax_params(6, image_size=224, num_classes=10, representation_size=192, **synth.TI16)
+    synth.save(pre / "model.npz", ti16)
+    # Feature batches are padded to --batch_size (256): 16 keeps the padding small.
+    one_shot = [f"--data_dir={small}", "--shots=1", "--seeds=1", "--batch_size=16"]
+    expected = {  # dataset -> (extra flags, feature dimension, shots)
+        "cifar10": (one_shot, 768, (1,)),  # the pre-logits of the imagenet21k file
+        "oxford_iiit_pet": (one_shot, 192, (1,)),  # the pre-logits of the run
+        "digits:5-9": ([], 8 * 8 * 3, (1, 5, 10, 25)),  # the raw pixels
+    }
+    items = matching(r"^python -m trainers\.fewshot ")
+    assert len(items) == len(expected)
+    for item in items:
+        config = trainer_config(item.text, {"/tmp/pre": str(pre)})
+        extra, dim, shots = expected[config.dataset]
+        workdir = str(tmp_path / os.path.basename(config.workdir))
+        replacements = {"/tmp/pre": str(pre), config.workdir: workdir}
+        code, out, err = run_command(item.text, capsys, replacements, extra)
+        assert code == 0, item.describe() + err
+        results = read_results(workdir)
+        assert results["feature_dim"] == dim, item.describe()
+        for k in shots:
+            assert 0 <= results[f"{k}shot_accuracy"] <= 1 and f"{k}shot_accuracy_std" in results
+
+
+@pytest.mark.slow
+def test_fewshot_evaluator_block(default_tfds):
+    model = keras_vit.ViT(
+        image_size=224, patch_size=32, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64, num_classes=10
+    )
+    _, results = run_python(
+        only(r"^from trainers\.evaluators\.fewshot import FewShotEvaluator"), {"model": model}
+    )
+    for k in (1, 5, 10, 25):
+        assert 0 <= results[f"fewshot/cifar10/{k}shot_accuracy"] <= 1
+        assert f"fewshot/cifar10/{k}shot_accuracy_std" in results
+
+
+# --- The demo, benchmarks ---------------------------------------------------------------------
+
+
+def test_demo_table_sample():
+    sample = only(r"^upstream: ViT pre-trained on digits 0-4").text.strip("\n")
+    number = r"(\d+\.\d+)"
+    results = {"pretrain/test_accuracy": float(re.search(rf"test accuracy {number}", sample).group(1))}
+    probes = {"pre-trained": "fewshot", "random-init": "fewshot_random_init", "raw pixels": "fewshot_pixels"}
+    for words, stage in probes.items():
+        row = next(line for line in sample.splitlines() if line.startswith("linear probe") and words in line)
+        for k, (mean, std) in zip(demo.SHOTS, re.findall(rf"{number} ± {number}", row)):
+            results[f"{stage}/{k}shot_accuracy"], results[f"{stage}/{k}shot_accuracy_std"] = (
+                float(mean),
+                float(std),
+            )
+    for words, stage in (("fine-tune the pre-trained", "finetune"), ("from scratch", "scratch")):
+        row = next(line for line in sample.splitlines() if words in line)
+        few, every = re.findall(number, row)
+        results[f"{stage}_10per_class/test_accuracy"], results[f"{stage}/test_accuracy"] = (
+            float(few),
+            float(every),
+        )
+    footer = re.search(
+        r"over (\d+) draws.*?(\d+) steps \(all images\), (\d+) steps.*?"
+        r"pre-training: (\d+) steps; total ([\d.]+) min",
+        sample,
+    )
+    seeds, finetune_steps, few_steps, pretrain_steps, minutes = footer.groups()
+    settings = dict(
+        pretrain_steps=int(pretrain_steps),
+        finetune_steps=int(finetune_steps),
+        few_finetune_steps=int(few_steps),
+        seeds=int(seeds),
+    )
+    assert settings == demo.FULL  # the sample is `make demo`'s full run
+    table = demo.table(results, settings, float(minutes) * 60)
+    assert "\n".join(line.rstrip() for line in table.splitlines()) == sample  # Markdown drops trailing blanks
+
+
+def test_benchmark_command():
+    import argparse
+
+    (command,) = [i for i in matching(r"^python -m benchmarks\.throughput ")]
+    _, argv = split_command(command.text)
+    throughput = importlib.import_module(argv[2])
+
+    class Parsed(Exception):
+        pass
+
+    def capture(parser, args=None, namespace=None):
+        raise Parsed(parser)
+
+    parser = None
+    original = argparse.ArgumentParser.parse_args
+    try:
+        argparse.ArgumentParser.parse_args = capture
+        throughput.main()
+    except Parsed as got:
+        parser = got.args[0]
+    finally:
+        argparse.ArgumentParser.parse_args = original
+    args = parser.parse_args(argv[3:])  # the README's flags, with the benchmark's own parser
+    sample = only(r"^ViT-B_16 encoder, 224 px").text
+    assert sample.startswith(f"{args.variant} encoder, {args.image_size} px, batch {args.batch_size},")
+    params = int(re.search(r"^keras_vit +([\d,]+)", sample, re.MULTILINE).group(1).replace(",", ""))
+    assert throughput.keras_vit_encoder(args.variant, args.image_size).count_params() == params
+
+
+# --- Deploy ----------------------------------------------------------------------------------
+# The section's commands and blocks run on a short trainers.finetune run on the digits standing
+# in for /tmp/digits (its numbers differ from the README's 1,500-step run, so output samples
+# are compared line by line in shape, and exactly where they do not depend on the weights).
+
+
+@pytest.fixture(scope="module")
+def deploy_dir(tmp_path_factory):
+    """The files the Deploy section names: cat.jpg and dog.png (scikit-learn's photographs),
+    /tmp/digits (a copy of a 20-step digits run), /tmp/digits_test (the README's own block writes it),
+    three.png and eight.png from it."""
+    import finetuned_runs
+    import PIL.Image
+    from sklearn.datasets import load_sample_image
+
+    folder = tmp_path_factory.mktemp("deploy")
+    PIL.Image.fromarray(load_sample_image("china.jpg")).save(folder / "cat.jpg", quality=90)
+    PIL.Image.fromarray(load_sample_image("flower.jpg")).save(folder / "dog.png")
+    shutil.copytree(finetuned_runs.digits_workdir(tmp_path_factory), folder / "digits")
+    block = only(r"^import os\nfrom trainers\.data\.digits import digits_spec")
+    run_python(block, {}, {"/tmp/digits_test": str(folder / "digits_test")})
+    for name, digit in (("three.png", "3"), ("eight.png", "8")):
+        shutil.copy(
+            folder / "digits_test" / digit / sorted(os.listdir(folder / "digits_test" / digit))[0],
+            folder / name,
+        )
+    return folder
+
+
+def _deploy_paths(folder):
+    return {"/tmp/digits": str(folder / "digits")}
+
+
+def _normalised(text):
+    """An output sample with its numbers (which depend on the weights) and spacing taken out."""
+    return " ".join(re.sub(r"\d+(\.\d*)?(e[-+]\d+)?", "N", text).split())
+
+
+@pytest.mark.slow
+def test_deploy_predict_blocks(deploy_dir, registry_cache, monkeypatch, capsys):
+    monkeypatch.setenv("KERAS_HOME", registry_cache("imagenet21k+imagenet2012", "ViT-B_16"))
+    monkeypatch.chdir(deploy_dir)
+    on_photos, on_run = matching(r"^python -m keras_vit\.predict ")
+    code, out, err = run_command(on_photos.text, capsys)
+    assert code == 0, err
+    names = [name for _, name in keras_vit.preprocessing.imagenet_class_index()]
+    lines = out.splitlines()
+    assert lines[0] == "cat.jpg:" and lines[6] == "dog.png:" and len(lines) == 12
+    assert all(line.rsplit("  (class ", 1)[0].split("%  ", 1)[1] in names for line in lines[1:6])
+    code, out, err = run_command(
+        on_run.text, capsys, {"photos/*.jpg": "cat.jpg", **_deploy_paths(deploy_dir)}
+    )
+    assert code == 0, err
+    [entry] = json.loads(out)
+    assert entry["image"] == "cat.jpg" and [p["name"] for p in entry["predictions"]][0] in "0123456789"
+    block = only(r"^import keras_vit\nfrom keras_vit import predict, run_dir")
+    namespace, top = run_python(block, {}, _deploy_paths(deploy_dir))
+    assert namespace["probs"].shape == (1, 1000) and len(top) == 1 and len(top[0]) == 3
+
+
+@pytest.mark.slow
+def test_deploy_predict_sample(deploy_dir, monkeypatch, capsys):
+    monkeypatch.chdir(deploy_dir)
+    sample = only(r"^\$ python -m keras_vit\.predict three\.png").text.strip().splitlines()
+    code, out, err = run_command(sample[0][2:], capsys, _deploy_paths(deploy_dir))
+    assert code == 0, err
+    assert _normalised(out.strip()) == _normalised("\n".join(sample[1:]))
+
+
+@pytest.mark.slow
+def test_deploy_export_blocks(deploy_dir, monkeypatch, capsys):
+    monkeypatch.chdir(deploy_dir)
+    paths = _deploy_paths(deploy_dir)
+    command = only(r"^python -m keras_vit\.export OUT --format=FORMAT --workdir").text
+    for format, out in (("onnx", "digits.onnx"), ("litert", "digits.tflite")):
+        code, stdout, err = run_command(command, capsys, {"OUT": out, "FORMAT": format, **paths})
+        assert code == 0 and stdout.startswith(f"wrote {out} ({format}, "), err
+    code, stdout, err = run_command(
+        only(r"^python -m keras_vit\.export /tmp/vit/1 ").text,
+        capsys,
+        {"/tmp/vit": str(deploy_dir / "vit"), **paths},
+    )
+    assert code == 0 and "(saved_model, " in stdout, err
+    namespace, _ = run_python(only(r"^import keras_vit, onnxruntime"))
+    assert namespace["probs"].shape == (2, 10)
+
+    # saved_model_cli on the README's input file: the sample's keys and shapes.
+    np.save(
+        "digits.npy", np.array([open("three.png", "rb").read(), open("eight.png", "rb").read()], dtype=bytes)
+    )
+    sample = only(r"^\$ saved_model_cli run ").text
+    _, argv = split_command(sample.replace("\\\n", " ").split("#")[0].strip()[2:])
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    argv = [cli, *[arg.replace("/tmp/digits_sm", str(deploy_dir / "vit" / "1")) for arg in argv[1:]]]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    expected = _normalised(sample[sample.index("Result for") :])
+    assert _normalised(proc.stdout[proc.stdout.index("Result for") :]) == expected
+
+
+@pytest.mark.slow
+def test_deploy_error_samples(deploy_dir, monkeypatch, capsys):
+    from keras_vit import export, predict
+
+    workdir = str(deploy_dir / "digits")
+    exists, unknown, not_image, wrong = only(r"^error: digits\.onnx exists").text.strip().splitlines()
+    monkeypatch.chdir(ROOT)
+    assert predict.main(["setup.py", f"--workdir={workdir}"]) == 2
+    assert capsys.readouterr().err.strip() == not_image
+    monkeypatch.chdir(deploy_dir)
+    (deploy_dir / "digits.onnx").touch(exist_ok=True)
+    runs = [
+        (export.main, ["digits.onnx", "--format=onnx", f"--workdir={workdir}"], exists),
+        (export.main, ["x.onnx", "--format=tfjs", f"--workdir={workdir}"], unknown),
+        (predict.main, ["three.png", "--model=ViT-B_16", f"--weights={workdir}/model.npz"], wrong),
+    ]
+    for main, argv, sample in runs:
+        capsys.readouterr()
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip() == sample.replace("/tmp/digits", workdir)
+
+
+def test_deploy_random_b16_block(tmp_path):
+    namespace, _ = run_python(
+        only(r"^import numpy as np, keras_vit\n\nmodel = keras_vit\.ViT_B16\(\)"),
+        {},
+        {"/tmp/b16_random.npz": str(tmp_path / "b16.npz")},
+    )
+    described = weights.describe(str(tmp_path / "b16.npz"))
+    assert described["num_classes"] == 1000 and described["image_size"] == (224, 224)
+
+
+@pytest.mark.slow
+def test_deploy_unrunnable_commands(tmp_path, deploy_dir, capsys):
+    """The B/16 export (minutes on a CPU) parses to the point of writing; the docker and curl
+    commands agree with each other and with what the SavedModel's signature takes."""
+    import base64
+
+    from keras_vit import export
+
+    command = only(r"^python -m keras_vit\.export OUT --format=FORMAT --model=ViT-B_16").text
+    code, _, err = run_command(command, capsys, {"OUT": str(tmp_path), "FORMAT": "saved_model"})
+    assert code == 2 and "exists; pass --overwrite" in err  # every flag parsed, the output refused
+    docker = only(r"^docker run ").text
+    curl = only(r"^curl -X POST ").text
+    name = re.search(r"MODEL_NAME=(\w+)", docker).group(1)
+    assert f"/v1/models/{name}:predict" in curl and "-v /tmp/vit:/models/vit" in docker
+    body = re.search(r"-d \"(.*)\"", curl).group(1).replace('\\"', '"')
+    body = json.loads(body.replace("$(base64 -w0 three.png)", base64.b64encode(b"x").decode()))
+    assert list(body) == ["instances"] and list(body["instances"][0]) == ["b64"]
+    out = str(deploy_dir / "vit" / "1")  # test_deploy_export_blocks writes it, if it ran
+    if not os.path.exists(out):
+        model = keras_vit.run_dir.load_run(str(deploy_dir / "digits")).model
+        export.export(model, out, "saved_model", [str(d) for d in range(10)])
+    import tensorflow as tf
+
+    served = tf.saved_model.load(out).signatures["serving_default"]
+    png = (deploy_dir / "three.png").read_bytes()
+    result = served(images=tf.constant([base64.b64decode(base64.b64encode(png))]))
+    assert sorted(result) == ["classes", "names", "scores"] and result["classes"].shape == (1, 5)

@@ -1,0 +1,57 @@
+"""The lines a training run prints before its first step: what is about to run, and where.
+
+A person starting a week-long run wants to see, before it starts, that it is the model, data,
+hardware, batch and schedule they meant; a log read later wants the same facts at its top.
+"""
+
+from trainers import distribute
+
+
+def _count(n):
+    return f"{n:,}"
+
+
+def _millions(n):
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else _count(n)
+
+
+def _split_sizes(spec, splits):
+    parts = []
+    for name, split in splits.items():
+        try:
+            count = _count(spec.num_examples[split])
+        except (KeyError, ValueError):
+            count = "?"
+        parts.append(f"{name} {count} ({split})")
+    return ", ".join(parts)
+
+
+def lines(*, config, spec, strategy, model, eval_splits, accum_steps, memory_note, jit, start_step):
+    """The banner as a list of lines (printed by the chief only)."""
+    grid = model.token_grid(config.image_size)
+    tokens = grid[0] * grid[1] + (1 if model.classifier == "token" else 0)
+    weights = config.weights if config.weights.lower() not in ("", "none") else "random initialisation"
+    replicas = strategy.num_replicas_in_sync
+    per_replica = config.batch_size // replicas
+    micro = per_replica // accum_steps
+    try:
+        train_count = _count(spec.num_examples[config.train_split])
+    except (KeyError, ValueError):
+        train_count = "?"
+    batch = f"{config.batch_size} global = {replicas} replica(s) x {per_replica}"
+    if accum_steps > 1:
+        batch += f" = {accum_steps} micro-batches of {micro} (gradients summed)"
+    start = f"from step {start_step}" if start_step else "from the start"
+    return [
+        f"model:    {config.model} ({_millions(model.count_params())} parameters), "
+        f"{config.image_size} px, {tokens} tokens, weights: {weights}",
+        f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({config.train_split}); "
+        f"eval {_split_sizes(spec, eval_splits)}",
+        f"hardware: {distribute.describe(strategy)}; XLA {'on' if jit else 'off'}; "
+        f"precision {config.mixed_precision if config.mixed_precision != 'none' else 'float32'}",
+        f"batch:    {batch}; {memory_note}",
+        f"steps:    {config.total_steps} ({config.warmup_steps} warm-up, {config.optimizer}, base_lr "
+        f"{config.base_lr}), {start}; eval every {config.eval_every or 'end'}, checkpoint every "
+        f"{config.checkpoint_every or 'end'}",
+        f"workdir:  {config.workdir}",
+    ]

@@ -1,0 +1,184 @@
+"""How much memory a training step needs, how much the device has, and the accumulation that fits.
+
+The paper's batch (512 for fine-tuning, 4096 for pre-training) does not fit on one GPU or a
+laptop, but the update it defines does not need it to: summing the gradients of micro-batches
+(trainers/loop.py) gives the same update. `--accum_steps=auto` picks the fewest micro-batches
+whose step fits the device.
+
+The estimate is an upper bound fitted to peak resident memory of training steps measured on
+CPU (ViT-Ti/16, S/16 and B/16 at 224 and 384 px, XLA off; `python -m benchmarks.memory` prints
+estimate against measurement). Per image and encoder block, the activations kept for the
+backward pass take about 22 numbers per token and hidden unit, a per-token workspace of about
+2,800 numbers, and a quarter of the attention matrix (the probabilities, per head); the
+gradients, their all-reduced copy and the optimizer's slots come on top of the weights. On CPU
+the input pipeline's prefetched batches share the same memory.
+"""
+
+import dataclasses
+import os
+
+import tensorflow as tf
+from tensorflow.python.client import device_lib
+
+from trainers.data.pipeline import PREFETCH_BATCHES
+from trainers.errors import UsageError
+from trainers.flags import parse_accum_steps
+
+GB = 1e9
+# Per image, per block: numbers kept for the backward pass (see the module docstring).
+ACTIVATIONS_PER_TOKEN_AND_UNIT = 22
+ACTIVATIONS_PER_TOKEN = 2800
+ATTENTION_FRACTION = 0.26
+# What the estimate adds to what it predicts, and the share of the detected memory it plans to use.
+SAFETY_FACTOR = 1.2
+USABLE_FRACTION = 0.85
+# The input pipeline's batches in memory at once, measured: the one the step consumes and the
+# strategy's copy of it on the device, the prefetched ones (trainers/data/pipeline.py), the one
+# the batching stage holds until there is room, and the one it is assembling.
+PREFETCHED_BATCHES = PREFETCH_BATCHES + 4
+# TensorFlow's own footprint besides the step: kernels, graphs, the runtime.
+RUNTIME_BYTES = int(0.5 * GB)
+OPTIMIZER_SLOTS = {"sgd": 1, "adam": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMemory:
+    """Bytes of one training step on one replica: `fixed` whatever the batch, `per_example` per
+    image of a micro-batch."""
+
+    fixed: int
+    per_example: int
+
+    def total(self, micro_batch):
+        return self.fixed + self.per_example * micro_batch
+
+
+def estimate(model, *, image_size, optimizer="sgd", momentum_dtype="float32", mixed_precision="none"):
+    """StepMemory of a training step of a keras_vit ViT on `image_size` (int) square images."""
+    grid = model.token_grid(image_size)
+    tokens = grid[0] * grid[1] + (1 if model.classifier == "token" else 0)
+    numbers = ACTIVATIONS_PER_TOKEN_AND_UNIT * tokens * model.hidden_size
+    numbers += ACTIVATIONS_PER_TOKEN * tokens
+    numbers += ATTENTION_FRACTION * model.num_heads * tokens * tokens
+    activation_bytes = 2 if mixed_precision in ("bfloat16", "float16") else 4
+    per_example = numbers * model.num_layers * activation_bytes
+    params = model.count_params()
+    slots = OPTIMIZER_SLOTS.get(optimizer, 2)
+    if optimizer == "sgd" and momentum_dtype == "bfloat16":
+        slots = 0.5
+    # Gradients, their all-reduced (and clipped) copies, the accumulated sum; weights; slots.
+    fixed = params * 4 * (3 + 1 + slots) + RUNTIME_BYTES
+    return StepMemory(fixed=int(SAFETY_FACTOR * fixed), per_example=int(SAFETY_FACTOR * per_example))
+
+
+def input_pipeline_bytes(global_batch, image_size):
+    """Host memory of the training pipeline's prefetched float32 batches."""
+    return PREFETCHED_BATCHES * global_batch * image_size * image_size * 3 * 4
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceMemory:
+    """Memory one replica may use, and where the number comes from (for the banner)."""
+
+    bytes: int
+    source: str
+
+
+def device_memory(strategy, override_gb=0.0):
+    """DeviceMemory per replica, or None where it cannot be known (TPUs: set --device_memory_gb)."""
+    replicas = strategy.num_replicas_in_sync
+    if override_gb:
+        return DeviceMemory(int(override_gb * GB), "--device_memory_gb")
+    devices = [d.upper() for d in _worker_devices(strategy)]
+    if any("TPU" in d for d in devices):
+        return None
+    if devices and all("GPU" in d for d in devices):
+        limit = _smallest_gpu_memory()
+        if limit is None:
+            return None
+        return DeviceMemory(int(USABLE_FRACTION * limit), "GPU memory")
+    available = _available_ram()
+    if available is None:
+        return None
+    # Logical CPU devices (--cpu_devices) share the machine's memory.
+    return DeviceMemory(int(USABLE_FRACTION * available / replicas), "available RAM")
+
+
+def choose_accum_steps(per_replica_batch, memory, budget):
+    """The fewest micro-batches (a divisor of the per-replica batch) whose step fits `budget` bytes;
+    None when even one image per micro-batch does not."""
+    for accum in range(1, per_replica_batch + 1):
+        if per_replica_batch % accum == 0 and memory.total(per_replica_batch // accum) <= budget:
+            return accum
+    return None
+
+
+def _worker_devices(strategy):
+    try:
+        return list(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy: TensorFlow places the step itself
+        return ["GPU"] if tf.config.list_logical_devices("GPU") else ["CPU"]
+
+
+def _smallest_gpu_memory():
+    """The memory TensorFlow may allocate on the smallest local GPU, in bytes."""
+    limits = [d.memory_limit for d in device_lib.list_local_devices() if d.device_type == "GPU"]
+    return min(limits) if limits else None
+
+
+def _available_ram():
+    """Bytes of RAM the kernel can give without swapping (Linux MemAvailable), else free pages."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def resolve_accum_steps(config, strategy, model):
+    """(accumulation steps, a note for the banner) for this run's --accum_steps and device.
+
+    "auto": the fewest micro-batches that fit (1 where the device's memory is unknown). A number
+    is kept; if its step looks too big, the note says so and what auto would choose.
+    """
+    setting = parse_accum_steps(config.accum_steps)
+    replicas = strategy.num_replicas_in_sync
+    per_replica = config.batch_size // replicas
+    need = estimate(
+        model,
+        image_size=config.image_size,
+        optimizer=config.optimizer,
+        momentum_dtype=config.momentum_dtype,
+        mixed_precision=config.mixed_precision,
+    )
+    device = device_memory(strategy, config.device_memory_gb)
+    if device is not None and device.source == "available RAM":
+        need = StepMemory(need.fixed + input_pipeline_bytes(per_replica, config.image_size), need.per_example)
+    if device is None:
+        accum = 1 if setting == "auto" else setting
+        return accum, "memory per replica unknown on this device (set --device_memory_gb to size the step)"
+    fitting = choose_accum_steps(per_replica, need, device.bytes)
+    if setting != "auto":
+        step_gb = need.total(per_replica // setting) / GB
+        note = f"step ~{step_gb:.1f} GB of {device.bytes / GB:.1f} GB ({device.source})"
+        if fitting is None or fitting > setting:
+            note += f"; it may not fit: --accum_steps=auto would choose {fitting or 'none (too big)'}"
+        return setting, note
+    if fitting is None:
+        raise UsageError(
+            f"a training step of {config.model} at {config.image_size} px needs ~{need.total(1) / GB:.1f} GB "
+            f"per replica even one image at a time, and {device.source} is {device.bytes / GB:.1f} GB: use a "
+            "smaller --model or --image_size, --mixed_precision=bfloat16, or more memory "
+            "(--device_memory_gb overrides the detected size)."
+        )
+    micro = per_replica // fitting
+    return fitting, (
+        f"accum_steps auto: {fitting} (step ~{need.total(micro) / GB:.1f} GB of {device.bytes / GB:.1f} GB "
+        f"{device.source} per replica)"
+    )
