@@ -4,7 +4,7 @@ A person starting a week-long run wants to see, before it starts, that it is the
 hardware, batch and schedule they meant; a log read later wants the same facts at its top.
 """
 
-from trainers import distribute
+from trainers import distribute, memory
 
 
 def _count(n):
@@ -28,8 +28,7 @@ def _split_sizes(spec, splits):
 
 def lines(*, config, spec, strategy, model, eval_splits, accum_steps, memory_note, jit, start_step):
     """The banner as a list of lines (printed by the chief only)."""
-    grid = model.token_grid(config.image_size)
-    tokens = grid[0] * grid[1] + (1 if model.classifier == "token" else 0)
+    tokens = memory.sequence_length(model, config.image_size)
     weights = config.weights if config.weights.lower() not in ("", "none") else "random initialisation"
     replicas = strategy.num_replicas_in_sync
     per_replica = config.batch_size // replicas

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 
 VERBOSE_FLAG = "--verbose"
 _TRUE = ("", "=true", "=True", "=1")
@@ -90,8 +91,6 @@ class Progress:
     feature extraction: "  cifar10 train: 2048/50000 images, 410 img/s, ETA 0:01:57"."""
 
     def __init__(self, console, label, total, every_s=10.0, clock=None):
-        import time
-
         self.console, self.label, self.total, self.every_s = console, label, total, every_s
         self.clock = clock or time.perf_counter
         self.start = self.last = self.clock()

@@ -187,6 +187,15 @@ def describe(strategy) -> str:
     return f"{kind}: {replicas} replica(s) on {workers} worker(s) [{shown}]"
 
 
+def worker_devices(strategy):
+    """The devices a strategy's replicas run on in this process ("GPU"/"CPU" for the default
+    strategy, where TensorFlow places the step itself)."""
+    try:
+        return list(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy: one device, TensorFlow's choice
+        return ["GPU"] if tf.config.list_logical_devices("GPU") else ["CPU"]
+
+
 def is_chief(strategy):
     """The process that writes logs, results and the real checkpoints (worker 0 or 'chief')."""
     resolver = getattr(strategy, "cluster_resolver", None)

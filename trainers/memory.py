@@ -17,9 +17,9 @@ the input pipeline's prefetched batches share the same memory.
 import dataclasses
 import os
 
-import tensorflow as tf
 from tensorflow.python.client import device_lib
 
+from trainers import distribute
 from trainers.data.pipeline import PREFETCH_BATCHES
 from trainers.errors import UsageError
 from trainers.flags import parse_accum_steps
@@ -53,10 +53,15 @@ class StepMemory:
         return self.fixed + self.per_example * micro_batch
 
 
+def sequence_length(model, image_size):
+    """The tokens a keras_vit ViT's encoder sees for `image_size` images: patches and class token."""
+    grid = model.token_grid(image_size)
+    return grid[0] * grid[1] + (1 if model.classifier == "token" else 0)
+
+
 def estimate(model, *, image_size, optimizer="sgd", momentum_dtype="float32", mixed_precision="none"):
     """StepMemory of a training step of a keras_vit ViT on `image_size` (int) square images."""
-    grid = model.token_grid(image_size)
-    tokens = grid[0] * grid[1] + (1 if model.classifier == "token" else 0)
+    tokens = sequence_length(model, image_size)
     numbers = ACTIVATIONS_PER_TOKEN_AND_UNIT * tokens * model.hidden_size
     numbers += ACTIVATIONS_PER_TOKEN * tokens
     numbers += ATTENTION_FRACTION * model.num_heads * tokens * tokens
@@ -71,9 +76,9 @@ def estimate(model, *, image_size, optimizer="sgd", momentum_dtype="float32", mi
     return StepMemory(fixed=int(SAFETY_FACTOR * fixed), per_example=int(SAFETY_FACTOR * per_example))
 
 
-def input_pipeline_bytes(global_batch, image_size):
-    """Host memory of the training pipeline's prefetched float32 batches."""
-    return PREFETCHED_BATCHES * global_batch * image_size * image_size * 3 * 4
+def input_pipeline_bytes(batch, image_size):
+    """Host memory of the training pipeline's float32 batches of `batch` images."""
+    return PREFETCHED_BATCHES * batch * image_size * image_size * 3 * 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +87,8 @@ class DeviceMemory:
 
     bytes: int
     source: str
+    # The host's RAM, which the input pipeline's batches take from too.
+    shared_with_input: bool = False
 
 
 def device_memory(strategy, override_gb=0.0):
@@ -89,7 +96,7 @@ def device_memory(strategy, override_gb=0.0):
     replicas = strategy.num_replicas_in_sync
     if override_gb:
         return DeviceMemory(int(override_gb * GB), "--device_memory_gb")
-    devices = [d.upper() for d in _worker_devices(strategy)]
+    devices = [d.upper() for d in distribute.worker_devices(strategy)]
     if any("TPU" in d for d in devices):
         return None
     if devices and all("GPU" in d for d in devices):
@@ -101,7 +108,7 @@ def device_memory(strategy, override_gb=0.0):
     if available is None:
         return None
     # Logical CPU devices (--cpu_devices) share the machine's memory.
-    return DeviceMemory(int(USABLE_FRACTION * available / replicas), "available RAM")
+    return DeviceMemory(int(USABLE_FRACTION * available / replicas), "available RAM", shared_with_input=True)
 
 
 def choose_accum_steps(per_replica_batch, memory, budget):
@@ -111,13 +118,6 @@ def choose_accum_steps(per_replica_batch, memory, budget):
         if per_replica_batch % accum == 0 and memory.total(per_replica_batch // accum) <= budget:
             return accum
     return None
-
-
-def _worker_devices(strategy):
-    try:
-        return list(strategy.extended.worker_devices)
-    except RuntimeError:  # the default strategy: TensorFlow places the step itself
-        return ["GPU"] if tf.config.list_logical_devices("GPU") else ["CPU"]
 
 
 def _smallest_gpu_memory():
@@ -158,7 +158,7 @@ def resolve_accum_steps(config, strategy, model):
         mixed_precision=config.mixed_precision,
     )
     device = device_memory(strategy, config.device_memory_gb)
-    if device is not None and device.source == "available RAM":
+    if device is not None and device.shared_with_input:
         need = StepMemory(need.fixed + input_pipeline_bytes(per_replica, config.image_size), need.per_example)
     if device is None:
         accum = 1 if setting == "auto" else setting

@@ -60,9 +60,9 @@ def run(config):
     check_rerun(config)
     # Validation is over: from here on the workdir is written.
     try:
-        run = _Run(config, strategy, spec, trainer, schedule, classification, evaluators)
-        run.memory_note = memory_note
-        return run.train()
+        return _Run(
+            config, strategy, spec, trainer, schedule, classification, evaluators, memory_note
+        ).train()
     except (OSError, tf.errors.OpError) as error:
         # A damaged data file or a write the disk refused: one line (trainers/faults.py).
         fault = faults.as_trainer_error(error, workdir=config.workdir, spec=spec)
@@ -169,23 +169,19 @@ def use_jit(setting, strategy):
         return setting == "true"
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return False
-    try:
-        devices = strategy.extended.worker_devices
-    except RuntimeError:  # the default strategy: one device, TensorFlow's choice
-        devices = ["GPU"] if tf.config.list_logical_devices("GPU") else ["CPU"]
-    return all("GPU" in d.upper() for d in devices)
+    return all("GPU" in d.upper() for d in distribute.worker_devices(strategy))
 
 
 class _Run:
     """The workdir side of a run: resume, the controller's actions, the final evaluation and export."""
 
-    def __init__(self, config, strategy, spec, trainer, schedule, classification, evaluators):
+    def __init__(self, config, strategy, spec, trainer, schedule, classification, evaluators, memory_note):
         self.config, self.strategy, self.spec, self.trainer = config, strategy, spec, trainer
         self.schedule, self.classification, self.evaluators = schedule, classification, evaluators
         self.workdir = config.workdir
         self.chief = distribute.is_chief(strategy)
         self.console = Console(self.chief)
-        self.memory_note = ""
+        self.memory_note = memory_note  # the banner's word on the accumulation chosen
 
     def train(self):
         config, trainer, strategy = self.config, self.trainer, self.strategy
@@ -273,13 +269,16 @@ class _Run:
         self.summaries.flush()
         return results
 
-    def _pictures(self):
-        """Attention pictures at each evaluation, of the first eval split's first images."""
+    def _first_eval_split(self):
+        """(name, this process's evaluation dataset) of the first --eval_splits entry."""
         name, split = next(iter(parse_eval_splits(self.config.eval_splits).items()))
         batch = self.trainer.micro_batch_size
-        dataset = _input_fn(self.config, self.spec, split, training=False, batch_size=batch)(
-            tf.distribute.InputContext()
-        )
+        input_fn = _input_fn(self.config, self.spec, split, training=False, batch_size=batch)
+        return name, input_fn(tf.distribute.InputContext())
+
+    def _pictures(self):
+        """Attention pictures at each evaluation, of the first eval split's first images."""
+        name, dataset = self._first_eval_split()
         writer, every = self.summaries.eval, self.config.eval_every
         return image_summaries.Pictures.from_dataset(
             dataset, self.trainer.model, writer, self.spec.class_names, every, name
@@ -292,11 +291,7 @@ class _Run:
         hparams = {k: v for k, v in self.config.items() if isinstance(v, (bool, int, float, str))}
         with self.summaries.train.as_default(step=0):
             hparams_api.hparams(hparams)
-        name, split = next(iter(parse_eval_splits(self.config.eval_splits).items()))
-        batch = self.trainer.micro_batch_size
-        dataset = _input_fn(self.config, self.spec, split, training=False, batch_size=batch)(
-            tf.distribute.InputContext()
-        )
+        name, dataset = self._first_eval_split()
         images = next(iter(dataset))[0][:4]
         with self.summaries.eval.as_default(step=0):
             tf.summary.image(f"{name}/input_images", (tf.cast(images, tf.float32) + 1.0) / 2.0, max_outputs=4)

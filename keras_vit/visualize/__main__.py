@@ -17,8 +17,9 @@ import sys
 
 import numpy as np
 
-from keras_vit import errors, fileio, models, preprocessing, run_dir
+from keras_vit import errors, fileio, models, run_dir
 from keras_vit import images as image_files
+from keras_vit import labels as labels_lib
 from keras_vit import visualize as vis
 
 USAGE_ERROR = 2
@@ -51,12 +52,8 @@ def _labels(model, probabilities, class_names):
     if not model.include_top:
         return None
     top = probabilities.argmax(axis=-1)
-    if class_names:
-        names = [class_names[i] for i in top]
-    elif model.num_classes == 1000:
-        names = [p[0][1] for p in preprocessing.decode_predictions(probabilities, top=1)]
-    else:
-        names = [f"class {i}" for i in top]
+    all_names = labels_lib.class_names(model.num_classes, class_names)
+    names = [all_names[i] for i in top]
     return [f"{name} ({probabilities[i, k]:.2f})" for i, (name, k) in enumerate(zip(names, top))]
 
 
