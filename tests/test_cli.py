@@ -81,7 +81,15 @@ def test_batch_not_divisible_by_replicas(capsys, workdir, cifar_dir):
 
 
 @pytest.mark.parametrize(
-    "flag", ["--total_steps=-5", "--batch_size=0", "--warmup_steps=-1", "--accum_steps=0"]
+    "flag",
+    [
+        "--total_steps=-5",
+        "--batch_size=0",
+        "--warmup_steps=-1",
+        "--accum_steps=0",
+        "--accum_steps=two",
+        "--device_memory_gb=-1",
+    ],
 )
 def test_bad_numbers(capsys, workdir, cifar_dir, flag):
     _fails_cleanly(
