@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast demo lint format clean
+.PHONY: install test test-fast demo bench lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,15 @@ test-fast: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m trainers.demo --workdir=runs/demo
+
+# The Performance tables: all four benchmarks against the peers, then the README's region.
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python -m benchmarks.inference
+	$(BIN)/python -m benchmarks.train
+	$(BIN)/python -m benchmarks.input_pipeline
+	$(BIN)/python -m benchmarks.scaling
+	$(BIN)/python -m benchmarks.report --write
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

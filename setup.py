@@ -40,7 +40,18 @@ EXPORT_REQUIRES = ["tensorflow>=2.16", "tf2onnx", "onnx", "onnxruntime", "ai-edg
 # since 21.2 (and an older pip or another installer may fetch keras-vit from the index).
 # ruff is pinned: `make test` enforces its formatter's output, which changes between releases.
 # nbclient, nbformat and ipykernel run the colab/ notebooks top to bottom.
-TEST_REQUIRES = ["pytest", "pytest-timeout", "jax[cpu]", "ruff==0.17.6", "nbclient", "nbformat", "ipykernel"]
+# keras-hub: tests/test_benchmarks.py runs the benchmarks against it (it brings tensorflow-text
+# of the installed TensorFlow's release).
+TEST_REQUIRES = [
+    "pytest",
+    "pytest-timeout",
+    "jax[cpu]",
+    "ruff==0.17.6",
+    "nbclient",
+    "nbformat",
+    "ipykernel",
+    "keras-hub",
+]
 
 setup(
     name="keras-vit",
@@ -61,8 +72,9 @@ setup(
         "test": TEST_REQUIRES + TRAIN_REQUIRES + EXPORT_REQUIRES,
         "export": EXPORT_REQUIRES,
         "plots": ["matplotlib"],
-        # The peer that benchmarks/ measures against in the same run.
-        "bench": ["keras-hub"],
+        # The peers benchmarks/ measures against in the same run: keras-hub (same Keras) and
+        # timm on PyTorch (timm brings torchvision).
+        "bench": ["keras-hub", "timm", "torch"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -24,6 +24,13 @@ MOMENTUM_DTYPES = ("float32", "bfloat16")
 DECAY_TYPES = ("cosine", "linear")
 STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
 RECIPES = ("imagenet2012", "imagenet21k", "jft")
+# keras_vit.position_embeddings.POSEMB_TYPES (configs do not import the library; a test keeps them equal).
+POSEMB_TYPES = ("learned_1d", "learned_2d", "sincos_2d", "relative", "none")
+OBJECTIVES = ("classification", "masked_patch")
+# keras_vit.masked_patches.TARGETS (configs do not import the library).
+MASKED_TARGETS = ("mean_color", "downsampled", "l2")
+# "How to train your ViT?" levels, weakest to strongest (trainers/data/augreg.py holds their values).
+AUGREG_LEVELS = ("none", "light1", "light2", "medium1", "medium2", "strong1", "strong2")
 
 FIELDS = {
     # Data.
@@ -39,10 +46,28 @@ FIELDS = {
     "random_flip": Field(
         True, "random horizontal flips in training (off for digits: a mirrored digit is another shape)"
     ),
+    "augreg": Field(
+        "none",
+        "AugReg level (Steiner et al.): sets --randaug and --mixup; none, light1, light2, medium1, "
+        "medium2, strong1 or strong2",
+        AUGREG_LEVELS,
+    ),
+    "randaug": Field(
+        "level",
+        "RandAugment in training: N,M (N ops of magnitude M per image, e.g. 2,15), none, or level "
+        "(--augreg's)",
+    ),
+    "mixup": Field(
+        "level",
+        "Mixup in training: Beta concentration p of the mixing weight (e.g. 0.5; 0 = off), or level "
+        "(--augreg's); the labels become soft targets",
+    ),
     "workdir": Field("", "where checkpoints, TensorBoard logs, config.json, results.json and model.npz go"),
     # Model.
     "model": Field(
-        "ViT-B_16", "official model name: ViT-Ti_16, ViT-S_16, ViT-B_16, ..., ViT-H_14, R50+ViT-B_16"
+        "ViT-B_16",
+        "official model name: ViT-Ti_16, ViT-S_16, ViT-B_16, ..., ViT-H_14, or a hybrid: "
+        "R+ViT-Ti_16, R26+ViT-S_32, R50+ViT-B_16, R50+ViT-L_32, ...",
     ),
     "weights": Field("none", "initial weights: registry name, path to .npz/.weights.h5/.keras, or none"),
     "image_size": Field(224, "training and evaluation resolution (pixels, square)"),
@@ -53,7 +78,16 @@ FIELDS = {
     "mlp_dim": Field(0, "override the variant's MLP width (0 = the variant's)"),
     "classifier": Field("token", "token (class token) or gap (global average pooling)", ("token", "gap")),
     "pre_logits": Field(False, "add the tanh pre-logits layer (size = hidden size) before the head"),
+    "posemb": Field(
+        "learned_1d",
+        "position information: learned_1d (official), learned_2d (X and Y halves), sincos_2d (fixed), "
+        "relative (attention bias per 2-D offset) or none",
+        POSEMB_TYPES,
+    ),
     "dropout_rate": Field(0.0, "dropout rate in the encoder"),
+    "stochastic_depth": Field(
+        0.0, "stochastic depth: drop rate of the last block's residual branches (linear from 0 at the first)"
+    ),
     "new_head": Field(
         True, "start from a zero head even if the weights have one of the right size (the paper's recipe)"
     ),
@@ -72,6 +106,20 @@ FIELDS = {
         "imagenet21k or jft (default: the dataset's; sets lr, decay, weight decay, dropout, loss "
         "and steps)",
         RECIPES,
+    ),
+    "objective": Field(
+        "classification",
+        "what pre-training learns: classification (of the labels) or masked_patch (the paper's "
+        "self-supervised masked patch prediction: 50% of the patch embeddings corrupted, their "
+        "--masked_target predicted; labels are not read)",
+        OBJECTIVES,
+    ),
+    "masked_target": Field(
+        "mean_color",
+        "with --objective=masked_patch, what is predicted of each corrupted patch: mean_color (its "
+        "mean colour, 3 bits per channel: 512 classes), downsampled (4x4 cells of 3-bit colour: "
+        "16 x 512 classes) or l2 (its pixels, squared error)",
+        MASKED_TARGETS,
     ),
     "optimizer": Field(
         "sgd",
@@ -124,12 +172,14 @@ FIELDS = {
     "cpu_devices": Field(1, "split the CPU into N logical devices (multi-replica testing)"),
     "mixed_precision": Field(
         "none",
-        "none, bfloat16 (TPU, recent GPUs) or float16 (GPUs, with loss scaling)",
+        "none, bfloat16 (TPU, recent GPUs, CPUs with AMX or AVX-512 BF16; on CPU keep XLA off) "
+        "or float16 (GPUs, with loss scaling)",
         ("none", "bfloat16", "float16"),
     ),
     "jit_compile": Field(
         "auto",
-        "XLA for the step: auto (GPU and single-device runs), true or false",
+        "XLA for the step: auto (on GPUs; off on CPU, where the step measured slower with it), "
+        "true (any device and replica count) or false",
         ("auto", "true", "false"),
     ),
     # Few-shot probes during training (any trainer).
@@ -168,7 +218,9 @@ COMMON = (
     "mlp_dim",
     "classifier",
     "pre_logits",
+    "posemb",
     "dropout_rate",
+    "stochastic_depth",
     "seed",
     "strategy",
     "tpu",
@@ -181,6 +233,9 @@ TRAINING = COMMON + (
     "examples_per_class",
     "crop_min_area",
     "random_flip",
+    "augreg",
+    "randaug",
+    "mixup",
     "loss",
     "optimizer",
     "momentum_dtype",
@@ -210,7 +265,7 @@ TRAINING = COMMON + (
 
 
 # Fields that take a word or a number ("auto" or 4): typed object, so Python configs may set either.
-WORD_OR_NUMBER = ("accum_steps",)
+WORD_OR_NUMBER = ("accum_steps", "mixup")
 
 
 def fields(names):

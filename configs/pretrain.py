@@ -34,6 +34,9 @@ digits: a tiny ViT pre-trained from scratch on CPU (the demo's upstream run): th
     python -m trainers.pretrain --dataset=digits --workdir=/tmp/digits_pre
     Measured: test accuracy 0.883 after its 600 steps, 31 s on 2 CPU cores.
 The result loads into fine-tuning and few-shot evaluation with --weights=WORKDIR/model.npz.
+Every recipe leaves AugReg off (--augreg=none): these are the original paper's recipes. The AugReg
+checkpoints (Steiner et al.) used levels none to strong1 with dropout and stochastic depth 0 or 0.1
+(README, "AugReg"); e.g. --augreg=medium1 for ViT-B_16, as its file name says (aug_medium1).
 """
 
 import math
@@ -83,7 +86,7 @@ def recipe_steps(images, epochs, batch_size=BATCH_SIZE):
 
 def get_config(dataset="imagenet2012", recipe=None, model=None):
     """The preset for `dataset`, with the Table 3 row of `recipe` (default: the dataset's) for `model`."""
-    c = fields(TRAINING + ("recipe",))
+    c = fields(TRAINING + ("recipe", "objective", "masked_target"))
     c.dataset = dataset
     c.model = model or "ViT-B_16"
     c.weights = "none"

@@ -3,12 +3,28 @@
 # The submodules users call as keras_vit.weights.describe(...) and the like are attributes
 # after a plain `import keras_vit`; none of them imports TensorFlow. Not `convert`: it is run
 # as `python -m keras_vit.convert`, which warns when the package has already imported it.
-from keras_vit import checkpoints, fileio, initializers, layers, variants, visualize, weights
+from keras_vit import (
+    checkpoints,
+    fileio,
+    initializers,
+    layers,
+    masked_patches,
+    position_embeddings,
+    variants,
+    visualize,
+    weights,
+)
 from keras_vit.images import load_image, load_images
 from keras_vit.models import (
     CONSTRUCTORS,
     VARIANTS,
+    R26_ViT_B32,
+    R26_ViT_S32,
     R50_ViT_B16,
+    R50_ViT_B32,
+    R50_ViT_L16,
+    R50_ViT_L32,
+    R_ViT_Ti16,
     ViT,
     ViT_B8,
     ViT_B16,
@@ -27,7 +43,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CONSTRUCTORS",
+    "R26_ViT_B32",
+    "R26_ViT_S32",
     "R50_ViT_B16",
+    "R50_ViT_B32",
+    "R50_ViT_L16",
+    "R50_ViT_L32",
+    "R_ViT_Ti16",
     "VARIANTS",
     "ViT",
     "ViT_B8",
@@ -45,6 +67,8 @@ __all__ = [
     "fileio",
     "initializers",
     "layers",
+    "masked_patches",
+    "position_embeddings",
     "load_image",
     "load_images",
     "preprocess_input",

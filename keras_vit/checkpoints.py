@@ -3,31 +3,20 @@
 Sources: the vision_transformer repository (README "Available ViT models", vit_jax/configs/
 models.py). The original release (Dosovitskiy et al.) lives in `imagenet21k/` and
 `imagenet21k+imagenet2012/`; the AugReg release (Steiner et al., "How to train your ViT?")
-in `augreg/`, where we register the checkpoint the README recommends per variant and its
-ImageNet fine-tune. No sha256 is published for any of them, so `sha256` is None throughout:
-downloads are verified structurally instead (every key and shape against the model).
+in `augreg/`, where we register the checkpoint the README recommends per variant (its table
+of the `i21k_300` column of the paper's Table 3, hybrids included) and its ImageNet
+fine-tune; every AugReg file name is one that `gs://vit_models/augreg/index.csv` lists.
+No sha256 is published for any of them, so `sha256` is None throughout: downloads are
+verified structurally instead (every key and shape against the model).
 """
 
 import dataclasses
 
+from keras_vit.variants import VARIANTS
+
 BUCKET = "https://storage.googleapis.com/vit_models"
 IMAGENET21K_CLASSES = 21843
 IMAGENET_CLASSES = 1000
-
-# Width of each official variant: the original imagenet21k checkpoints have a pre-logits
-# layer of this size.
-_HIDDEN = {
-    "ViT-Ti_16": 192,
-    "ViT-S_16": 384,
-    "ViT-S_32": 384,
-    "ViT-B_8": 768,
-    "ViT-B_16": 768,
-    "ViT-B_32": 768,
-    "ViT-L_16": 1024,
-    "ViT-L_32": 1024,
-    "ViT-H_14": 1280,
-    "R50+ViT-B_16": 768,
-}
 
 # AugReg: the recommended ImageNet-21k pre-training per variant (README table) and the
 # fine-tune the README lists next to it; the two file stems share the pre-training part.
@@ -38,6 +27,9 @@ _AUGREG = {
     "ViT-B_16": ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "lr_0.03"),
     "ViT-B_32": ("B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "lr_0.01"),
     "ViT-L_16": ("L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", "lr_0.01"),
+    "R+ViT-Ti_16": ("R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "lr_0.03"),
+    "R26+ViT-S_32": ("R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "lr_0.01"),
+    "R50+ViT-L_32": ("R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1", "lr_0.01"),
 }
 
 
@@ -75,7 +67,8 @@ def _original(name, variant, image_size, num_classes, pre_logits, stem=None):
         file_name=f"{folder}_{stem}.npz",
         image_size=image_size,
         num_classes=num_classes,
-        representation_size=_HIDDEN[variant] if pre_logits else None,
+        # The original imagenet21k checkpoints have a pre-logits layer as wide as the model.
+        representation_size=VARIANTS[variant]["hidden_size"] if pre_logits else None,
     )
 
 

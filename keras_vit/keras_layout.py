@@ -15,8 +15,9 @@ import h5py  # installed with Keras, which saves its weight files with it
 import numpy as np
 
 from keras_vit.errors import CheckpointError, first_line
+from keras_vit.position_embeddings import LEARNED_2D_LAYER, OWN_VARIABLES
 
-_TRANSFORMER_SCOPE = ("posembed_input", "encoder_norm")
+_TRANSFORMER_SCOPE = ("posembed_input", LEARNED_2D_LAYER, "encoder_norm")
 _KERAS_TO_FLAX = {"gamma": "scale", "beta": "bias"}
 
 
@@ -59,6 +60,8 @@ def _variable_names(layer_name, count):
         return ["token"]
     if layer_name == "posembed_input":
         return ["pos_embedding"]
+    if layer_name in OWN_VARIABLES:  # the position variants' own weights (learned_2d, relative)
+        return list(OWN_VARIABLES[layer_name])
     return ["kernel", "bias"][:count]
 
 

@@ -312,20 +312,35 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.out.build((input_shape[0], input_shape[1], self.num_heads, head_dim))
         self.dropout = keras.layers.Dropout(self.dropout_rate)
 
+    def position_bias(self, query):
+        """A bias added to the attention logits before the softmax, or None (the plain ViT).
+
+        `query` is the (B, T, heads, D/heads) query tensor; a subclass (relative position
+        embeddings) returns a tensor broadcastable to (B, heads, T, T). Both the fused and
+        the explicit attention path honour it.
+        """
+        del query
+        return None
+
     def call(self, tokens, training=None, return_attention_scores=False):
         query = self.query(tokens)
         key = self.key(tokens)
         value = self.value(tokens)
+        bias = self.position_bias(query)
         if return_attention_scores or (training and self.dropout_rate > 0):
             scale = 1.0 / float(query.shape[-1]) ** 0.5
             # Logits and softmax in float32: bfloat16 loses too much precision here.
             logits = ops.cast(ops.einsum("bqhk,bthk->bhqt", query, key), "float32") * scale
+            if bias is not None:
+                logits = logits + ops.cast(bias, "float32")
             probs = ops.cast(ops.softmax(logits, axis=-1), value.dtype)
             weights = self.dropout(probs, training=training)
             context = ops.einsum("bhqt,bthk->bqhk", weights, value)
         else:
             probs = None
-            context = ops.dot_product_attention(query, key, value)
+            if bias is not None:
+                bias = ops.cast(bias, query.dtype)
+            context = ops.dot_product_attention(query, key, value, bias=bias)
         outputs = self.out(context)
         if return_attention_scores:
             return outputs, probs
@@ -409,7 +424,9 @@ class EncoderBlock(keras.layers.Layer):
     """Pre-norm Transformer block: z' = MSA(LN(z)) + z; z = MLP(LN(z')) + z'.
 
     `stochastic_depth_rate` drops each residual branch per example during training
-    (scaled so that the expectation is unchanged).
+    (scaled so that the expectation is unchanged). `attention_layer`: None (the plain
+    attention), or {"class_name": a registered MultiHeadSelfAttention subclass, "config": its
+    extra arguments}, built under the same name (e.g. relative position attention).
     """
 
     def __init__(
@@ -419,9 +436,11 @@ class EncoderBlock(keras.layers.Layer):
         dropout_rate=0.0,
         attention_dropout_rate=0.0,
         stochastic_depth_rate=0.0,
+        attention_layer=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.attention_layer = attention_layer
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
         self.dropout_rate = dropout_rate
@@ -435,11 +454,16 @@ class EncoderBlock(keras.layers.Layer):
             epsilon=LAYER_NORM_EPSILON, name="LayerNorm_0", dtype=policy
         )
         self.norm1.build(input_shape)
-        self.attention = MultiHeadSelfAttention(
+        attention_class, attention_args = MultiHeadSelfAttention, {}
+        if self.attention_layer:
+            attention_class = keras.saving.get_registered_object(self.attention_layer["class_name"])
+            attention_args = self.attention_layer.get("config", {})
+        self.attention = attention_class(
             self.num_heads,
             dropout_rate=self.attention_dropout_rate,
             name="MultiHeadDotProductAttention_1",
             dtype=policy,
+            **attention_args,
         )
         self.attention.build(input_shape)
         self.norm2 = keras.layers.LayerNormalization(
@@ -458,12 +482,14 @@ class EncoderBlock(keras.layers.Layer):
         mask = keras.random.uniform(shape, seed=self.seed_generator) < keep
         return branch * ops.cast(mask, branch.dtype) / ops.cast(keep, branch.dtype)
 
-    def call(self, tokens, training=None, return_attention_scores=False):
+    def call(self, tokens, training=None, return_attention_scores=False, patch_input=None):
         x = self.norm1(tokens)
+        # The patch input tells a position-aware attention each call's grid (any-size models).
+        extra = {} if patch_input is None else {"patch_input": patch_input}
         if return_attention_scores:
-            x, scores = self.attention(x, training=training, return_attention_scores=True)
+            x, scores = self.attention(x, training=training, return_attention_scores=True, **extra)
         else:
-            x = self.attention(x, training=training)
+            x = self.attention(x, training=training, **extra)
         x = self.dropout(x, training=training)
         x = tokens + self._drop_path(x, training)
         y = self.mlp(self.norm2(x), training=training)
@@ -484,6 +510,7 @@ class EncoderBlock(keras.layers.Layer):
                 "dropout_rate": self.dropout_rate,
                 "attention_dropout_rate": self.attention_dropout_rate,
                 "stochastic_depth_rate": self.stochastic_depth_rate,
+                "attention_layer": self.attention_layer,
             }
         )
         return config

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit import initializers, preprocessing, resnet
+from keras_vit import initializers, position_embeddings, preprocessing, resnet
 from keras_vit import layers as vit_layers
 from keras_vit import weights as weights_lib
 from keras_vit.variants import VARIANTS
@@ -39,9 +39,9 @@ def _token_grid(image_size, patch_size, resnet_layers):
     """
     patch = _pair(patch_size)
     size = list(image_size)
-    if resnet_layers:
+    if resnet_layers is not None:
         # Root conv and max pool (stride 2 each), then every stage after the first.
-        for _ in range(2 + len(resnet_layers) - 1):
+        for _ in range(resnet.downsamplings(resnet_layers)):
             size = [None if s is None else -(-s // 2) for s in size]
     grid = tuple(None if s is None else s // p for s, p in zip(size, patch))
     if min((g for g in grid if g is not None), default=1) < 1:
@@ -76,11 +76,14 @@ class ViT(keras.Model):
         classifier_activation: activation of the head, None for logits.
         include_preprocessing: True: inputs are pixels in [0, 255]; False: in [-1, 1].
         num_channels: image channels.
-        resnet_layers: units per stage of a BiT ResNet stem (hybrid variants), or None.
+        resnet_layers: units per stage of a BiT ResNet stem (hybrid variants), () for the
+            stem's root alone (R+ViT-Ti/16), or None (no stem).
         resnet_width: width multiplier of that stem.
         base_image_size: int or (height, width): for an image_size with None, the size
             whose grid the stored position embeddings cover on those axes (default 224;
             the constructors pass the weights' own size). Unused for a fixed size.
+        posemb: position information: "learned_1d" (official), "learned_2d", "sincos_2d",
+            "relative" or "none"; see `keras_vit.position_embeddings`.
     """
 
     def __init__(
@@ -105,8 +108,10 @@ class ViT(keras.Model):
         resnet_layers=None,
         resnet_width=1,
         base_image_size=None,
+        posemb="learned_1d",
         **kwargs,
     ):
+        position_embeddings.check_posemb(posemb, hidden_size)
         if classifier not in ("token", "gap"):
             raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
         if pooling not in (None, "token", "gap"):
@@ -127,27 +132,34 @@ class ViT(keras.Model):
             stored_grid = _token_grid(base, patch_size, resnet_layers)
         else:
             stored_grid = grid
-        resnet_layers = tuple(resnet_layers) if resnet_layers else None
+        resnet_layers = None if resnet_layers is None else tuple(resnet_layers)
         policy = kwargs.pop("dtype", None)
 
         inputs = keras.Input((*image_size, num_channels), name="image")
         x = inputs
         if include_preprocessing:
             x = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="rescaling", dtype=policy)(x)
-        if resnet_layers:
+        if resnet_layers is not None:
             x = resnet.resnet_stem(x, resnet_layers, resnet_width, dtype=policy)
         patch_input = x
         x = vit_layers.PatchEmbedding(patch_size, hidden_size, name="embedding", dtype=policy)(x)
         prefix = 1 if classifier == "token" else 0
         if prefix:
             x = vit_layers.ClassToken(name="cls", dtype=policy)(x)
-        if dynamic:
-            # The layer reads each call's grid off the tensor the patches are cut from.
+        # An any-size model's position layers read each call's grid off the patch input.
+        grid_source = {"patch_input": patch_input} if dynamic else {}
+        posemb_args = (stored_grid, prefix, patch_size if dynamic else None)
+        if posemb == "learned_1d" and dynamic:
             x = vit_layers.PositionEmbedding(
                 stored_grid, prefix, patch_size=patch_size, name="posembed_input", dtype=policy
             )(x, patch_input)
-        else:
+        elif posemb == "learned_1d":
             x = vit_layers.PositionEmbedding(grid, prefix, name="posembed_input", dtype=policy)(x)
+        else:
+            position_layer = position_embeddings.input_layer(posemb, *posemb_args, dtype=policy)
+            if position_layer is not None:  # None: relative (in the attention) and none
+                x = position_layer(x, **grid_source)
+        attention_layer = position_embeddings.attention_layer(posemb, *posemb_args)
         x = keras.layers.Dropout(dropout_rate, name="embedding_dropout", dtype=policy)(x)
         for index in range(num_layers):
             rate = stochastic_depth_rate * index / max(num_layers - 1, 1)
@@ -157,9 +169,10 @@ class ViT(keras.Model):
                 dropout_rate=dropout_rate,
                 attention_dropout_rate=attention_dropout_rate,
                 stochastic_depth_rate=rate,
+                attention_layer=attention_layer,
                 name=f"encoderblock_{index}",
                 dtype=policy,
-            )(x)
+            )(x, **(grid_source if attention_layer else {}))
         x = keras.layers.LayerNormalization(
             epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm", dtype=policy
         )(x)
@@ -209,6 +222,7 @@ class ViT(keras.Model):
         self.resnet_width = resnet_width
         self.base_image_size = _image_size(base_image_size) if base_image_size else None
         self.grid_size = grid
+        self.posemb = posemb
         self._warned_double_scaling = False
 
     def get_config(self):
@@ -235,6 +249,7 @@ class ViT(keras.Model):
             "resnet_layers": self.resnet_layers,
             "resnet_width": self.resnet_width,
             "base_image_size": self.base_image_size,
+            "posemb": self.posemb,
         }
 
     @classmethod
@@ -293,14 +308,16 @@ class ViT(keras.Model):
                 continue
             if layer.name == "embedding":
                 patch_input = x
-            if layer.name == "posembed_input" and layer.patch_size is not None:
+            if layer.name in position_embeddings.INPUT_LAYERS and layer.patch_size is not None:
                 x = layer(x, patch_input)
             else:
                 x = layer(x)
         maps = []
+        relative_any_size = self.posemb == "relative" and None in self.image_size
+        grid_source = {"patch_input": patch_input} if relative_any_size else {}
         for index in range(self.num_layers):
             x, probs = self.get_layer(f"encoderblock_{index}")(
-                x, training=False, return_attention_scores=True
+                x, training=False, return_attention_scores=True, **grid_source
             )
             maps.append(probs)
         return maps
@@ -340,7 +357,8 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
     Args:
         variant: a key of VARIANTS.
         weights: None, a registry name (keras_vit.weights.REGISTRY) or a path to a .npz,
-            .weights.h5 or .keras file.
+            .weights.h5 or .keras file. A file with learned_2d or relative position weights
+            sets `posemb` too (unless given); registry weights need posemb="learned_1d".
         image_size: int or (height, width); default: the weights' own size, else 224.
             None for either or both (e.g. (None, None)): one model for any size, whose
             position embeddings keep the weights' own grid (no resize when loading) and are
@@ -352,9 +370,14 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown model {variant!r}; known models: {', '.join(VARIANTS)}.")
+    if weights in weights_lib.REGISTRY and kwargs.get("posemb", "learned_1d") != "learned_1d":
+        raise ValueError(
+            f"the official weights {weights!r} have learned 1-D position embeddings; build with "
+            f"posemb='learned_1d' to load them, or without weights for posemb={kwargs['posemb']!r}."
+        )
     info, params = _read_weights(variant, weights, cache_dir)
     config = dict(VARIANTS[variant])
-    for key in ("representation_size", "classifier"):
+    for key in ("representation_size", "classifier", "posemb"):
         if info.get(key) is not None:
             config[key] = info[key]
     config.update(kwargs)
@@ -464,7 +487,13 @@ ViT_B32 = _make_constructor("ViT_B32", "ViT-B_32")
 ViT_L16 = _make_constructor("ViT_L16", "ViT-L_16")
 ViT_L32 = _make_constructor("ViT_L32", "ViT-L_32")
 ViT_H14 = _make_constructor("ViT_H14", "ViT-H_14")
+R_ViT_Ti16 = _make_constructor("R_ViT_Ti16", "R+ViT-Ti_16")
+R26_ViT_S32 = _make_constructor("R26_ViT_S32", "R26+ViT-S_32")
+R26_ViT_B32 = _make_constructor("R26_ViT_B32", "R26+ViT-B_32")
 R50_ViT_B16 = _make_constructor("R50_ViT_B16", "R50+ViT-B_16")
+R50_ViT_B32 = _make_constructor("R50_ViT_B32", "R50+ViT-B_32")
+R50_ViT_L16 = _make_constructor("R50_ViT_L16", "R50+ViT-L_16")
+R50_ViT_L32 = _make_constructor("R50_ViT_L32", "R50+ViT-L_32")
 
 # Public constructor name -> official variant name.
 CONSTRUCTORS = {
@@ -477,5 +506,11 @@ CONSTRUCTORS = {
     "ViT_L16": "ViT-L_16",
     "ViT_L32": "ViT-L_32",
     "ViT_H14": "ViT-H_14",
+    "R_ViT_Ti16": "R+ViT-Ti_16",
+    "R26_ViT_S32": "R26+ViT-S_32",
+    "R26_ViT_B32": "R26+ViT-B_32",
     "R50_ViT_B16": "R50+ViT-B_16",
+    "R50_ViT_B32": "R50+ViT-B_32",
+    "R50_ViT_L16": "R50+ViT-L_16",
+    "R50_ViT_L32": "R50+ViT-L_32",
 }

@@ -15,8 +15,13 @@ import numpy as np
 
 from keras_vit import fileio
 from keras_vit.errors import CheckpointError, first_line
+from keras_vit.position_embeddings import ATTENTION_LAYER, LEARNED_2D_LAYER
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
+# The position variants' own weights (keras_vit.position_embeddings).
+POSEMB_X = f"Transformer/{LEARNED_2D_LAYER}/pos_embedding_x"
+POSEMB_Y = f"Transformer/{LEARNED_2D_LAYER}/pos_embedding_y"
+RELATIVE_0 = f"Transformer/encoderblock_0/{ATTENTION_LAYER}/relative_embedding"
 # Linen numbers sub-modules per type, pre-linen Flax numbered them in creation order.
 _LINEN_TO_VIT_JAX = {
     "LayerNorm_0": "LayerNorm_0",
@@ -112,10 +117,36 @@ def split_posemb(posemb):
     return None, None
 
 
+def posemb_of(params):
+    """The position variant whose weights a vit_jax-layout dict holds, None for none stored.
+
+    None: "sincos_2d" or "none" (neither has weights), or a file without blocks.
+    """
+    if POSEMB in params:
+        return "learned_1d"
+    if POSEMB_X in params:
+        return "learned_2d"
+    if RELATIVE_0 in params:
+        return "relative"
+    return None
+
+
+def _stored_grid(params):
+    """(h, w) of the patch grid the position weights are stored for, or None."""
+    if POSEMB in params:
+        _, side = split_posemb(params[POSEMB])
+        return (side, side) if side else None
+    if POSEMB_X in params and POSEMB_Y in params:
+        return (params[POSEMB_Y].shape[0], params[POSEMB_X].shape[0])
+    if RELATIVE_0 in params:
+        return tuple((size + 1) // 2 for size in params[RELATIVE_0].shape[:2])
+    return None
+
+
 def architecture(params):
     """What a vit_jax-layout dict says about its model (None where it cannot tell)."""
     kernel = params.get("embedding/kernel")
-    posemb = params.get(POSEMB)
+    grid = _stored_grid(params)
     num_layers = 0
     while f"Transformer/encoderblock_{num_layers}/LayerNorm_0/scale" in params:
         num_layers += 1
@@ -131,11 +162,10 @@ def architecture(params):
     hybrid = "conv_root/kernel" in params
     patch = kernel.shape[0] if kernel is not None else None
     image_size = None
-    if posemb is not None and patch is not None:
-        _, side = split_posemb(posemb)
+    if grid is not None and patch is not None:
         # The BiT stem downsamples 4x (root conv + pool), then 2x per stage after the first.
         stride = 4 * 2 ** max(len(resnet_layers) - 1, 0) if hybrid else 1
-        image_size = (side * patch * stride,) * 2 if side else None
+        image_size = tuple(side * patch * stride for side in grid)
     return dict(
         image_size=image_size,
         patch_size=patch,
@@ -150,4 +180,5 @@ def architecture(params):
         classifier="token" if "cls" in params else "gap",
         resnet_layers=tuple(resnet_layers) if hybrid else None,
         resnet_width=params["conv_root/kernel"].shape[-1] // 64 if hybrid else None,
+        posemb=posemb_of(params),
     )

@@ -1,7 +1,11 @@
-"""The BiT ResNet stem of the hybrid ViT variants (R50+ViT-B/16).
+"""The BiT ResNet stem of the hybrid ViT variants (R+ViT-Ti/16, R26+ViT-S/32, R50+ViT-B/16, ...).
 
 Weight-standardised convolutions and GroupNorm(32) as in the official hybrid models;
 names follow the official checkpoint keys (conv_root, gn_root, block1/unit1/conv1, ...).
+A stem has a root (7x7 conv, stride 2, then a 3x3 max pool, stride 2) and any number of
+bottleneck stages, none included: R+ViT-Ti/16 is the root alone (vit_jax's
+`resnet.num_layers = ()`), R26 has (2, 2, 2, 2) units, R50 (3, 4, 6, 3) or, for the /16
+variants, (3, 4, 9).
 """
 
 import keras
@@ -168,8 +172,22 @@ class ResNetStage(keras.layers.Layer):
         return config
 
 
+def downsamplings(layers):
+    """How many times a stem with `layers` units per stage halves the image (rounding up).
+
+    The root conv and the max pool halve it; so does the first unit of every stage after the
+    first. The root alone (no stages) halves it twice too.
+    """
+    return 2 + max(len(layers) - 1, 0)
+
+
+def output_stride(layers):
+    """Image pixels per position of the stem's feature map (for sizes it divides)."""
+    return 2 ** downsamplings(layers)
+
+
 def resnet_stem(x, layers, width=1, dtype=None):
-    """Applies the BiT root and stages to a functional tensor; output stride 4 * 2^(stages-1)."""
+    """Applies the BiT root and stages to a functional tensor; `layers` may be empty (root only)."""
     base = int(64 * width)
     x = StdConv2D(base, 7, 2, name="conv_root", dtype=dtype)(x)
     x = _group_norm("gn_root", dtype)(x)

@@ -22,7 +22,7 @@ import urllib.request
 import numpy as np
 import scipy.ndimage
 
-from keras_vit import checkpoints, fileio, keras_layout, npz_layout, variants
+from keras_vit import checkpoints, fileio, keras_layout, npz_layout, position_embeddings, variants
 from keras_vit.checkpoints import REGISTRY, Checkpoint
 from keras_vit.errors import CheckpointError, first_line
 from keras_vit.keras_layout import export_params
@@ -60,11 +60,12 @@ def describe(weights, variant=None, cache_dir=None):
     classifier="token"|"gap"). A registry name needs `variant` and no download; a local file
     is read for its shapes.
     """
-    return read_checkpoint(weights, variant, cache_dir)[0]
+    info = read_checkpoint(weights, variant, cache_dir)[0]
+    return {key: info[key] for key in _DESCRIBE_KEYS}
 
 
 def read_checkpoint(weights, variant=None, cache_dir=None):
-    """(describe(...)'s dict, the file's params or None for a registry name).
+    """(describe(...)'s dict, with "posemb" for a file, the file's params or None for a registry name).
 
     For building a model and then loading it without reading a large local file twice:
     pass the params on to `load_weights(..., params=...)`.
@@ -74,12 +75,13 @@ def read_checkpoint(weights, variant=None, cache_dir=None):
         return checkpoints.lookup(weights, variant).describe(), None
     params = read_params(_checkpoint_path(weights))
     found = npz_layout.architecture(params)
-    if found["image_size"] is None:
+    if found["image_size"] is None and POSEMB in params:
         raise CheckpointError(
             f"{weights}: position embeddings are not a square patch grid; "
             "it is not a ViT checkpoint keras_vit can read"
         )
-    return {key: found[key] for key in _DESCRIBE_KEYS}, params
+    # posemb too where the file tells (its position weights); sincos_2d and none store none.
+    return {key: found[key] for key in (*_DESCRIBE_KEYS, "posemb")}, params
 
 
 def load_weights(model, weights, variant=None, cache_dir=None, params=None):
@@ -238,6 +240,7 @@ def assign_params(model, params, source):
     """Checks every key and shape of `params` against `model`, adapts, then assigns."""
     targets = keras_layout.model_variables(model)
     model_keys = {key for key, _ in targets}
+    _check_posemb(params, model, source)
     values = {}
     head_kernel = next((tuple(v.shape) for k, v in targets if k == "head/kernel"), None)
     keep_head = (
@@ -255,6 +258,8 @@ def assign_params(model, params, source):
         value = params[key]
         if key == POSEMB:
             value = _adapt_posemb(value, model, "cls" in model_keys, source)
+        elif key.rsplit("/", 1)[-1] in position_embeddings.GRID_AXES:
+            value = position_embeddings.resize_grid_weight(key.rsplit("/", 1)[-1], value, shape)
         if tuple(value.shape) != shape:
             raise CheckpointError(
                 f"{source}: does not fit this model: {key!r} has shape {tuple(value.shape)} in the "
@@ -272,6 +277,21 @@ def assign_params(model, params, source):
     _log_head(params, head_kernel, keep_head, model_keys)
     for key, variable in targets:
         variable.assign(np.asarray(values[key], dtype=variable.dtype))
+
+
+def _check_posemb(params, model, source):
+    """A one-line error when the checkpoint's position variant is not the model's."""
+    stored = npz_layout.posemb_of(params)
+    wanted = getattr(model, "posemb", "learned_1d")
+    if "embedding/kernel" not in params or stored == wanted:
+        return
+    if stored is None and wanted in ("sincos_2d", "none"):
+        return  # neither stores weights: the two cannot be told apart from the file
+    trained = f"posemb={stored!r}" if stored else "posemb='sincos_2d' or 'none' (no position weights)"
+    raise CheckpointError(
+        f"{source}: the checkpoint was trained with {trained} but the model has "
+        f"posemb={wanted!r}; build the model with the checkpoint's posemb"
+    )
 
 
 def _missing_hint(key):
@@ -294,15 +314,23 @@ def _summary(params):
 
 def _adapt_posemb(posemb, model, model_has_cls, source):
     """The official high-resolution fine-tuning step, plus big_vision's no-class-row layout."""
-    prefix, side = npz_layout.split_posemb(posemb)
-    if prefix is None:
-        raise CheckpointError(
-            f"{source}: position embeddings with {posemb.shape[1]} rows are "
-            "not a square patch grid; it is not a ViT checkpoint"
-        )
     grid = tuple(model.get_layer("posembed_input").grid_size)
+    # The model's own grid first: a file saved from a model with a non-square grid stores that
+    # grid's rows, which a square reading would take for another (resized) grid.
+    prefix = posemb.shape[1] - grid[0] * grid[1]
+    stored = grid
+    if prefix not in (0, 1):
+        prefix, side = npz_layout.split_posemb(posemb)
+        if prefix is None:
+            raise CheckpointError(
+                f"{source}: position embeddings with {posemb.shape[1]} rows are neither the "
+                f"model's {grid[0]}x{grid[1]} patch grid nor a square one; it is not a ViT "
+                "checkpoint of this shape"
+            )
+        stored = (side, side)
     rows = posemb[:, prefix:]
-    if (side, side) != grid:
+    if stored != grid:
+        side = stored[0]
         zoom = (grid[0] / side, grid[1] / side, 1)
         rows = scipy.ndimage.zoom(rows[0].reshape(side, side, -1), zoom, order=1)
         rows = rows.reshape(1, grid[0] * grid[1], -1)

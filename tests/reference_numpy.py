@@ -3,8 +3,9 @@
 Written from the equations (DESIGN.md) and the official Flax modules' semantics, sharing no
 code with keras_vit: it reads a flat dict in the original vit_jax checkpoint layout
 (`embedding/kernel`, `Transformer/encoderblock_0/...`) and images already scaled to [-1, 1].
-Covers the plain ViT and the hybrid with a BiT ResNet stem (weight-standardised convolutions,
-GroupNorm with 32 groups, SAME padding, as vit_jax's models_resnet).
+Covers the plain ViT and the hybrids with a BiT ResNet stem (weight-standardised convolutions,
+GroupNorm with 32 groups, SAME padding, as vit_jax's models_resnet) of any number of stages,
+none included (the root alone, as R+ViT-Ti/16): the stages are read off the file's keys.
 """
 
 import math
@@ -198,18 +199,34 @@ def residual_unit(p, prefix, x, features, stride):
     return np.maximum(residual + y, 0)
 
 
+def resnet_stages(p):
+    """Units per stage of the stem in `p`: () for the root alone, (3, 4, 9) for R50+B/16."""
+    stages = []
+    while f"block{len(stages) + 1}/unit1/conv1/kernel" in p:
+        units = 0
+        while f"block{len(stages) + 1}/unit{units + 1}/conv1/kernel" in p:
+            units += 1
+        stages.append(units)
+    return tuple(stages)
+
+
+def token_stride(p):
+    """Image pixels per token: the patch; for a hybrid times 4 (root conv and pool), times 2
+    for each stage after the first (whose first unit strides)."""
+    patch = p["embedding/kernel"].shape[0]
+    if "conv_root/kernel" not in p:
+        return patch
+    return patch * 4 * 2 ** max(len(resnet_stages(p)) - 1, 0)
+
+
 def resnet_stem(p, x):
     width = p["conv_root/kernel"].shape[-1]
     x = std_conv(x, p["conv_root/kernel"], stride=2)
     x = np.maximum(gn(p, "gn_root", x), 0)
     x = max_pool_same(x)
-    stage = 1
-    while f"block{stage}/unit1/conv1/kernel" in p:
+    for stage, units in enumerate(resnet_stages(p), 1):
         features = width * 2 ** (stage - 1)
-        unit = 1
-        while f"block{stage}/unit{unit}/conv1/kernel" in p:
+        for unit in range(1, units + 1):
             stride = 2 if (stage > 1 and unit == 1) else 1
             x = residual_unit(p, f"block{stage}/unit{unit}/", x, features, stride)
-            unit += 1
-        stage += 1
     return x

@@ -3,6 +3,8 @@
 `vit_jax_params` writes the original vit_jax layout; `to_big_vision` rewrites such a dict
 the way big_vision stores the same weights (`params/` prefix, top-level `pos_embedding`,
 linen sub-module numbers, blocks stacked on a leading axis), independently of keras_vit.
+Hybrids carry the BiT ResNet stem of vit_jax's models_vit.py: `conv_root`, `gn_root`, then
+`block{s}/unit{u}/{conv,gn}{1,2,3,_proj}` for any number of stages, none included.
 """
 
 import numpy as np
@@ -13,10 +15,26 @@ S32 = dict(patch_size=32, hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1
 R50_B16 = dict(
     patch_size=1, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072, resnet_layers=(3, 4, 9)
 )
+# The AugReg hybrids (vit_jax/configs/models.py): the stem's root alone with 8x8 patches,
+# and R26's and R50's four stages with 1x1 patches.
+R_TI16 = dict(patch_size=8, hidden_size=192, num_layers=12, num_heads=3, mlp_dim=768, resnet_layers=())
+R26_S32 = dict(
+    patch_size=1, hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536, resnet_layers=(2, 2, 2, 2)
+)
+R50_L32 = dict(
+    patch_size=1, hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096, resnet_layers=(3, 4, 6, 3)
+)
 # A reduced hybrid: the same stem structure with one unit per stage and a small encoder.
 SMALL_HYBRID = dict(
     patch_size=1, hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128, resnet_layers=(1, 1, 1)
 )
+
+
+def token_stride(config):
+    """Image pixels per token of a config: the patch, times the stem's 4 * 2^(stages - 1)."""
+    layers = config.get("resnet_layers")
+    stem = 1 if layers is None else 4 * 2 ** max(len(layers) - 1, 0)
+    return config["patch_size"] * stem
 
 
 def vit_jax_params(
@@ -34,21 +52,32 @@ def vit_jax_params(
     resnet_layers=None,
     resnet_width=1,
     num_channels=3,
+    shapes_only=False,
 ):
-    """A random checkpoint in the vit_jax layout, scaled so activations stay O(1)."""
+    """A random checkpoint in the vit_jax layout, scaled so activations stay O(1).
+
+    shapes_only: every array a read-only view of one zero (no memory), for checking what a
+    file of that shape says about its model (e.g. of a 300M-parameter variant) quickly.
+    """
     rng = np.random.default_rng(seed)
     p = {}
 
     def dense(key, fan_in, shape):
+        if shapes_only:
+            p[key] = np.broadcast_to(np.float32(0), shape)
+            return
         p[key] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
 
     def small(key, shape, center=0.0):
+        if shapes_only:
+            p[key] = np.broadcast_to(np.float32(center), shape)
+            return
         p[key] = (center + 0.1 * rng.standard_normal(shape)).astype(np.float32)
 
     channels = num_channels
     stride = 1
-    if resnet_layers:
-        width = 64 * resnet_width
+    if resnet_layers is not None:  # () is the stem's root alone
+        width = int(64 * resnet_width)
         dense("conv_root/kernel", 49 * channels, (7, 7, channels, width))
         small("gn_root/scale", (width,), 1.0)
         small("gn_root/bias", (width,))

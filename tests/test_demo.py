@@ -10,11 +10,15 @@ from trainers import demo
 
 STAGES = (
     "pretrain",
+    "pretrain_masked_patch",
     "fewshot",
+    "fewshot_masked_patch",
     "fewshot_random_init",
     "fewshot_pixels",
     "finetune",
     "finetune_10per_class",
+    "finetune_masked_patch",
+    "finetune_masked_patch_10per_class",
     "scratch",
     "scratch_10per_class",
 )
@@ -29,12 +33,15 @@ def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys):
 
     expected = {
         "pretrain/test_accuracy",
+        "pretrain_masked_patch/test_masked_patch_accuracy",
         "finetune/test_accuracy",
         "finetune_10per_class/test_accuracy",
+        "finetune_masked_patch/test_accuracy",
+        "finetune_masked_patch_10per_class/test_accuracy",
         "scratch/test_accuracy",
         "scratch_10per_class/test_accuracy",
     }
-    for probe in ("fewshot", "fewshot_random_init", "fewshot_pixels"):
+    for probe in ("fewshot", "fewshot_masked_patch", "fewshot_random_init", "fewshot_pixels"):
         expected |= {f"{probe}/{k}shot_accuracy{s}" for k in (1, 5, 10) for s in ("", "_std")}
     assert expected <= set(results)
     for key in expected:
@@ -55,12 +62,24 @@ def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys):
     with open(os.path.join(workdir, "fewshot", "results.json")) as f:
         probe = json.load(f)
     assert probe["weights"].endswith(os.path.join("pretrain", "model.npz")) and probe["feature_dim"] == 64
+    # The self-supervised run trained without labels, logged its own metric, and its probe and
+    # fine-tunes started from its model.npz.
+    with open(os.path.join(workdir, "pretrain_masked_patch", "config.json")) as f:
+        assert json.load(f)["objective"] == "masked_patch"
+    masked_tags = scalar_tags(os.path.join(workdir, "pretrain_masked_patch", "eval"))
+    assert "test/masked_patch_accuracy" in masked_tags and "fewshot/digits_5-9/10shot_accuracy" in masked_tags
+    for stage in ("fewshot_masked_patch", "finetune_masked_patch"):
+        with open(os.path.join(workdir, stage, "config.json")) as f:
+            assert json.load(f)["weights"].endswith(os.path.join("pretrain_masked_patch", "model.npz"))
 
     # One table with every method, and the TensorBoard command.
     for label in (
         "linear probe, pre-trained ViT features",
+        "linear probe, masked-patch pre-trained ViT",
         "linear probe, raw pixels",
         "fine-tune the pre-trained ViT",
+        "fine-tune the masked-patch pre-trained ViT",
+        "by masked patch prediction (no labels)",
         "same ViT from scratch, same budget",
     ):
         assert label in out

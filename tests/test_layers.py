@@ -102,6 +102,27 @@ def test_attention_probabilities_are_returned_and_match_fused_path():
     np.testing.assert_allclose(explicit, fused, atol=1e-5)
 
 
+class _SelfOnlyAttention(layers.MultiHeadSelfAttention):
+    """A position bias that leaves each token attending to itself only."""
+
+    def position_bias(self, query):
+        length = query.shape[1]
+        return (1.0 - np.eye(length, dtype="float32"))[None, None] * -1e4
+
+
+def test_position_bias_reaches_the_fused_and_the_explicit_path():
+    layer = _SelfOnlyAttention(4)
+    x = _inputs((2, 7, 16))
+    fused = layer(x)
+    explicit, probs = layer(x, return_attention_scores=True)
+    np.testing.assert_allclose(probs, np.broadcast_to(np.eye(7), (2, 4, 7, 7)), atol=1e-6)
+    # Attending only to itself, each token's context is its own value vector.
+    expected = layer.out(layer.value(x))
+    np.testing.assert_allclose(fused, expected, atol=1e-5)
+    np.testing.assert_allclose(explicit, expected, atol=1e-5)
+    assert layers.MultiHeadSelfAttention(4).position_bias(None) is None
+
+
 def test_attention_rejects_indivisible_heads():
     with pytest.raises(ValueError, match="not divisible by 5 heads"):
         layers.MultiHeadSelfAttention(5)(_inputs((1, 3, 16)))

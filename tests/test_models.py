@@ -27,9 +27,18 @@ PARAMETER_COUNTS = {
     "ViT-L_16": 304_326_632,
     "ViT-L_32": 306_535_400,
     "ViT-H_14": 632_045_800,
+    "R+ViT-Ti_16": 6_337_704,
+    "R26+ViT-S_32": 36_431_912,
+    "R26+ViT-B_32": 101_383_976,
     "R50+ViT-B_16": 98_659_112,
+    # The paper's R50+B/32 and R50+L/16 have no vit_jax config: timm 1.0.31's hybrid ViT on
+    # the same ResNetV2 stems ((3, 4, 6, 3) and (3, 4, 9), 1x1 patches) counts the same
+    # (it also gives vit_jax's five hybrid counts above).
+    "R50+ViT-B_32": 110_945_832,
+    "R50+ViT-L_16": 316_483_624,
+    "R50+ViT-L_32": 328_994_856,
 }
-LARGE = {"ViT-L_16", "ViT-L_32", "ViT-H_14"}
+LARGE = {"ViT-L_16", "ViT-L_32", "ViT-H_14", "R50+ViT-L_16", "R50+ViT-L_32"}
 TINY = dict(patch_size=4, hidden_size=24, num_layers=2, num_heads=3, mlp_dim=48, num_classes=5)
 
 
@@ -66,8 +75,12 @@ def test_parameter_count_and_build_at_224_and_384(variant):
     assert model.output_shape == (None, 1000)
     del model
     keras.backend.clear_session()
+    if variant in ("R50+ViT-L_16", "R50+ViT-L_32"):
+        return  # 384 px: their stems' grids are R50+ViT-B_16's and R50+ViT-B_32's, built here
     model = getattr(keras_vit, function)(input_shape=(384, 384, 3), classes=10)
-    stride = 16 if variant.startswith("R50") else VARIANTS[variant]["patch_size"]
+    stride = VARIANTS[variant]["patch_size"]
+    if "resnet_layers" in VARIANTS[variant]:  # the root's 4x, then 2x per later stage
+        stride *= 4 * 2 ** max(len(VARIANTS[variant]["resnet_layers"]) - 1, 0)
     tokens = (384 // stride) ** 2 + 1  # H/14: 27 x 27, as the official 384 px checkpoint
     hidden = VARIANTS[variant]["hidden_size"]
     assert model.get_layer("posembed_input").pos_embedding.shape == (1, tokens, hidden)

@@ -48,6 +48,7 @@ DISTRIBUTIONS = {
     "tensorboard": "tensorboard",
     "tensorflow": "tensorflow",
     "tensorflow_datasets": "tensorflow-datasets",
+    "timm": "timm",
     "torch": "torch",
 }
 # Keras backends: keras_vit imports one inside a function only when it is the running backend.
@@ -167,12 +168,21 @@ def test_train_extra_is_what_trainers_and_configs_import(requires):
 
 def test_test_extra_installs_the_trainers_and_what_the_tests_import(requires):
     assert requires["test"] >= requires["train"] | {"pytest", "pytest-timeout", "jax", "ruff"}
-    local = {name[:-3] for name in os.listdir(TESTS) if name.endswith(".py")}
+    # benchmarks/ is the repository's own (tests/test_benchmarks.py runs it), not a distribution.
+    local = {name[:-3] for name in os.listdir(TESTS) if name.endswith(".py")} | {"benchmarks"}
     found = _distributions(("tests",), local=local)
     # `make test` installs these extras.
     available = requires["install"] | requires["test"] | requires["plots"] | _keras_requirements()
     missing = {d: where for (d, _), where in found.items() if d not in available}
     assert not missing, f"tests import what `make test` does not install: {missing}"
+
+
+def test_bench_extra_installs_what_the_benchmarks_import(requires):
+    found = _distributions(("benchmarks",), local={"benchmarks"})
+    available = requires["install"] | requires["train"] | requires["bench"] | _keras_requirements()
+    missing = {d: where for (d, _), where in found.items() if d not in available}
+    assert not missing, f"benchmarks/ imports what [bench] and [train] do not install: {missing}"
+    assert {"keras-hub", "timm", "torch"} <= requires["bench"]
 
 
 def test_make_installs_the_train_test_and_plots_extras():

@@ -84,6 +84,7 @@ COVERAGE = {
     r"--strategy=tpu --tpu=local": "test_accelerator_commands_refuse_without_one",
     r"^from configs import finetune as finetune_config\n[\s\S]*strategy=\"tpu\"": "test_colab_tpu_block",
     r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --weights=gs://": "test_finetune_from_own_npz",
+    r"^python -m trainers\.pretrain --dataset=digits --objective=masked_patch": "test_masked_patch_command",
     r"^tensorboard --logdir": Unrunnable("a server that runs until stopped", "test_tensorboard_command"),
     r"\Amodel: +ViT": "test_console_sample",
     r"^finetune: error: --batch_size": "test_trainer_error_samples",
@@ -93,6 +94,12 @@ COVERAGE = {
     r"\Abatch: +512 global": "test_accum_auto_card_command",
     r"^finetune: error: a training step of": "test_accum_nothing_fits_sample",
     r"^case +parameters +measured GB": "test_memory_benchmark_table",
+    # AugReg
+    r"^python -m trainers\.finetune --dataset=digits --workdir=/tmp/digits_augreg": "test_augreg_block",
+    # Position embeddings
+    r"^python -m trainers\.pretrain --dataset=digits --workdir=/tmp/sincos ": "test_posemb_commands",
+    r"^python -m trainers\.finetune --dataset=digits --workdir=/tmp/sincos_ft ": "test_posemb_commands",
+    r"^import keras_vit\n\nmodel = keras_vit\.ViT\(\n    image_size=64": "test_posemb_block",
     # Data
     r"^python -m trainers\.prepare --dataset=oxford_iiit_pet": "test_tfds_block",
     r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --data_dir=/data/tfds": "test_tfds_block",
@@ -112,12 +119,7 @@ COVERAGE = {
     r"^python -m trainers\.fewshot ": "test_fewshot_commands",
     r"^from trainers\.evaluators\.fewshot import FewShotEvaluator": "test_fewshot_evaluator_block",
     r"^upstream: ViT pre-trained on digits 0-4": "test_demo_table_sample",
-    r"^python -m benchmarks\.throughput ": Unrunnable(
-        "needs keras-hub, the [bench] extra, which make test does not install", "test_benchmark_command"
-    ),
-    r"^ViT-B_16 encoder, 224 px": Unrunnable(
-        "printed by the benchmark (keras-hub not installed)", "test_benchmark_command"
-    ),
+    r"^python -m benchmarks\.(inference|train|input_pipeline|scaling|report)\b": "test_performance_section",
     r"^\.venv/bin/python -m pytest ": "test_pytest_commands",
     r"^keras_vit/ +the library": "test_layout_block",
     # Deploy
@@ -594,6 +596,17 @@ def test_finetune_from_own_npz(default_tfds, tmp_path, capsys):
     assert read_results(workdir)["steps"] == 2
 
 
+def test_masked_patch_command(tmp_path, capsys):
+    item = only(r"^python -m trainers\.pretrain --dataset=digits --objective=masked_patch")
+    workdir = tmp_path / "digits_mpp"
+    code, out, err = run_command(item.text, capsys, {"/tmp/digits_mpp": str(workdir)}, SHORT_TINY)
+    assert code == 0, err
+    config = json.loads((workdir / "config.json").read_text())
+    assert (config["objective"], config["masked_target"]) == ("masked_patch", "mean_color")
+    assert 0 <= read_results(workdir)["eval"]["test"]["masked_patch_accuracy"] <= 1
+    assert "masked_patch_accuracy" in out
+
+
 def test_tensorboard_command(tmp_path):
     import tensorflow as tf
 
@@ -698,6 +711,31 @@ def console_pattern(sample_line):
     return "".join(r"\d+(?:\.\d+)?" if i % 2 else re.escape(p) for i, p in enumerate(parts))
 
 
+# --- Position embeddings -----------------------------------------------------------------------
+
+
+def test_posemb_block(tmp_path):
+    item = only(r"^import keras_vit\n\nmodel = keras_vit\.ViT\(\n    image_size=64")
+    ns, value = run_python(item, replacements={"/tmp/relative.npz": str(tmp_path / "relative.npz")})
+    assert value == ("relative", (6, 6))
+    tables = [w for w in ns["larger"].weights if w.path.endswith("relative_embedding")]
+    assert [tuple(t.shape) for t in tables] == [(11, 11, 3, 64)] * 2
+
+
+@pytest.mark.slow
+def test_posemb_commands(capsys, tmp_path):
+    """A sincos_2d run, then fine-tuning from its model.npz (which stores no position weights)."""
+    pretrain, finetune = matching(r"^python -m trainers\.\w+ --dataset=digits --workdir=/tmp/sincos")
+    places = {"/tmp/sincos": str(tmp_path / "sincos")}
+    code, _, err = run_command(pretrain.text, capsys, places, extra=SHORT)
+    assert code == 0, err
+    stored = np.load(tmp_path / "sincos" / "model.npz", allow_pickle=False).files
+    assert not any("posembed" in key for key in stored)
+    code, _, err = run_command(finetune.text, capsys, places, extra=SHORT)
+    assert code == 0, err
+    assert read_results(str(tmp_path / "sincos_ft"))["steps"] == 2
+
+
 # --- Batches that do not fit -------------------------------------------------------------------
 # The README's run is ViT-Ti/16 at 384 px on 23 GB (nine minutes here); the test runs the same
 # command on a one-block model at 32 px, with the available RAM set so that auto must make the
@@ -766,6 +804,21 @@ def test_memory_benchmark_table():
 
 
 @pytest.mark.slow
+def test_augreg_block(tmp_path, capsys):
+    item = only(r"^python -m trainers\.finetune --dataset=digits --workdir=/tmp/digits_augreg")
+    config = trainer_config(item.text)
+    assert (config.augreg, config.randaug, config.mixup, config.stochastic_depth) == (
+        "medium2",
+        "2,10",
+        "level",
+        0.1,
+    )
+    workdir = tmp_path / "digits_augreg"
+    code, _, err = run_command(item.text, capsys, {"/tmp/digits_augreg": str(workdir)}, SHORT_TINY)
+    assert code == 0, err
+    assert read_results(workdir)["steps"] == 2
+
+
 def test_folder_run(tmp_path, capsys):
     folder = tmp_path / "pets_folder"
     classes = folder_from_tree(only(r"^PATH/\n  train/").text, folder)
@@ -928,7 +981,14 @@ def test_demo_table_sample():
     sample = only(r"^upstream: ViT pre-trained on digits 0-4").text.strip("\n")
     number = r"(\d+\.\d+)"
     results = {"pretrain/test_accuracy": float(re.search(rf"test accuracy {number}", sample).group(1))}
-    probes = {"pre-trained": "fewshot", "random-init": "fewshot_random_init", "raw pixels": "fewshot_pixels"}
+    masked = float(re.search(rf"masked-patch accuracy {number}", sample).group(1))
+    results["pretrain_masked_patch/test_masked_patch_accuracy"] = masked
+    probes = {
+        "pre-trained ViT features": "fewshot",
+        "masked-patch pre-trained": "fewshot_masked_patch",
+        "random-init": "fewshot_random_init",
+        "raw pixels": "fewshot_pixels",
+    }
     for words, stage in probes.items():
         row = next(line for line in sample.splitlines() if line.startswith("linear probe") and words in line)
         for k, (mean, std) in zip(demo.SHOTS, re.findall(rf"{number} ± {number}", row)):
@@ -936,7 +996,11 @@ def test_demo_table_sample():
                 float(mean),
                 float(std),
             )
-    for words, stage in (("fine-tune the pre-trained", "finetune"), ("from scratch", "scratch")):
+    for words, stage in (
+        ("fine-tune the pre-trained", "finetune"),
+        ("fine-tune the masked-patch", "finetune_masked_patch"),
+        ("from scratch", "scratch"),
+    ):
         row = next(line for line in sample.splitlines() if words in line)
         few, every = re.findall(number, row)
         results[f"{stage}_10per_class/test_accuracy"], results[f"{stage}/test_accuracy"] = (
@@ -960,33 +1024,21 @@ def test_demo_table_sample():
     assert "\n".join(line.rstrip() for line in table.splitlines()) == sample  # Markdown drops trailing blanks
 
 
-def test_benchmark_command():
-    import argparse
+def test_performance_section():
+    """The Performance tables are what the committed JSON renders; each benchmark's command parses."""
+    from benchmarks import inference, input_pipeline, report, scaling, train
 
-    (command,) = [i for i in matching(r"^python -m benchmarks\.throughput ")]
-    _, argv = split_command(command.text)
-    throughput = importlib.import_module(argv[2])
-
-    class Parsed(Exception):
-        pass
-
-    def capture(parser, args=None, namespace=None):
-        raise Parsed(parser)
-
-    parser = None
-    original = argparse.ArgumentParser.parse_args
-    try:
-        argparse.ArgumentParser.parse_args = capture
-        throughput.main()
-    except Parsed as got:
-        parser = got.args[0]
-    finally:
-        argparse.ArgumentParser.parse_args = original
-    args = parser.parse_args(argv[3:])  # the README's flags, with the benchmark's own parser
-    sample = only(r"^ViT-B_16 encoder, 224 px").text
-    assert sample.startswith(f"{args.variant} encoder, {args.image_size} px, batch {args.batch_size},")
-    params = int(re.search(r"^keras_vit +([\d,]+)", sample, re.MULTILINE).group(1).replace(",", ""))
-    assert throughput.keras_vit_encoder(args.variant, args.image_size).count_params() == params
+    assert report.main(["--check"]) == 0, "run python -m benchmarks.report --write"
+    mains = {"inference": inference, "train": train, "input_pipeline": input_pipeline, "scaling": scaling}
+    commands = matching(r"^python -m benchmarks\.(inference|train|input_pipeline|scaling|report)\b")
+    assert {split_command(c.text)[1][2] for c in commands} >= {f"benchmarks.{name}" for name in mains}
+    for command in commands:
+        _, argv = split_command(command.text)
+        if argv[2] == "benchmarks.report":
+            assert argv[3:] == ["--write"]
+            continue
+        with pytest.raises(SystemExit, match="0"):
+            mains[argv[2].split(".")[1]].main([*argv[3:], "--help"])  # the README's flags parse
 
 
 # --- Deploy ----------------------------------------------------------------------------------

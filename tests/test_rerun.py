@@ -52,6 +52,20 @@ def test_allow_config_change_resumes_under_the_new_settings(capsys, finished):
     assert json.loads((finished / "config.json").read_text())["base_lr"] == 0.3
 
 
+def test_a_config_from_before_a_field_existed_resumes_at_its_default(capsys, finished):
+    # A workdir written by an earlier release has no entry for a field added since: it ran as the
+    # field's default does, so only another value is a change.
+    path = finished / "config.json"
+    recorded = json.loads(path.read_text())
+    del recorded["posemb"], recorded["augreg"]
+    path.write_text(json.dumps(recorded))
+    code, out = _run(capsys, finished, "--total_steps=6")
+    assert code == 0 and "Resumed from" in out.out
+    path.write_text(json.dumps(recorded))
+    code, out = _run(capsys, finished, "--posemb=sincos_2d")
+    assert code == 2 and "--posemb: 'learned_1d' -> 'sincos_2d'" in out.err
+
+
 def test_run_length_and_logging_may_change(capsys, finished):
     code, out = _run(capsys, finished, "--total_steps=6", "--eval_every=2", "--steps_per_loop=1")
     assert code == 0 and "Resumed from" in out.out and "at step 4" in out.out

@@ -218,6 +218,27 @@ def test_export_and_load_back_is_identical(tmp_path):
     np.testing.assert_array_equal(run(again, x), run(model, x))
 
 
+def test_non_square_grid_saves_and_loads_back_unchanged(tmp_path):
+    # A 2 x 3 grid has 7 position rows: read as a square grid (plus a class row) it would not
+    # be one, and a 4 x 4 grid's 17 rows would pass for 2 x 8: the model's own grid comes first.
+    for size, grid in (((16, 24), (2, 3)), ((16, 64), (2, 8))):
+        model = keras_vit.ViT(
+            image_size=size, num_classes=3, include_preprocessing=False, classifier_activation=None, **TINY
+        )
+        assert tuple(model.grid_size) == grid
+        model.get_layer("posembed_input").pos_embedding.assign(
+            np.random.default_rng(1).normal(size=(1, grid[0] * grid[1] + 1, TINY["hidden_size"]))
+        )
+        path = tmp_path / f"{grid[0]}x{grid[1]}.npz"
+        weights.save_npz(model, path)
+        again = keras_vit.ViT(
+            image_size=size, num_classes=3, include_preprocessing=False, classifier_activation=None, **TINY
+        )
+        weights.load_weights(again, str(path))
+        x = np.random.default_rng(0).uniform(-1, 1, (2, *size, 3)).astype(np.float32)
+        np.testing.assert_array_equal(run(again, x), run(model, x))
+
+
 def test_keras_weight_files_load_and_describe(tmp_path, tiny_params):
     model = build(32, num_classes=5, representation_size=None, **TINY)
     weights.load_weights(model, synth.save(tmp_path / "c.npz", tiny_params))

@@ -41,6 +41,9 @@ def test_registry_covers_the_official_releases():
         "ViT-B_16",
         "ViT-B_32",
         "ViT-L_16",
+        "R+ViT-Ti_16",
+        "R26+ViT-S_32",
+        "R50+ViT-L_32",
     }
     assert set(REGISTRY["augreg-imagenet21k+imagenet2012"]) == set(REGISTRY["augreg-imagenet21k"])
     file_names = [e.file_name for entries in REGISTRY.values() for e in entries.values()]
@@ -62,6 +65,52 @@ def test_registry_entries_describe_their_model(name):
         else:
             assert entry.num_classes == 1000 and entry.representation_size is None
             assert entry.image_size == (224 if name.endswith("-224") else 384)
+
+
+# The AugReg files the vision_transformer README recommends ("Available ViT models": the
+# i21k_300 column of Table 3 in "How to train your ViT?"), each a `filename` (pre-training) or
+# `adapt_filename` (ImageNet fine-tune) of gs://vit_models/augreg/index.csv; copied from
+# there so that a registry name pointing at a file that does not exist fails here.
+OFFICIAL_AUGREG_FILES = {
+    f"{stem}{suffix}.npz"
+    for stem, finetune_lr in [
+        ("L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", "0.01"),
+        ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "0.03"),
+        ("S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "0.03"),
+        ("R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1", "0.01"),
+        ("R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "0.01"),
+        ("Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
+        ("B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "0.01"),
+        ("S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", "0.01"),
+        ("R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
+    ]
+    for suffix in ("", f"--imagenet2012-steps_20k-lr_{finetune_lr}-res_384")
+}
+# AugReg's file names start with the model (vit_jax/configs/models.py: the official name
+# without "ViT-", "+" spelled "_").
+AUGREG_PREFIX = {
+    "ViT-Ti_16": "Ti_16",
+    "ViT-S_16": "S_16",
+    "ViT-S_32": "S_32",
+    "ViT-B_16": "B_16",
+    "ViT-B_32": "B_32",
+    "ViT-L_16": "L_16",
+    "R+ViT-Ti_16": "R_Ti_16",
+    "R26+ViT-S_32": "R26_S_32",
+    "R50+ViT-L_32": "R50_L_32",
+}
+
+
+def test_every_augreg_name_maps_to_a_file_the_official_index_lists():
+    registered = {}
+    for name in ("augreg-imagenet21k", "augreg-imagenet21k+imagenet2012"):
+        for variant, entry in REGISTRY[name].items():
+            assert entry.url.startswith("https://storage.googleapis.com/vit_models/augreg/")
+            file_name = entry.url.rsplit("/", 1)[1]
+            assert file_name.startswith(AUGREG_PREFIX[variant] + "-"), (name, variant)
+            assert ("--imagenet2012-" in file_name) == name.endswith("+imagenet2012"), file_name
+            registered[file_name] = (name, variant)
+    assert set(registered) == OFFICIAL_AUGREG_FILES  # every recommended file, none other
 
 
 def test_known_urls():

@@ -34,7 +34,8 @@ class Summaries:
 
 
 class LogTraining:
-    """Train scalars every loop call (loss, learning rate, gradient norm, throughput) and a console line.
+    """Train scalars every loop call (loss, learning rate, gradient norm, throughput, an objective's
+    metrics) and a console line.
 
     The first loop call of a process traces and compiles the step (a fresh run's first call is one
     step, trainers/controller.py): its line shows that time apart, and the speed and the ETA come
@@ -52,8 +53,12 @@ class LogTraining:
         first_call, self.compiled = not self.compiled, True
         line = f"step {step}/{self.total_steps}  loss {out['loss']:.4f}  lr {lr:.3g}  "
         line += f"grad_norm {out['grad_norm']:.3f}"
+        metrics = out.get("metrics", {})  # an objective's own, e.g. masked_patch_accuracy
+        line += "".join(f"  {name} {value:.4f}" for name, value in metrics.items())
         with self.summaries.train.as_default(step=step):
             tf.summary.scalar("loss", out["loss"])
+            for name, value in metrics.items():
+                tf.summary.scalar(name, value)
             tf.summary.scalar("learning_rate", lr)
             tf.summary.scalar("grad_norm", out["grad_norm"])
             if not first_call:

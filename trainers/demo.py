@@ -3,11 +3,14 @@
     python -m trainers.demo --workdir=runs/demo
 
 Upstream, a small ViT is pre-trained on the UCI handwritten digits 0-4 (scikit-learn's 8x8
-scans, upsampled). Downstream, on the digits 5-9 it has never seen:
-  * 1-, 5- and 10-shot linear probes of its frozen pre-logits, against the same probes of a
-    randomly initialised ViT's features and of the raw pixels;
-  * fine-tuning from the pre-trained weights, with all training images and with 10 per class,
+scans, upsampled) twice: supervised (the labels), and self-supervised by masked patch prediction
+(no labels; the paper's section 4.6). Downstream, on the digits 5-9 neither has seen:
+  * 1-, 5- and 10-shot linear probes of each one's frozen representation, against the same
+    probes of a randomly initialised ViT's features and of the raw pixels;
+  * fine-tuning from each one's weights, with all training images and with 10 per class,
     against the same ViT trained from scratch with the same budget.
+The masked-patch target is the mean colour of each 4x4 patch in 3 bits per channel: the digits
+are grey (R = G = B), so of the 512 colour classes only the 8 grey levels occur.
 Every stage is a run of the trainers users run (trainers.pretrain, trainers.finetune,
 trainers.fewshot, through their run(config)), each in its own WORKDIR/<stage> with its
 TensorBoard logs. The table is printed and WORKDIR/results.json gets every number.
@@ -43,6 +46,7 @@ SMALL = dict(pretrain_steps=40, finetune_steps=20, few_finetune_steps=10, seeds=
 def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps, seeds, jit_compile="false"):
     """{stage name: (trainer module name, config)} in the order they run."""
     pretrained = fileio.join(workdir, "pretrain", "model.npz")
+    masked_pretrained = fileio.join(workdir, "pretrain_masked_patch", "model.npz")
     stages = {}
 
     pre = pretrain_config.get_config("digits")
@@ -67,8 +71,19 @@ def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps
     )
     stages["pretrain"] = ("pretrain", pre)
 
+    # The same run without labels: masked patch prediction (it trains no pre-logits layer).
+    masked = pre.copy_and_resolve_references()
+    masked.update(
+        workdir=fileio.join(workdir, "pretrain_masked_patch"),
+        objective="masked_patch",
+        masked_target="mean_color",
+        pre_logits=False,
+    )
+    stages["pretrain_masked_patch"] = ("pretrain", masked)
+
     for name, weights, model in (
         ("fewshot", pretrained, ARCHITECTURE["model"]),
+        ("fewshot_masked_patch", masked_pretrained, ARCHITECTURE["model"]),
         ("fewshot_random_init", "none", ARCHITECTURE["model"]),
         ("fewshot_pixels", "none", "pixels"),
     ):
@@ -89,6 +104,8 @@ def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps
     for name, weights, per_class, steps in (
         ("finetune", pretrained, 0, finetune_steps),
         ("finetune_10per_class", pretrained, FEW_PER_CLASS, few_finetune_steps),
+        ("finetune_masked_patch", masked_pretrained, 0, finetune_steps),
+        ("finetune_masked_patch_10per_class", masked_pretrained, FEW_PER_CLASS, few_finetune_steps),
         ("scratch", "none", 0, finetune_steps),
         ("scratch_10per_class", "none", FEW_PER_CLASS, few_finetune_steps),
     ):
@@ -113,7 +130,9 @@ def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps
 
 
 def _every(steps):
-    return max(1, steps // 4)
+    """Evaluation and checkpoint spacing: a quarter of the run, but at least 4 steps apart, so a
+    --small run (a few steps per stage) evaluates once or twice, not at every other step."""
+    return max(steps // 4, min(steps, 4))
 
 
 def _loop(steps):
@@ -135,6 +154,8 @@ def collect(stage_results):
             for k in SHOTS:
                 results[f"{name}/{k}shot_accuracy"] = result[f"{k}shot_accuracy"]
                 results[f"{name}/{k}shot_accuracy_std"] = result[f"{k}shot_accuracy_std"]
+        elif name == "pretrain_masked_patch":
+            results[f"{name}/test_masked_patch_accuracy"] = result["eval"]["test"]["masked_patch_accuracy"]
         else:
             results[f"{name}/test_accuracy"] = result["eval"]["test"]["accuracy"]
     return results
@@ -156,14 +177,19 @@ def table(results, settings, seconds):
     )
     rows = [
         ("linear probe, pre-trained ViT features", "fewshot", None),
+        ("linear probe, masked-patch pre-trained ViT", "fewshot_masked_patch", None),
         ("linear probe, random-init ViT features", "fewshot_random_init", None),
         ("linear probe, raw pixels", "fewshot_pixels", None),
         ("fine-tune the pre-trained ViT", None, "finetune"),
+        ("fine-tune the masked-patch pre-trained ViT", None, "finetune_masked_patch"),
         ("same ViT from scratch, same budget", None, "scratch"),
     ]
     upstream = results["pretrain/test_accuracy"]
+    masked = results["pretrain_masked_patch/test_masked_patch_accuracy"]
     lines = [
         f"upstream: ViT pre-trained on digits 0-4, test accuracy {upstream:.3f}",
+        f"upstream: the same ViT pre-trained on digits 0-4 by masked patch prediction (no labels), "
+        f"test masked-patch accuracy {masked:.3f}",
         "",
         head,
         "-" * len(head),
@@ -216,9 +242,10 @@ def run(workdir, *, small=False, **overrides):
 
 
 def _check_workdir(workdir, settings):
-    """A workdir holds one demo configuration; resuming with other settings would mix runs."""
+    """A workdir holds one demo configuration; resuming with other settings (or the stages of
+    another version of the demo) would mix runs."""
     path = fileio.join(workdir, "demo_settings.json")
-    wanted = dict(settings, architecture=ARCHITECTURE)
+    wanted = dict(settings, architecture=ARCHITECTURE, stages=list(stage_configs(workdir, **settings)))
     if fileio.exists(workdir) and not fileio.isdir(workdir):
         raise UsageError(f"--workdir {workdir!r} exists and is not a directory.")
     if fileio.exists(path):

@@ -68,17 +68,19 @@ class Pictures:
             predicted = np.asarray(model(self.images, training=False), np.float32).argmax(axis=-1)
             titles = [f"{t}\npredicted {self._name(int(p))}" for t, p in zip(titles, predicted)]
         distance = visualize.mean_attention_distance(maps, grid, stride, prefix)
-        return {
+        figures = {
             f"{self.split}/attention_rollout": visualize.plot_attention_rollout(
                 self.images, rollout, stride, titles=titles
             ),
             "mean_attention_distance": visualize.plot_mean_attention_distance(
                 distance, image_size=self.images.shape[1:3]
             ),
-            "position_embedding_similarity": visualize.plot_position_embedding_similarity(
-                visualize.position_embedding_similarity(model, grid)
-            ),
         }
+        if getattr(model, "posemb", "learned_1d") not in ("relative", "none"):  # else none to compare
+            figures["position_embedding_similarity"] = visualize.plot_position_embedding_similarity(
+                visualize.position_embedding_similarity(model, grid)
+            )
+        return figures
 
     def __call__(self, step, out=None, seconds=None):
         with self.writer.as_default(step=step):

@@ -12,7 +12,8 @@ One call of `Trainer.train` runs `num_steps` optimizer steps inside a single `tf
   gradient and then all-reduce again, so the optimizer is told not to aggregate (see
   `trainers.optimizers.make_optimizer`).
 
-Losses: "softmax" is the cross-entropy of the softmax against the class index (int labels (b,)).
+Losses: "softmax" is the cross-entropy of the softmax against the class index (int labels (b,)),
+or against soft targets (float labels (b, classes) summing to 1: Mixup's, trainers/data/augreg.py).
 "sigmoid" is big_vision's sigmoid_xent for multi-label data: per example, the sum over classes of
 the binary cross-entropy of sigmoid(logit) against a multi-hot target (float labels (b, classes));
 int labels become one-hot targets. Evaluation reports the top-1 hit rate: "accuracy" under softmax,
@@ -24,6 +25,7 @@ import keras
 import tensorflow as tf
 
 from configs.fields import LOSSES
+from trainers import distribute, objectives
 
 METRIC_NAMES = {"softmax": "accuracy", "sigmoid": "prec@1"}
 
@@ -34,7 +36,10 @@ def per_example_loss(loss, labels, logits):
     multi_hot = labels.shape.rank == 2
     if loss == "softmax":
         if multi_hot:
-            raise ValueError("multi-hot labels (several classes per image) need loss='sigmoid'.")
+            # Soft targets (b, classes), e.g. Mixup's: -sum_c target_c * log_softmax(logits)_c.
+            # A multi-label dataset is refused under softmax before training (trainers/training.py).
+            targets = tf.cast(labels, tf.float32)
+            return keras.losses.categorical_crossentropy(targets, logits, from_logits=True)
         return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
     if loss != "sigmoid":
         raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
@@ -68,12 +73,18 @@ class Trainer:
         grad_norm_clip=None,
         jit_compile=False,
         loss="softmax",
+        objective=None,
     ):
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
         self.loss = loss
         # The name of the evaluation's top-1 metric in `evaluate`'s result.
         self.metric_name = METRIC_NAMES[loss]
+        # Another objective than classification (trainers/objectives.py): it has its own loss,
+        # metric and variables, trained with the model's.
+        self.objective = objective
+        if objective is not None:
+            self.metric_name = objective.metric_name
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
@@ -111,10 +122,19 @@ class Trainer:
             for generator in getattr(layer, "_seed_generators", [])
         ]
         if not optimizer.built:
-            optimizer.build(model.trainable_variables)
+            optimizer.build(self.trained_variables)
         replica_step = self._replica_step
-        if jit_compile:
+        devices = distribute.worker_devices(strategy)
+        if jit_compile and (len(devices) == 1 or all("GPU" in d.upper() for d in devices)):
             replica_step = tf.function(replica_step, jit_compile=True)
+        elif jit_compile:
+            # Several CPU replicas: MirroredStrategy lifts a jit-compiled replica function into
+            # ONE XLA cluster over all replicas (tensorflow/python/distribute/mirrored_run.py,
+            # call_for_each_replica: only all-GPU replicas keep one cluster each), launched on
+            # CPU:0, and XLA refuses replica 1's variables ("Trying to access resource ...
+            # located in device CPU:1 from device CPU:0", xla_launch_util.cc). So each replica
+            # compiles its forward and backward pass; the all-reduce and update stay outside.
+            self._micro_batch_grads = tf.function(self._micro_batch_grads, jit_compile=True)
         self._replica_step_fn = replica_step
         self._train_fn = tf.function(self._train_loop)
         self._eval_fn = tf.function(self._eval_loop)
@@ -124,8 +144,27 @@ class Trainer:
         """The global batch of one accumulation step: what is in memory at once."""
         return self.global_batch_size // self.accum_steps
 
+    @property
+    def trained_variables(self):
+        """What the optimizer updates: the model's trainable variables, or what the objective trains
+        (of the model, the encoder; its own mask embedding and head)."""
+        if self.objective is None:
+            return self.model.trainable_variables
+        return self.objective.trained_variables(self.model)
+
     # -- training -----------------------------------------------------------------------
+    def _objective_grads(self, images):
+        variables = self.trained_variables
+        with tf.GradientTape() as tape:
+            losses, accuracy = self.objective.per_example(images, self.step, training=True)
+            loss = tf.reduce_sum(losses) / self.global_batch_size
+            scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
+        self.objective.record_train(accuracy)
+        return loss, tape.gradient(scaled, variables)
+
     def _micro_batch_grads(self, images, labels):
+        if self.objective is not None:
+            return self._objective_grads(images)
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             logits = self.model(images, training=True)
@@ -134,7 +173,7 @@ class Trainer:
         return loss, tape.gradient(scaled, variables)
 
     def _replica_step(self, images, labels):
-        variables = self.model.trainable_variables
+        variables = self.trained_variables
         if self.accum_steps == 1:
             loss, grads = self._micro_batch_grads(images, labels)
         else:
@@ -193,15 +232,24 @@ class Trainer:
             "loss": float(out["loss"]),
             "grad_norm": float(out["grad_norm"]),
             "finite": bool(out["finite"]),
+            # The objective's train-side metrics over these steps (masked-patch accuracy).
+            "metrics": self.objective.train_metrics() if self.objective is not None else {},
         }
 
     # -- evaluation ---------------------------------------------------------------------
     def _replica_eval(self, images, labels, weights):
+        if self.objective is not None:
+            return self._objective_eval(images, weights)
         logits = tf.cast(self.model(images, training=False), tf.float32)
         weights = tf.cast(weights, tf.float32)
         loss = tf.reduce_sum(per_example_loss(self.loss, labels, logits) * weights)
         hits = tf.reduce_sum(top1_hits(labels, logits) * weights)
         return loss, hits, tf.reduce_sum(weights)
+
+    def _objective_eval(self, images, weights):
+        losses, accuracy = self.objective.per_example(images, objectives.EVAL_DRAW, training=False)
+        weights = tf.cast(weights, tf.float32)
+        return tf.reduce_sum(losses * weights), tf.reduce_sum(accuracy * weights), tf.reduce_sum(weights)
 
     def _eval_loop(self, iterator):
         strategy = self.strategy

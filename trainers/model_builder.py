@@ -6,8 +6,10 @@ Bad model or weights arguments become one-line `UsageError`s before anything is 
 import keras
 
 import keras_vit
+from configs.fields import FIELDS
 from keras_vit import checkpoints, fileio, npz_layout
 from keras_vit import weights as weights_lib
+from keras_vit.variants import VARIANTS
 from trainers.errors import UsageError, first_line
 
 # big_vision's init_head_bias for sigmoid runs: a new head predicts sigmoid(-10) ~ 4.5e-5 for
@@ -22,14 +24,19 @@ def model_kwargs(config, num_classes):
         num_classes=num_classes,
         include_preprocessing=False,
         dropout_rate=config.dropout_rate,
+        stochastic_depth_rate=config.get("stochastic_depth", FIELDS["stochastic_depth"].default),
         classifier=config.classifier,
+        posemb=config.get("posemb", FIELDS["posemb"].default),
         classifier_activation=None,  # the loss takes logits
     )
     for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
         if config[name]:
             kwargs[name] = config[name]
     hidden = kwargs.get("hidden_size", keras_vit.VARIANTS[config.model]["hidden_size"])
-    kwargs["representation_size"] = hidden if config.pre_logits else None
+    # Masked patch prediction trains no pre-logits layer (it predicts from the patch tokens), so
+    # its runs have none: the exported representation is the encoder's own.
+    masked_patch = config.get("objective", "classification") == "masked_patch"
+    kwargs["representation_size"] = hidden if config.pre_logits and not masked_patch else None
     return kwargs
 
 
@@ -37,8 +44,8 @@ def architecture_from_weights(path):
     """The shape fields a local weights file decides: {"model": ..., "patch_size": ..., ...}.
 
     A file of our own pre-training (or an official one) says what it is; building the model from
-    it needs no shape flags. Hybrids take the R50+ViT-B_16 stem; everything else is an override
-    of the config's variant.
+    it needs no shape flags. Hybrids take the official variant with the file's ResNet stem;
+    everything else is an override of the config's variant.
     """
     try:
         found = npz_layout.architecture(weights_lib.read_params(path))
@@ -48,9 +55,22 @@ def architecture_from_weights(path):
         name: found[name] for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
     }
     fields["classifier"] = found["classifier"]
-    if found["resnet_layers"]:
-        fields["model"] = "R50+ViT-B_16"
+    # None (sincos_2d and none store no weights) leaves --posemb to the flag.
+    fields["posemb"] = found["posemb"]
+    if found["resnet_layers"] is not None:
+        fields["model"] = _hybrid_with_stem(path, tuple(found["resnet_layers"]))
     return {name: value for name, value in fields.items() if value is not None}
+
+
+def _hybrid_with_stem(path, resnet_layers):
+    """The official hybrid whose ResNet stem has `resnet_layers` (the encoder fields override the rest)."""
+    for name, spec in VARIANTS.items():
+        if spec.get("resnet_layers") is not None and tuple(spec["resnet_layers"]) == resnet_layers:
+            return name
+    raise UsageError(
+        f"--weights {path!r}: a hybrid with ResNet stages {list(resnet_layers)} is not an official "
+        "variant; build it with keras_vit.ViT(resnet_layers=...) in Python."
+    )
 
 
 def is_weights_file(weights):

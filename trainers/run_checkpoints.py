@@ -34,6 +34,11 @@ _STATE_FILE = "checkpoint"
 _PREFIX = re.compile(r"^ckpt-(\d+)$")
 
 
+def _objective_objects(trainer):
+    objective = getattr(trainer, "objective", None)
+    return objective.checkpoint_objects() if objective is not None else {}
+
+
 class RunCheckpoints:
     def __init__(self, trainer, workdir, *, chief, task_id=0, keep=3):
         self.trainer = trainer
@@ -46,6 +51,8 @@ class RunCheckpoints:
             step=trainer.step,
             last_loss=trainer.last_loss,
             rng=trainer.rng_state,
+            # An objective's own trained layers (masked patch prediction's mask embedding and head).
+            **_objective_objects(trainer),
         )
         # The chief's folder: where every worker restores from.
         self.directory = fileio.join(workdir, CHECKPOINT_DIR)

@@ -18,11 +18,13 @@ from keras_vit import fileio
 from trainers import actions, banner, data, distribute, faults, image_summaries, loop, memory, optimizers
 from trainers.console import Console
 from trainers.controller import Controller
+from trainers.data import augreg
 from trainers.errors import FewShotError, UsageError
 from trainers.evaluators.classification import ClassificationEvaluator
 from trainers.evaluators.fewshot import FewShotEvaluator
 from trainers.flags import config_to_json, parse_eval_splits
 from trainers.model_builder import build_model
+from trainers.objectives import make_objective
 from trainers.run_checkpoints import RunCheckpoints
 from trainers.validation import check_replicas, check_rerun, validate_training
 
@@ -73,8 +75,8 @@ def run(config):
 
 def _check_labels(config, spec):
     """A multi-label dataset needs the sigmoid loss and all of its examples."""
-    if not spec.multi_label:
-        return
+    if not spec.multi_label or config.get("objective", "classification") != "classification":
+        return  # masked patch prediction does not read the labels
     if config.loss != "sigmoid":
         raise UsageError(
             f"{spec.name} has images with several labels: train it with --loss=sigmoid "
@@ -93,6 +95,7 @@ def _build_trainer(config, strategy, spec):
     try:
         with strategy.scope():
             model = build_model(config, spec.num_classes)
+            objective = _objective(config, model)
             schedule = optimizers.WarmupDecay(
                 config.base_lr, config.total_steps, config.warmup_steps, config.decay_type
             )
@@ -113,10 +116,19 @@ def _build_trainer(config, strategy, spec):
                 grad_norm_clip=config.grad_norm_clip,
                 jit_compile=use_jit(config.jit_compile, strategy),
                 loss=config.loss,
+                objective=objective,
             )
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
     return trainer, schedule, memory_note
+
+
+def _objective(config, model):
+    """The objective --objective asks for (None: classification); a model it cannot train is a UsageError."""
+    try:
+        return make_objective(config, model)
+    except ValueError as e:
+        raise UsageError(f"--objective={config.objective}: {e}") from None
 
 
 def _fewshot_evaluators(config, strategy):
@@ -158,13 +170,16 @@ def _input_fn(config, spec, split, training, start_step=0, batch_size=None):
         start_step=start_step,
         # only the training split is subsampled; evaluation sees the whole split
         examples_per_class=(config.examples_per_class or None) if training else None,
+        # Mixup (--augreg / --mixup) mixes training batches only; evaluation keeps hard labels.
+        mixup=augreg.resolve(config).mixup if training else 0.0,
     )
 
 
 def use_jit(setting, strategy):
     """XLA for the per-replica step. "auto": on GPUs only. TPUStrategy compiles the whole step
-    with XLA anyway; on CPU, XLA under MirroredStrategy fails in TF 2.21 (variables on another
-    device) and gains little for one device, so it stays off there."""
+    with XLA anyway. On CPU, "true" works for any number of replicas (loop.Trainer), but the
+    step measured slower under XLA than without (README, "Mixed precision and backends"), so
+    "auto" leaves it off there."""
     if setting != "auto":
         return setting == "true"
     if isinstance(strategy, tf.distribute.TPUStrategy):

@@ -8,6 +8,7 @@ import json
 import keras_vit
 from configs.fields import FIELDS
 from keras_vit import fileio
+from trainers.data import augreg
 from trainers.errors import UsageError, first_line
 from trainers.flags import (
     ARCHITECTURE_OVERRIDES,
@@ -60,6 +61,9 @@ def validate_training(config):
         raise UsageError(f"--crop_min_area must be in (0, 1], got {config.crop_min_area}.")
     if config.dropout_rate >= 1:
         raise UsageError(f"--dropout_rate must be below 1, got {config.dropout_rate}.")
+    if not 0 <= config.stochastic_depth < 1:
+        raise UsageError(f"--stochastic_depth must be in [0, 1), got {config.stochastic_depth}.")
+    augreg.resolve(config)  # a bad --randaug or --mixup is one line here
     accum = parse_accum_steps(config.accum_steps)
     if accum != "auto" and config.batch_size % accum:
         raise UsageError(f"--batch_size {config.batch_size} is not divisible by --accum_steps {accum}.")
@@ -76,6 +80,11 @@ def check_replicas(config, replicas):
         raise UsageError(
             f"--batch_size {config.batch_size} is not divisible by {replicas} replicas x --accum_steps "
             f"{accum}; use a multiple of {replicas * accum}."
+        )
+    if augreg.resolve(config).mixup and (config.batch_size // replicas) % 2:
+        raise UsageError(
+            f"Mixup mixes pairs of examples: --batch_size {config.batch_size} must be a multiple of "
+            f"2 x {replicas} replicas."
         )
 
 
@@ -111,11 +120,16 @@ def config_changes(config, recorded, free=RERUN_FREE_FIELDS):
     the `free` fields left out. Shared by plain re-runs and the sweep's reuse of finished runs."""
     current = json.loads(config_to_json(config))
     names = sorted((current.keys() | recorded.keys()) - free)
+    # A field the recorded run did not have yet (it was written by an earlier release) ran at
+    # that field's default: only another value is a change.
+    recorded = {name: recorded[name] if name in recorded else _default(name) for name in names}
     return [
-        (name, recorded.get(name), current.get(name))
-        for name in names
-        if recorded.get(name) != current.get(name)
+        (name, recorded[name], current.get(name)) for name in names if recorded[name] != current.get(name)
     ]
+
+
+def _default(name):
+    return FIELDS[name].default if name in FIELDS else None
 
 
 def check_rerun(config):

@@ -46,9 +46,10 @@ def analyse(model, images, num_components=28):
     numbers = {
         "rollout": attention_rollout(maps, grid, prefix),
         "attention_distance": mean_attention_distance(maps, grid, token_stride(model), prefix),
-        "position_similarity": position_embedding_similarity(model, grid),
     }
-    if not model.resnet_layers:
+    if getattr(model, "posemb", "learned_1d") not in ("relative", "none"):  # else none to compare
+        numbers["position_similarity"] = position_embedding_similarity(model, grid)
+    if model.resnet_layers is None:  # a hybrid's patch filters see ResNet features, not pixels
         numbers["components"], numbers["explained_variance"] = patch_embedding_components(
             model, num_components
         )

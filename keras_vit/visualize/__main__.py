@@ -72,10 +72,11 @@ def visualize(model, paths, out, class_names=None, num_components=28):
         "mean_attention_distance": vis.plot_mean_attention_distance(
             numbers["attention_distance"], image_size=size
         ),
-        "position_embedding_similarity": vis.plot_position_embedding_similarity(
-            numbers["position_similarity"]
-        ),
     }
+    if "position_similarity" in numbers:
+        figures["position_embedding_similarity"] = vis.plot_position_embedding_similarity(
+            numbers["position_similarity"]
+        )
     if "components" in numbers:
         figures["patch_embedding_components"] = vis.plot_patch_embedding_components(
             numbers["components"], numbers["explained_variance"]

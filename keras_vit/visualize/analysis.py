@@ -1,4 +1,4 @@
-"""The numbers behind the paper's analysis figures, from attention maps and weights (NumPy only).
+"""The numbers behind the paper's analysis figures, from attention maps and weights (in NumPy).
 
 - `attention_rollout`: where the class token looks, through all layers (Abnar & Zuidema, 2020;
   the paper's Figure 6); for models without a class token, the mean over all tokens.
@@ -12,6 +12,8 @@ Patches are in row-major order everywhere: token `prefix + r * w + c` is grid ce
 """
 
 import numpy as np
+
+from keras_vit import resnet
 
 RESIDUAL_WEIGHT = 0.5  # rollout's 0.5 * A + 0.5 * I: the residual branch weighs as much as attention
 
@@ -98,7 +100,18 @@ def position_embedding_similarity(model, grid_size=None):
 
     `grid_size` (h, w): the embeddings resized to that grid first, exactly as loading or a
     call at another image size resizes them; default the grid they are stored for.
+    learned_2d and sincos_2d models: the per-patch embeddings those layers add.
     """
+    posemb = getattr(model, "posemb", "learned_1d")
+    if posemb in ("relative", "none"):
+        raise ValueError(
+            f"a posemb={posemb!r} model adds no position embeddings to its tokens, so there are none "
+            "to compare; use a learned_1d, learned_2d or sincos_2d model"
+        )
+    if posemb != "learned_1d":
+        layer = next(layer for layer in model.layers if hasattr(layer, "patch_embeddings"))
+        grid = tuple(int(v) for v in (layer.grid_size if grid_size is None else _pair(grid_size)))
+        return embedding_similarity(np.asarray(layer.patch_embeddings(grid)), grid)
     layer = model.get_layer("posembed_input")
     grid = layer.grid_size if grid_size is None else _pair(grid_size)
     posemb = layer.pos_embedding if tuple(grid) == tuple(layer.grid_size) else layer.resize(grid)
@@ -128,7 +141,7 @@ def patch_embedding_components(model, num_components=28):
     Returns (components, explained variance ratios). The filters are the D columns of the
     patch projection, each a P x P x C patch; the paper's Figure 7 (left) shows the first 28.
     """
-    if getattr(model, "resnet_layers", None):
+    if getattr(model, "resnet_layers", None) is not None:
         raise ValueError(
             "the hybrid's patch embedding filters ResNet features, not pixels: its filters have "
             "no RGB picture; use a plain ViT"
@@ -141,14 +154,14 @@ def patch_embedding_components(model, num_components=28):
 
 
 def token_stride(model):
-    """Pixels per token along (height, width): the patch size, times 16 for a hybrid's stem."""
+    """Pixels per token along (height, width): the patch size, times a hybrid stem's output stride."""
     patch = _pair(model.patch_size)
-    if not getattr(model, "resnet_layers", None):
+    if getattr(model, "resnet_layers", None) is None:
         return patch
-    stem = 2 ** (1 + len(model.resnet_layers))  # root conv and pool, then each later stage
+    stem = resnet.output_stride(model.resnet_layers)
     return (patch[0] * stem, patch[1] * stem)
 
 
 def prefix_tokens(model):
     """1 for a class-token ViT, 0 for a 'gap' one."""
-    return model.get_layer("posembed_input").num_prefix_tokens
+    return 1 if model.classifier == "token" else 0

@@ -3,7 +3,8 @@
 A pipeline's ops are a list of (op name, kwargs), applied in order by `Chain`. `train_ops(config)`
 builds the training list from the run's config, `eval_ops(image_size)` the evaluation one:
 
-    train: decode, inception_crop(min_area), resize(size), flip_lr (with --random_flip), value_range(-1, 1)
+    train: decode, inception_crop(min_area), resize(size), flip_lr (with --random_flip),
+           randaug(num_ops, magnitude) (with --augreg / --randaug), value_range(-1, 1)
     eval:  decode, resize(size), value_range(-1, 1)
 
 An op is registered as a factory: `factory(**kwargs)` checks its arguments and returns the op, a
@@ -23,6 +24,8 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from trainers.data import augreg
+from trainers.data.randaugment import randaugment
 from trainers.errors import DatasetError, first_line
 
 # The paper's fine-tuning crop (the official input pipeline): a random box covering 5%-100% of the
@@ -104,6 +107,7 @@ def train_ops(config):
         ("inception_crop", {"min_area": config.crop_min_area}),
         ("resize", {"size": config.image_size}),
         ("flip_lr", {}) if config.random_flip else None,
+        augreg.randaug_op(config),
         ("value_range", {"low": UNIT_RANGE[0], "high": UNIT_RANGE[1]}),
     ]
     return [op for op in ops if op is not None]
@@ -172,6 +176,21 @@ def resize(size, method="bilinear"):
 def flip_lr():
     """A left-right mirror with probability 1/2."""
     return tf.image.stateless_random_flip_left_right
+
+
+@register("randaug", random=True)
+def randaug(num_ops, magnitude):
+    """RandAugment: `num_ops` ops of `magnitude` on float pixels in [0, 255] (data/randaugment.py)."""
+    for name, value, high in (("num_ops", num_ops, None), ("magnitude", magnitude, 30)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if high is not None and value > high:
+            raise ValueError(f"{name} must be at most {high}, got {value!r}")
+
+    def augmented(image, seed):
+        return randaugment(image, seed, int(num_ops), int(magnitude))
+
+    return augmented
 
 
 @register("value_range")

@@ -12,7 +12,9 @@ numbers with stateless ops. Two consequences the trainers rely on:
   by one pipeline to 1 or 2 replicas, or by 2 worker processes.
 
 Labels are int32 class indices (b,), or, for a multi-label dataset (`spec.multi_label`), float32 multi-hot
-vectors (b, num_classes); the records carry class-index rows until then, which are far smaller.
+vectors (b, num_classes); the records carry class-index rows until then, which are far smaller. With
+Mixup (`mixup=p > 0`, training only) the training labels are float32 soft targets (b, num_classes):
+pairs of examples of each batch are mixed with a weight drawn from (seed, step) (trainers/data/augreg.py).
 """
 
 import math
@@ -21,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from configs.fields import TRAINING, fields
+from trainers.data import augreg
 from trainers.data.ops import SEED_ALG, Chain, eval_ops, train_ops
 from trainers.data.spec import NO_LABEL, DatasetSpec, multi_label_refusal
 from trainers.data.subsets import examples_per_class_subset
@@ -43,7 +46,9 @@ class InputFn:
     not be random when training=False.
     """
 
-    def __init__(self, spec, split, records, *, ops, global_batch_size, training, seed=0, start_step=0):
+    def __init__(
+        self, spec, split, records, *, ops, global_batch_size, training, seed=0, start_step=0, mixup=0.0
+    ):
         self.spec = spec
         self.split = split
         self.records = records
@@ -52,6 +57,8 @@ class InputFn:
         self.training = training
         self.seed = seed
         self.start_step = start_step
+        # Mixup's Beta concentration (0: off); training only, evaluation keeps the hard labels.
+        self.mixup = float(mixup) if training else 0.0
         self.num_examples = records.count
         # Evaluation: global batches in one pass (the last one padded).
         self.num_batches = None if training else math.ceil(records.count / global_batch_size)
@@ -71,9 +78,14 @@ class InputFn:
                 f"batch size {batch} does not split evenly over {replicas} replicas "
                 f"({pipelines} input pipelines): use a multiple of {replicas}"
             )
+        if self.mixup and (batch // replicas) % 2:
+            raise DatasetError(
+                f"Mixup mixes pairs of examples, but the per-replica batch ({batch} / {replicas} replicas) "
+                f"is odd: use a batch size that is a multiple of {2 * replicas}"
+            )
         shard = _HostShard(batch, batch // pipelines, pipeline_id)
         if self.training:
-            ds = self._train(shard, batch // replicas)
+            ds = self._train(shard, batch // replicas, replicas // pipelines)
         else:
             ds = self._eval(shard, batch // replicas)
         options = tf.data.Options()
@@ -142,7 +154,7 @@ class InputFn:
 
         return epochs.flat_map(epoch).skip(offset), None
 
-    def _train(self, shard, per_replica):
+    def _train(self, shard, per_replica, replicas_per_pipeline):
         stream, fetch = self._ordered_stream()
         stream = shard.keep(stream)
         if fetch is not None:
@@ -154,7 +166,23 @@ class InputFn:
             return image, self._target(label)
 
         stream = stream.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return stream.batch(per_replica, drop_remainder=True).prefetch(PREFETCH_BATCHES)
+        batches = stream.batch(per_replica, drop_remainder=True)
+        if self.mixup:
+            batches = batches.enumerate().map(self._mixer(replicas_per_pipeline))
+        return batches.prefetch(PREFETCH_BATCHES)
+
+    def _mixer(self, replicas_per_pipeline):
+        """Mixup of the k-th per-replica batch of this pipeline: its step's weight, pairs within it."""
+        seed, start_step, concentration = self.seed, self.start_step, self.mixup
+        num_classes = self.spec.num_classes
+
+        def mix(k, batch):
+            images, labels = batch
+            step = start_step + k // replicas_per_pipeline
+            targets = labels if labels.shape.rank == 2 else tf.one_hot(labels, num_classes, dtype=tf.float32)
+            return augreg.mix_pairs(images, targets, augreg.mixup_weight(seed, step, concentration))
+
+        return mix
 
     def _eval(self, shard, per_replica):
         records = self.records
@@ -251,6 +279,7 @@ def make_input_fn(
     ops: list | None = None,
     crop_min_area: float | None = None,
     random_flip: bool | None = None,
+    mixup: float = 0.0,
 ) -> InputFn:
     """An input function for `distribute(strategy, input_fn)` or direct use (`input_fn(None)`).
 
@@ -258,6 +287,7 @@ def make_input_fn(
     starting `start_step` global batches in. training=False: one pass in natural order, as (images,
     labels, weights), padded to whole global batches with weight 0. b is the per-replica batch.
     Labels of a multi-label dataset are float32 multi-hot (b, num_classes).
+    mixup=p > 0 (training): Mixup with Beta(p, p) weights, labels float32 soft targets (b, num_classes).
     examples_per_class=k: a fixed subset (seeded by `seed`) of exactly k examples of every class
     (single-label datasets only).
     ops: the image ops, [(op name, kwargs)] (trainers.data.ops). By default `eval_ops(image_size)`, or
@@ -303,6 +333,7 @@ def make_input_fn(
         training=bool(training),
         seed=int(seed),
         start_step=int(start_step),
+        mixup=mixup,
     )
 
 

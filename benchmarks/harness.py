@@ -1,0 +1,229 @@
+"""What every benchmark shares: timing, round-robin repeats, medians, tables, JSON, child processes.
+
+A contestant is a name and a `step()` that runs one batch to completion (its result on the host).
+`interleave` warms every contestant up first (compilation), then for each repeat times each
+contestant once in turn, so a change of load on a shared machine hits all of them alike.
+"""
+
+import argparse
+import datetime
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+from keras_vit import fileio
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT_DIR = os.path.join(ROOT, "docs", "benchmarks")
+# The distributions whose versions a result records (the ones installed).
+VERSIONS = ("tensorflow", "keras", "keras-hub", "torch", "timm", "jax")
+# Peer name -> the modules it needs.
+PEER_MODULES = {"keras-hub": ("keras_hub",), "timm": ("timm", "torch")}
+
+
+class Contestant:
+    """`name` as the table shows it; `build()` -> step, called once, before any timing;
+    `framework` ("tf" or "torch"): whose matmul peak its FLOP/s are compared with."""
+
+    def __init__(self, name, build, ours=False, framework="tf"):
+        self.name, self.build, self.ours, self.framework = name, build, ours, framework
+        self.step = None
+        self.compile_s = None
+
+
+def missing_peer(peer):
+    """None if `peer` ("keras-hub" or "timm") can be imported, else a one-line note."""
+    absent = [m for m in PEER_MODULES[peer] if importlib.util.find_spec(m) is None]
+    if not absent and peer == "timm" and "tensorflow" in sys.modules and "torch" not in sys.modules:
+        # See benchmarks/contestants.py: PyTorch must load before TensorFlow.
+        return "timm skipped: run the benchmark as its own process (python -m benchmarks...) to measure it"
+    if not absent:
+        return None
+    return f'{peer} is not installed ({", ".join(absent)} missing): pip install -e ".[bench]"'
+
+
+def time_step(step, min_seconds):
+    """Seconds per call: calls `step` until `min_seconds` have passed (at least once)."""
+    calls, start = 0, time.perf_counter()
+    while True:
+        step()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            return elapsed / calls
+
+
+def interleave(contestants, repeats, min_seconds=0.5, warmup=1):
+    """{name: [seconds per call of each repeat]}; the contestants take turns in every repeat."""
+    for c in contestants:
+        start = time.perf_counter()
+        c.step = c.build()
+        for _ in range(warmup):
+            c.step()
+        c.compile_s = time.perf_counter() - start
+    times = {c.name: [] for c in contestants}
+    for _ in range(repeats):
+        for c in contestants:
+            times[c.name].append(time_step(c.step, min_seconds))
+    return times
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def peak_rss_mb():
+    """This process's peak resident memory so far, in MB: VmHWM, which, unlike getrusage's
+    ru_maxrss, starts anew at exec (a child would otherwise report its parent's peak)."""
+    return _status_mb("VmHWM")
+
+
+def rss_mb():
+    """This process's resident memory now, in MB."""
+    return _status_mb("VmRSS")
+
+
+def _status_mb(field):
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024  # kB
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def run_child(module, argv, env=None):
+    """Runs `python -m module argv` and returns the JSON object its last output line holds."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    env["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *argv], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {proc.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+def versions():
+    found = {}
+    for name in VERSIONS:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def machine():
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    flags = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "cpu": flags or platform.processor(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
+def parser(description, name):
+    """An argument parser with the flags every benchmark has."""
+    p = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=description)
+    p.add_argument(
+        "--repeats", type=int, default=5, help="timed rounds per contestant (the median is reported)"
+    )
+    p.add_argument("--min_seconds", type=float, default=0.5, help="each timed round runs at least this long")
+    p.add_argument("--peers", default="keras-hub,timm", help="peers to measure: keras-hub, timm, or none")
+    p.add_argument("--out", default=os.path.join(OUT_DIR, f"{name}.json"), help="where the JSON goes")
+    return p
+
+
+def peers(arg):
+    chosen = [p.strip() for p in arg.split(",") if p.strip() and p.strip() != "none"]
+    unknown = sorted(set(chosen) - set(PEER_MODULES))
+    if unknown:
+        raise SystemExit(f"error: unknown peer {unknown[0]!r}: choose from {', '.join(PEER_MODULES)} or none")
+    return chosen
+
+
+def result(name, argv, settings):
+    """The common head of a benchmark's JSON."""
+    return {
+        "benchmark": name,
+        "command": " ".join(["python -m benchmarks." + name, *argv]),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "versions": versions(),
+        "settings": settings,
+        "notes": [],
+        "tables": [],
+    }
+
+
+def write_json(path, data):
+    fileio.makedirs(os.path.dirname(os.path.abspath(path)))
+    fileio.write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+# --- tables ---------------------------------------------------------------------------------
+
+
+def _cell(value, fmt):
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    return format(value, fmt)
+
+
+def table(section):
+    """[header, *rows] of strings for a section's "columns" ([[title, key, format]]) and "rows"."""
+    columns = section["columns"]
+    return [[title for title, _, _ in columns]] + [
+        [_cell(row.get(key), fmt) for _, key, fmt in columns] for row in section["rows"]
+    ]
+
+
+def text_table(section):
+    cells = table(section)
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in cells
+    )
+
+
+def markdown_table(section):
+    cells = table(section)
+    lines = [
+        "| " + " | ".join(cells[0]) + " |",
+        "|" + "|".join(["---"] + ["--:"] * (len(cells[0]) - 1)) + "|",
+    ]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells[1:]])
+
+
+def section(title, columns, rows):
+    return {"title": title, "columns": [list(c) for c in columns], "rows": rows}
+
+
+def finish(data, path, start):
+    """Prints the tables and notes, writes the JSON (with the run's wall time)."""
+    data["wall_s"] = round(time.perf_counter() - start, 1)
+    for part in data["tables"]:
+        print(f"\n{part['title']}\n{text_table(part)}")
+    for note in data["notes"]:
+        print(f"note: {note}")
+    write_json(path, data)
+    print(f"wrote {path} ({data['wall_s']:.0f} s)")

@@ -1,0 +1,275 @@
+"""Inference images/s and latency of keras_vit against keras-hub and timm, measured in the same run.
+
+Every contestant builds the same classifier (1000 classes) and runs in its fastest mode: the Keras
+models inside one XLA-compiled tf.function, timm eager and under torch.compile, all under
+torch.inference_mode. bfloat16: Keras' mixed_bfloat16 policy, timm's weights cast with
+.bfloat16(). Peak resident memory is measured for one case, each contestant in its own process.
+
+    pip install -e ".[bench]"
+    python -m benchmarks.inference
+    python -m benchmarks.inference --cases=ViT-Ti_16:224 --batch_sizes=8 --dtypes=float32 --repeats=3
+"""
+
+import os
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before TensorFlow)
+import numpy as np  # noqa: E402
+
+from benchmarks import flops, harness, peak  # noqa: E402
+
+NUM_CLASSES = 1000
+OURS = "keras_vit TF+XLA"
+NAMES = {
+    "keras_vit": OURS,
+    "keras-hub": "keras-hub TF+XLA",
+    "timm-eager": "timm eager",
+    "timm-compile": "timm torch.compile",
+}
+
+
+def parse_cases(text):
+    """Parses --cases: ViT-B_16:224,ViT-B_16:384 -> [("ViT-B_16", 224), ...]."""
+    cases = []
+    for item in text.split(","):
+        variant, _, size = item.strip().partition(":")
+        if not size.isdigit():
+            raise SystemExit(f"error: --cases entry {item!r}: write VARIANT:IMAGE_SIZE, e.g. ViT-B_16:224")
+        cases.append((variant, int(size)))
+    return cases
+
+
+def keras_step(kind, shape, image_size, batch, dtype):
+    import keras
+    import tensorflow as tf
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if dtype == "bfloat16" else "float32")
+    try:
+        build = contestants.keras_vit_model if kind == "keras_vit" else contestants.keras_hub_model
+        model = build(shape, image_size, NUM_CLASSES)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    images = tf.constant(_images(batch, image_size))
+    forward = tf.function(lambda x: model(x, training=False), jit_compile=True)
+    return lambda: forward(images).numpy()
+
+
+def timm_step(kind, shape, image_size, batch, dtype):
+    import torch
+
+    contestants.set_torch_threads()
+    model = contestants.timm_model(shape, image_size, NUM_CLASSES).eval()
+    images = torch.from_numpy(_images(batch, image_size).transpose(0, 3, 1, 2).copy())
+    if dtype == "bfloat16":
+        model, images = model.bfloat16(), images.bfloat16()
+    if kind == "timm-compile":
+        model = torch.compile(model)
+
+    def step():
+        with torch.inference_mode():
+            return model(images).float().numpy()
+
+    return step
+
+
+def _images(batch, image_size):
+    return np.random.default_rng(0).uniform(-1, 1, (batch, image_size, image_size, 3)).astype("float32")
+
+
+def build(kind, shape, image_size, batch, dtype):
+    """A step of contestant `kind` (a key of NAMES)."""
+    if kind.startswith("timm"):
+        return timm_step(kind, shape, image_size, batch, dtype)
+    return keras_step(kind, shape, image_size, batch, dtype)
+
+
+def kinds(peers, timm_modes):
+    chosen = ["keras_vit"] + [p for p in peers if p == "keras-hub"]
+    if "timm" in peers:
+        chosen += [f"timm-{m}" for m in timm_modes]
+    return chosen
+
+
+def measure_cases(cases, kinds_, batch_sizes, dtypes, args, overrides):
+    """Rows of every (case, batch, dtype) with every contestant, interleaved within each."""
+    rows = []
+    for variant, image_size in cases:
+        shape = flops.shape(variant, **overrides)
+        per_image = flops.forward(image_size, **shape, num_classes=NUM_CLASSES)["total"]
+        for dtype in dtypes:
+            for batch in batch_sizes:
+                entrants = [
+                    harness.Contestant(
+                        NAMES[k],
+                        # bound now: the loops move on before interleave calls it
+                        lambda k=k, s=shape, i=image_size, b=batch, d=dtype: build(k, s, i, b, d),
+                        ours=k == "keras_vit",
+                        framework="torch" if k.startswith("timm") else "tf",
+                    )
+                    for k in kinds_
+                ]
+                times = harness.interleave(entrants, args.repeats, args.min_seconds)
+                case = f"{variant} {image_size} px b{batch} {dtype}"
+                found = []
+                for c in entrants:
+                    seconds = harness.median(times[c.name])
+                    speed = batch / seconds
+                    found.append(
+                        {
+                            "case": case,
+                            "variant": variant,
+                            "image_size": image_size,
+                            "batch": batch,
+                            "dtype": dtype,
+                            "contestant": c.name,
+                            "ours": c.ours,
+                            "images_per_s": speed,
+                            "latency_ms": 1000 * seconds,
+                            "repeats_s": times[c.name],
+                            "compile_s": c.compile_s,
+                            "gflops_per_s": per_image * speed / 1e9,
+                            "framework": c.framework,
+                        }
+                    )
+                ours = next(r for r in found if r["ours"])
+                for r in found:
+                    r["ours_over_this"] = None if r["ours"] else ours["images_per_s"] / r["images_per_s"]
+                rows += found
+                print(
+                    f"{case}: " + ", ".join(f"{r['contestant']} {r['images_per_s']:.1f}" for r in found),
+                    flush=True,
+                )
+    return rows
+
+
+COLUMNS = (
+    ("case", "case", ""),
+    ("contestant", "contestant", ""),
+    ("img/s", "images_per_s", ".1f"),
+    ("ms/batch", "latency_ms", ".1f"),
+    ("GFLOP/s", "gflops_per_s", ".0f"),
+    ("of matmul peak", "fraction_of_peak", ".0%"),
+    ("keras_vit / this", "ours_over_this", ".2f"),
+)
+MEMORY_COLUMNS = (
+    ("case", "case", ""),
+    ("contestant", "contestant", ""),
+    ("peak RSS MB", "peak_mb", ".0f"),
+    ("above imports MB", "above_imports_mb", ".0f"),
+    ("keras_vit / this", "ours_over_this", ".2f"),
+)
+
+
+def child(argv):
+    """In a child process: build one contestant, run a few steps, print the peak memory as JSON."""
+    import json
+
+    kind, variant, image_size, batch, dtype, num_layers = argv
+    # The framework's own memory is not the model's: import it before the baseline.
+    if kind.startswith("timm"):
+        import timm  # noqa: F401
+    elif kind == "keras-hub":
+        import keras_hub  # noqa: F401
+    else:
+        import keras_vit  # noqa: F401
+    base = harness.rss_mb()
+    step = build(kind, flops.shape(variant, num_layers=int(num_layers)), int(image_size), int(batch), dtype)
+    for _ in range(3):
+        step()
+    print(json.dumps({"peak_mb": harness.peak_rss_mb(), "above_imports_mb": harness.peak_rss_mb() - base}))
+
+
+def memory_rows(module, case, kinds_, num_layers):
+    """Peak resident memory of each contestant on `case` ("VARIANT:SIZE:BATCH"), one process each."""
+    variant, size, batch = case.split(":")
+    rows = []
+    for kind in kinds_:
+        # Each process loads one framework: Keras on PyTorch's backend keeps TensorFlow out of timm's.
+        framework = "torch" if kind.startswith("timm") else "tf"
+        env = {
+            contestants.CHILD_FRAMEWORK: framework,
+            "KERAS_BACKEND": "torch" if framework == "torch" else "tensorflow",
+        }
+        got = harness.run_child(
+            module, ["--child", kind, variant, size, batch, "float32", str(num_layers or 0)], env
+        )
+        rows.append(
+            {"case": f"{variant} {size} px b{batch} float32", "contestant": NAMES.get(kind, kind), **got}
+        )
+    ours = rows[0].get("above_imports_mb")
+    for r in rows[1:]:
+        r["ours_over_this"] = ours / r["above_imports_mb"] if ours and r.get("above_imports_mb") else None
+    return rows
+
+
+def add_flags(p):
+    p.add_argument("--batch_sizes", default="1,8", help="comma-separated batch sizes (1: latency)")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="float32 and/or bfloat16")
+    p.add_argument("--num_layers", type=int, default=0, help="override the variants' depth (0: theirs)")
+    p.add_argument("--timm_modes", default="eager,compile", help="timm's modes: eager and/or compile")
+    p.add_argument("--matmul_size", type=int, default=4096, help="the square matmul that measures the peak")
+    p.add_argument("--memory_case", default="ViT-B_16:224:8", help="VARIANT:SIZE:BATCH, or none")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--child"]:
+        return child(argv[1:])
+    start = time.perf_counter()
+    p = harness.parser(__doc__.splitlines()[0], "inference")
+    p.add_argument("--cases", default="ViT-Ti_16:224,ViT-B_16:224,ViT-B_16:384", help="VARIANT:SIZE,...")
+    add_flags(p)
+    args = p.parse_args(argv)
+    data = run_inference(args, argv, "inference", parse_cases(args.cases))
+    harness.finish(data, args.out, start)
+
+
+def run_inference(args, argv, name, cases):
+    chosen = harness.peers(args.peers)
+    notes = [n for n in map(harness.missing_peer, chosen) if n]
+    chosen = [p for p in chosen if not harness.missing_peer(p)]
+    kinds_ = kinds(chosen, [m.strip() for m in args.timm_modes.split(",") if m.strip()])
+    if not all(b.strip().isdigit() and int(b) > 0 for b in args.batch_sizes.split(",")):
+        raise SystemExit(f"error: --batch_sizes={args.batch_sizes}: give positive integers, e.g. 1,8")
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    dtypes = [d.strip() for d in args.dtypes.split(",")]
+    if set(dtypes) - {"float32", "bfloat16"}:
+        raise SystemExit(f"error: --dtypes={args.dtypes}: choose float32 and/or bfloat16")
+    for variant, _ in cases:
+        if variant not in flops.keras_vit.VARIANTS or variant.startswith("R"):
+            raise SystemExit(f"error: unknown or hybrid variant {variant!r}: use a plain ViT, e.g. ViT-B_16")
+    frameworks = ["tf"] + (["torch"] if "timm" in chosen else [])
+    rates = peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
+    overrides = {"num_layers": args.num_layers}
+    settings = {
+        "cases": [f"{v}:{s}" for v, s in cases],
+        "batch_sizes": batch_sizes,
+        "dtypes": dtypes,
+        "repeats": args.repeats,
+        "num_layers": args.num_layers or None,
+        "matmul_size": args.matmul_size,
+    }
+    data = harness.result(name, argv, settings)
+    data["notes"] += notes
+    rows = measure_cases(cases, kinds_, batch_sizes, dtypes, args, overrides)
+    data["matmul_peak_flops"] = rates = peak.best(
+        rates, peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
+    )
+    for r in rows:
+        r["fraction_of_peak"] = peak.fraction(rates, r["framework"], r["dtype"], r["gflops_per_s"] * 1e9)
+    data["tables"].append(harness.section("Inference", COLUMNS, rows))
+    if args.memory_case != "none":
+        mem = memory_rows("benchmarks.inference", args.memory_case, kinds_, args.num_layers)
+        data["tables"].append(
+            harness.section("Peak memory, inference (each in its own process)", MEMORY_COLUMNS, mem)
+        )
+    return data
+
+
+if __name__ == "__main__":
+    main()

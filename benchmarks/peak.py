@@ -1,0 +1,54 @@
+"""The limit: this machine's measured matmul throughput per framework and dtype (FLOP/s).
+
+A square matmul of size n is the best case for the FLOPs a ViT spends (almost all of them are
+matmuls), so a model's achieved FLOP/s over this is how far it is from what the machine gives.
+"""
+
+import time
+
+from benchmarks import harness
+
+
+def _best_rate(step, n, repeats, min_seconds):
+    step()  # compile, warm the caches
+    best = min(harness.time_step(step, min_seconds) for _ in range(repeats))
+    return 2 * n**3 / best
+
+
+def tf_xla(dtype, n, repeats=3, min_seconds=0.2):
+    import tensorflow as tf
+
+    a = tf.random.uniform([n, n], dtype=tf.float32, seed=1)
+    a = tf.cast(a, dtype)
+    matmul = tf.function(lambda x: tf.matmul(x, x), jit_compile=True)
+    return _best_rate(lambda: matmul(a).numpy(), n, repeats, min_seconds)
+
+
+def torch(dtype, n, repeats=3, min_seconds=0.2):
+    import torch as pt
+
+    a = pt.rand(n, n, dtype=getattr(pt, dtype))
+    return _best_rate(lambda: pt.matmul(a, a).sum().item(), n, repeats, min_seconds)
+
+
+def measure(frameworks, n=4096, repeats=3, min_seconds=0.2):
+    """{"tf float32": FLOP/s, ...} for each framework ("tf", "torch") and float32 / bfloat16."""
+    start, rates = time.perf_counter(), {}
+    for framework in frameworks:
+        for dtype in ("float32", "bfloat16"):
+            rates[f"{framework} {dtype}"] = (tf_xla if framework == "tf" else torch)(
+                dtype, n, repeats, min_seconds
+            )
+    rates["seconds"] = time.perf_counter() - start
+    return rates
+
+
+def best(before, after):
+    """Each rate's better measurement: on a shared machine the load differs between the two
+    (taken before and after the contestants), and the limit is what the machine can give."""
+    return {k: max(v, after.get(k, 0)) if k != "seconds" else v + after.get(k, 0) for k, v in before.items()}
+
+
+def fraction(rates, framework, dtype, flops_per_s):
+    peak = rates.get(f"{framework} {dtype}")
+    return flops_per_s / peak if peak else None

@@ -1,0 +1,290 @@
+"""Training images/s of the trainers' own step against keras-hub's model.fit and timm, same run.
+
+keras_vit: `trainers.loop.Trainer` built by trainers.training for the configuration
+`python -m trainers.finetune` picks (its defaults: optimizer, clipping, precision, --jit_compile
+=auto, accumulation), with only the model, image size and batch set here, so a change of a
+default shows here; a second row forces XLA on. keras-hub: ViTImageClassifier under
+model.fit(jit_compile=True); timm: an eager and a torch.compile step. All: SGD with momentum
+0.9, gradient global-norm clip 1, softmax cross-entropy, 37 classes, random images.
+
+    pip install -e ".[bench]"
+    python -m benchmarks.train
+    python -m benchmarks.train --variant=ViT-S_16 --batch_size=32 --repeats=3
+"""
+
+import os
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before TensorFlow)
+import numpy as np  # noqa: E402
+
+from benchmarks import flops, harness, peak  # noqa: E402
+
+NUM_CLASSES = 37  # oxford_iiit_pet, the fine-tuning preset's dataset
+LEARNING_RATE = 0.01
+KINDS = ("keras_vit", "keras_vit-xla", "keras-hub", "timm-eager", "timm-compile")
+
+
+def finetune_config(variant, image_size, batch, num_layers=0, jit_compile=None):
+    """The fine-tuning preset as `python -m trainers.finetune` builds it, at this shape, from scratch."""
+    from trainers import finetune
+
+    config = finetune.get_config("oxford_iiit_pet")
+    config.model, config.image_size, config.batch_size = variant, image_size, batch
+    config.weights = "none"  # no download; the step is the same
+    if num_layers:
+        config.num_layers = num_layers
+    if jit_compile:
+        config.jit_compile = jit_compile
+    return config
+
+
+def trainer_name(config):
+    from trainers import distribute, training
+
+    strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
+    xla = "+XLA" if training.use_jit(config.jit_compile, strategy) else ""
+    precision = "" if config.mixed_precision == "none" else f" {config.mixed_precision}"
+    return f"keras_vit Trainer TF{xla}{precision}"
+
+
+def trainer_step(config, steps):
+    import tensorflow as tf
+
+    from trainers import distribute, training
+
+    strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
+
+    class Spec:  # all of a dataset that building the trainer reads
+        num_classes = NUM_CLASSES
+
+    # The trainers' own construction (model, schedule, optimizer, accumulation, XLA choice).
+    trainer, _, _ = training._build_trainer(config, strategy, Spec)
+    images, labels = _batch(config.batch_size, config.image_size)
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    return lambda: trainer.train(iterator, steps)
+
+
+def keras_hub_step(shape, image_size, batch, steps):
+    import keras
+    import tensorflow as tf
+
+    model = contestants.keras_hub_model(shape, image_size, NUM_CLASSES)
+    model.compile(
+        optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=0.9, global_clipnorm=1.0),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    dataset = tf.data.Dataset.from_tensors(_batch(batch, image_size)).repeat()
+    return lambda: model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
+
+
+def timm_step(shape, image_size, batch, steps, compiled):
+    import torch
+
+    contestants.set_torch_threads()
+    model = contestants.timm_model(shape, image_size, NUM_CLASSES).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=0.9)
+    forward = torch.compile(model) if compiled else model
+    images, labels = _batch(batch, image_size)
+    images = torch.from_numpy(images.transpose(0, 3, 1, 2).copy())
+    labels = torch.from_numpy(labels.astype("int64"))
+
+    def step():
+        for _ in range(steps):
+            loss = torch.nn.functional.cross_entropy(forward(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        return loss.item()
+
+    return step
+
+
+def _batch(batch, image_size):
+    rng = np.random.default_rng(0)
+    images = rng.uniform(-1, 1, (batch, image_size, image_size, 3)).astype("float32")
+    return images, rng.integers(0, NUM_CLASSES, batch).astype("int32")
+
+
+def build(kind, args, steps):
+    shape = flops.shape(args.variant, num_layers=args.num_layers)
+    if kind.startswith("keras_vit"):
+        jit = "true" if kind == "keras_vit-xla" else None
+        return trainer_step(
+            finetune_config(args.variant, args.image_size, args.batch_size, args.num_layers, jit), steps
+        )
+    if kind == "keras-hub":
+        return keras_hub_step(shape, args.image_size, args.batch_size, steps)
+    return timm_step(shape, args.image_size, args.batch_size, steps, compiled=kind == "timm-compile")
+
+
+def names(args):
+    default = trainer_name(finetune_config(args.variant, args.image_size, args.batch_size))
+    forced = trainer_name(finetune_config(args.variant, args.image_size, args.batch_size, jit_compile="true"))
+    return {
+        "keras_vit": f"{default} (finetune defaults)",
+        "keras_vit-xla": f"{forced} (--jit_compile=true)",
+        "keras-hub": "keras-hub fit TF+XLA",
+        "timm-eager": "timm eager",
+        "timm-compile": "timm torch.compile",
+    }
+
+
+def chosen_kinds(args, peers):
+    kinds = ["keras_vit"]
+    if names(args)["keras_vit"].split(" (")[0] != names(args)["keras_vit-xla"].split(" (")[0]:
+        kinds.append("keras_vit-xla")  # the defaults are not XLA here: show what XLA gives
+    kinds += ["keras-hub"] if "keras-hub" in peers else []
+    if "timm" in peers:
+        kinds += [f"timm-{m.strip()}" for m in args.timm_modes.split(",") if m.strip()]
+    return kinds
+
+
+COLUMNS = (
+    ("contestant", "contestant", ""),
+    ("img/s", "images_per_s", ".1f"),
+    ("ms/step", "step_ms", ".0f"),
+    ("GFLOP/s", "gflops_per_s", ".0f"),
+    ("of matmul peak", "fraction_of_peak", ".0%"),
+    ("first call s", "compile_s", ".0f"),
+    ("keras_vit / this", "ours_over_this", ".2f"),
+)
+MEMORY_COLUMNS = (
+    ("contestant", "contestant", ""),
+    ("peak RSS MB", "peak_mb", ".0f"),
+    ("above imports MB", "above_imports_mb", ".0f"),
+    ("keras_vit / this", "ours_over_this", ".2f"),
+)
+
+
+def parse(argv):
+    p = harness.parser(__doc__.splitlines()[0], "train")
+    p.add_argument("--variant", default="ViT-Ti_16", help="a plain ViT variant")
+    p.add_argument("--image_size", type=int, default=224)
+    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--num_layers", type=int, default=0, help="override the variant's depth (0: its own)")
+    p.add_argument("--steps_per_call", type=int, default=4, help="training steps per timed call")
+    p.add_argument("--timm_modes", default="eager,compile", help="timm's modes: eager and/or compile")
+    p.add_argument("--matmul_size", type=int, default=4096, help="the square matmul that measures the peak")
+    p.add_argument("--memory", default="true", choices=("true", "false"), help="peak memory, a process each")
+    args = p.parse_args(argv)
+    if args.variant not in flops.keras_vit.VARIANTS or args.variant.startswith("R"):
+        p.error(f"unknown or hybrid variant {args.variant!r}: use a plain ViT, e.g. ViT-Ti_16")
+    return args
+
+
+def child(argv):
+    """One contestant's training steps in this process; prints its peak memory as JSON."""
+    import json
+
+    kind, rest = argv[0], argv[1:]
+    args = parse(rest)
+    if kind.startswith("timm"):
+        import timm  # noqa: F401
+    elif kind == "keras-hub":
+        import keras_hub  # noqa: F401
+    else:
+        import trainers.training  # noqa: F401
+    base = harness.rss_mb()
+    step = build(kind, args, 1)
+    for _ in range(3):
+        step()
+    print(json.dumps({"peak_mb": harness.peak_rss_mb(), "above_imports_mb": harness.peak_rss_mb() - base}))
+
+
+def measure(args, argv, chosen):
+    """The timed rows, ours first; also used by benchmarks.input_pipeline."""
+    kinds, label = chosen_kinds(args, chosen), names(args)
+    shape = flops.shape(args.variant, num_layers=args.num_layers)
+    per_image = flops.train_step(args.image_size, **shape, num_classes=NUM_CLASSES)
+    entrants = [
+        harness.Contestant(
+            label[k],
+            lambda k=k: build(k, args, args.steps_per_call),
+            ours=k == "keras_vit",
+            framework="torch" if k.startswith("timm") else "tf",
+        )
+        for k in kinds
+    ]
+    times = harness.interleave(entrants, args.repeats, args.min_seconds)
+    images_per_call = args.batch_size * args.steps_per_call
+    return kinds, [
+        {
+            "contestant": c.name,
+            "ours": c.ours,
+            "images_per_s": images_per_call / harness.median(times[c.name]),
+            "step_ms": 1000 * harness.median(times[c.name]) / args.steps_per_call,
+            "repeats_s": times[c.name],
+            "compile_s": c.compile_s,
+            "flops_per_image": per_image,
+        }
+        for c in entrants
+    ]
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--child"]:
+        return child(argv[1:])
+    start = time.perf_counter()
+    args = parse(argv)
+    chosen = harness.peers(args.peers)
+    notes = [n for n in map(harness.missing_peer, chosen) if n]
+    chosen = [p for p in chosen if not harness.missing_peer(p)]
+    frameworks = ["tf"] + (["torch"] if "timm" in chosen else [])
+    rates = peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
+    settings = {k: getattr(args, k) for k in ("variant", "image_size", "batch_size", "num_layers", "repeats")}
+    data = harness.result("train", argv, {**settings, "steps_per_call": args.steps_per_call})
+    data["notes"] += notes
+    kinds, rows = measure(args, argv, chosen)
+    data["matmul_peak_flops"] = rates = peak.best(
+        rates, peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
+    )
+    ours = rows[0]["images_per_s"]
+    for r in rows:
+        r["gflops_per_s"] = r["flops_per_image"] * r["images_per_s"] / 1e9
+        framework = "torch" if r["contestant"].startswith("timm") else "tf"
+        r["fraction_of_peak"] = peak.fraction(rates, framework, "float32", r["gflops_per_s"] * 1e9)
+        r["ours_over_this"] = None if r["ours"] else ours / r["images_per_s"]
+    title = f"Training step, {args.variant} {args.image_size} px, batch {args.batch_size}"
+    data["tables"].append(harness.section(title, COLUMNS, rows))
+    if args.memory == "true":
+        data["tables"].append(
+            harness.section(
+                "Peak memory, training (each in its own process)",
+                MEMORY_COLUMNS,
+                memory_rows(kinds, argv, names(args)),
+            )
+        )
+    harness.finish(data, args.out, start)
+
+
+def memory_rows(kinds, argv, label):
+    rows = []
+    for kind in kinds:
+        framework = "torch" if kind.startswith("timm") else "tf"
+        env = {
+            contestants.CHILD_FRAMEWORK: framework,
+            "KERAS_BACKEND": "torch" if framework == "torch" else "tensorflow",
+        }
+        rows.append(
+            {
+                "contestant": label[kind],
+                **harness.run_child("benchmarks.train", ["--child", kind, *argv], env),
+            }
+        )
+    ours = rows[0].get("above_imports_mb")
+    for r in rows[1:]:
+        r["ours_over_this"] = ours / r["above_imports_mb"] if ours and r.get("above_imports_mb") else None
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""The benchmark suite at a tiny size: each benchmark runs, measures its peers, writes its JSON;
+the FLOP count against a hand count; the README's Performance region against the JSON.
+
+Keras contestants run in this process (a one-block ViT at 32 px, one repeat); timm runs in a
+child process, where PyTorch can load before TensorFlow (benchmarks/contestants.py).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+# This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
+os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
+
+from benchmarks import flops, harness, inference, input_pipeline, report, scaling, train  # noqa: E402
+
+ROOT = harness.ROOT
+TINY = ["--num_layers=1", "--repeats=1", "--min_seconds=0.01", "--matmul_size=64"]
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _rows(data, index=0):
+    return data["tables"][index]["rows"]
+
+
+# --- FLOPs ------------------------------------------------------------------------------------
+
+
+def test_flop_count_matches_a_hand_count():
+    # 32 px, 16 px patches: 4 patches + the class token = 5 tokens; width 8, MLP 16, 3 classes.
+    parts = flops.forward(32, patch_size=16, hidden_size=8, num_layers=1, mlp_dim=16, num_classes=3)
+    assert parts == {
+        "patch_embedding": 2 * 4 * (16 * 16 * 3) * 8,  # 49,152
+        "qkv": 2 * 5 * 8 * 24,  # 1,920
+        "attention": 2 * 25 * 8 + 2 * 25 * 8,  # Q K^T and weights x V: 800
+        "projection": 2 * 5 * 8 * 8,  # 640
+        "mlp": 2 * 5 * 8 * 16 * 2,  # 2,560
+        "head": 2 * 8 * 3,  # 48
+        "total": 55_120,
+    }
+    assert (
+        flops.train_step(32, patch_size=16, hidden_size=8, num_layers=1, mlp_dim=16, num_classes=3) == 165_360
+    )
+    # Without a class token (gap): 4 tokens.
+    assert flops.forward(32, 16, 8, 1, 16, 3, token=False)["attention"] == 2 * 2 * 16 * 8
+
+
+def test_flop_count_matches_the_models_matmul_weights():
+    """Every matmul but attention's multiplies tokens by a kernel: 2 x tokens x kernel size."""
+    import keras_vit
+
+    shape = flops.shape("ViT-Ti_16", num_layers=2)
+    model = keras_vit.create_model(
+        "ViT-Ti_16", image_size=64, num_layers=2, num_classes=5, include_preprocessing=False
+    )
+    t, patches = flops.tokens(64, 16), (64 // 16) ** 2
+    kernels = {w.path: w for w in model.weights if w.path.endswith("kernel")}
+    expected = 0
+    for path, kernel in kernels.items():
+        size = int(kernel.numpy().size)
+        expected += 2 * size * (patches if "embedding" in path else 1 if "head" in path else t)
+    parts = flops.forward(64, **shape, num_classes=5)
+    assert len(kernels) == 2 + 2 * 6  # patch embedding, head; q, k, v, out, mlp 1 and 2 per block
+    assert parts["total"] - parts["attention"] == expected
+
+
+def test_paper_estimate_at_the_implied_efficiency_gives_the_papers_core_days():
+    for row in flops.paper_estimates(0.4):
+        again = {r["variant"]: r for r in flops.paper_estimates(row["implied_efficiency"])}[row["variant"]]
+        assert again["core_days"] == pytest.approx(row["paper_core_days"])
+        # Twice the efficiency, half the days.
+        assert flops.paper_estimates(0.8)[0]["core_days"] == pytest.approx(
+            flops.paper_estimates(0.4)[0]["core_days"] / 2
+        )
+
+
+# --- the benchmarks -------------------------------------------------------------------------------
+
+
+# The tests using it are slow: the tiny runs of all four benchmarks take about 25 s on 2 cores.
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """The four benchmarks' JSON from tiny runs (Keras contestants in this process)."""
+    out = tmp_path_factory.mktemp("bench")
+    common = ["--peers=keras-hub", *TINY]
+    inference.main(
+        [
+            "--cases=ViT-Ti_16:32",
+            "--batch_sizes=2",
+            "--dtypes=bfloat16",  # float32 runs in the tests below
+            "--memory_case=none",
+            f"--out={out}/inference.json",
+            *common,
+        ]
+    )
+    train.main(
+        [
+            "--image_size=32",
+            "--batch_size=4",
+            "--steps_per_call=1",
+            "--memory=false",
+            f"--out={out}/train.json",
+            *common,
+        ]
+    )
+    input_pipeline.main(
+        [
+            "--image_size=32",
+            "--batch_size=4",
+            "--per_class=1",
+            f"--out={out}/input_pipeline.json",
+            "--num_layers=1",
+            "--repeats=1",
+            "--min_seconds=0.01",
+        ]
+    )
+    scaling.main(
+        [
+            "--variant=ViT-Ti_16",
+            "--sizes=32,48",
+            "--batch_size=2",
+            "--peers=none",
+            f"--out={out}/scaling.json",
+            *TINY,
+        ]
+    )
+    return out
+
+
+@pytest.mark.slow
+def test_inference_measures_ours_and_keras_hub_in_bfloat16(results):
+    data = _read(results / "inference.json")
+    rows = _rows(data)
+    assert [(r["contestant"], r["dtype"]) for r in rows] == [
+        ("keras_vit TF+XLA", "bfloat16"),
+        ("keras-hub TF+XLA", "bfloat16"),
+    ]
+    ours, peer = rows
+    assert peer["ours_over_this"] == pytest.approx(ours["images_per_s"] / peer["images_per_s"])
+    assert ours["latency_ms"] == pytest.approx(2000 / ours["images_per_s"])
+    assert ours["fraction_of_peak"] == pytest.approx(
+        ours["gflops_per_s"] * 1e9 / data["matmul_peak_flops"]["tf bfloat16"]
+    )
+    assert data["command"].startswith("python -m benchmarks.inference --cases=ViT-Ti_16:32")
+    assert {"date", "machine", "versions", "settings", "wall_s"} <= set(data)
+
+
+@pytest.mark.slow
+def test_train_uses_the_finetune_defaults_and_names_their_mode(results):
+    from trainers import distribute, finetune, training
+
+    rows = _rows(_read(results / "train.json"))
+    config = finetune.get_config("oxford_iiit_pet")
+    xla = training.use_jit(config.jit_compile, distribute.create_strategy(config.strategy))
+    names = [r["contestant"] for r in rows]
+    assert names[0] == f"keras_vit Trainer TF{'+XLA' if xla else ''} (finetune defaults)"
+    assert names[-1] == "keras-hub fit TF+XLA"
+    assert all(r["images_per_s"] > 0 for r in rows)
+    assert rows[-1]["ours_over_this"] == pytest.approx(rows[0]["images_per_s"] / rows[-1]["images_per_s"])
+
+
+@pytest.mark.slow
+def test_input_pipeline_against_the_step_it_feeds(results):
+    data = _read(results / "input_pipeline.json")
+    pipe, step = _rows(data)
+    assert pipe["what"] == "finetune pipeline" and step["what"].startswith("keras_vit Trainer")
+    assert data["target"]["measured"] == pytest.approx(pipe["images_per_s"] / step["images_per_s"])
+    assert data["target"]["met"] == (data["target"]["measured"] >= 3)
+
+
+@pytest.mark.slow
+def test_scaling_counts_tokens_and_draws_the_plot(results):
+    data = _read(results / "scaling.json")
+    rows = _rows(data)
+    assert [(r["image_size"], r["tokens"]) for r in rows] == [(32, 5), (48, 10)]
+    assert rows[1]["tokens_per_s"] == pytest.approx(10 * rows[1]["images_per_s"])
+    with open(results / data["plot"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_missing_peer_is_a_note_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    real = harness.importlib.util.find_spec
+    monkeypatch.setattr(harness.importlib.util, "find_spec", lambda m: None if m == "keras_hub" else real(m))
+    inference.main(
+        [
+            "--cases=ViT-Ti_16:32",
+            "--batch_sizes=1",
+            "--dtypes=float32",
+            "--memory_case=none",
+            "--peers=keras-hub",
+            f"--out={tmp_path}/i.json",
+            *TINY,
+        ]
+    )
+    data = _read(tmp_path / "i.json")
+    assert [r["contestant"] for r in _rows(data)] == ["keras_vit TF+XLA"]
+    assert data["notes"] == ['keras-hub is not installed (keras_hub missing): pip install -e ".[bench]"']
+    assert "note: keras-hub is not installed" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_timm_and_memory_in_their_own_processes(tmp_path):
+    """As a command: timm eager beside keras_vit where installed, and each one's peak memory
+    measured in a child process of its own."""
+    # Not pytest.importorskip: importing timm into this process, after TensorFlow, crashes it.
+    with_timm = all(harness.importlib.util.find_spec(m) is not None for m in ("torch", "timm"))
+    env = {k: v for k, v in os.environ.items() if k != "VIT_BENCHMARK_FRAMEWORK"}
+    argv = ["--cases=ViT-Ti_16:32", "--batch_sizes=2", "--dtypes=float32", "--timm_modes=eager"]
+    argv += [
+        f"--peers={'timm' if with_timm else 'none'}",
+        "--memory_case=ViT-Ti_16:32:2",
+        f"--out={tmp_path}/i.json",
+    ]
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.inference", *argv, *TINY],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+        env=env,
+    )
+    data = _read(tmp_path / "i.json")
+    names = ["keras_vit TF+XLA", "timm eager"] if with_timm else ["keras_vit TF+XLA"]
+    assert [r["contestant"] for r in _rows(data)] == names
+    assert [r["contestant"] for r in _rows(data, 1)] == names
+    if with_timm:
+        assert {"torch float32", "torch bfloat16"} <= set(data["matmul_peak_flops"])
+    for row in _rows(data, 1):
+        # Each child's own peak: a process with TensorFlow and PyTorch both loaded holds more.
+        assert 0 < row["above_imports_mb"] < row["peak_mb"] < harness.peak_rss_mb() + 2000, row
+
+
+def test_bad_flags_are_one_line_errors(capsys):
+    with pytest.raises(SystemExit, match="--cases entry 'ViT-B_16': write VARIANT:IMAGE_SIZE"):
+        inference.main(["--cases=ViT-B_16"])
+    with pytest.raises(SystemExit, match="unknown peer 'pytorch'"):
+        inference.main(["--cases=ViT-Ti_16:32", "--peers=pytorch"])
+    with pytest.raises(SystemExit, match="--dtypes=float16: choose float32 and/or bfloat16"):
+        inference.main(["--cases=ViT-Ti_16:32", "--dtypes=float16", "--peers=none"])
+
+
+# --- the README's region --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_report_renders_the_json_and_check_catches_a_stale_readme(results, tmp_path, capsys):
+    results = shutil.copytree(results, tmp_path / "json")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{report.BEGIN}\nold\n{report.END}\n\nafter\n", encoding="utf-8")
+    argv = [f"--json_dir={results}", f"--readme={readme}"]
+    assert report.main([*argv, "--check"]) == 1
+    assert report.main([*argv, "--write"]) == 0
+    assert report.main([*argv, "--check"]) == 0
+    text = readme.read_text(encoding="utf-8")
+    assert text.endswith(f"{report.END}\n\nafter\n")
+    inference_json = _read(results / "inference.json")
+    assert harness.markdown_table(inference_json["tables"][0]) in text
+    assert inference_json["command"] in text
+    assert "Input pipeline at least 3x the ViT-Ti_16 train step per core: **" in text
+    # A changed number makes the README stale.
+    inference_json["tables"][0]["rows"][0]["images_per_s"] *= 2
+    harness.write_json(results / "inference.json", inference_json)
+    assert report.main([*argv, "--check"]) == 1
+    assert "is stale: run python -m benchmarks.report --write" in capsys.readouterr().err

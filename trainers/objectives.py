@@ -1,0 +1,130 @@
+"""What a pre-training run optimises besides classification: masked patch prediction.
+
+The Trainer (trainers/loop.py) classifies unless it is given an objective. An objective has
+`metric_name` (its evaluation metric), `trained_variables(model)` (what the optimizer updates),
+`checkpoint_objects()` (what the run's checkpoints must hold besides the model),
+`per_example(images, step, training)` -> (loss (b,), accuracy (b,)), `record_train(accuracy)`
+and `train_metrics()` (the train-side metric since the last call, for the console and
+TensorBoard).
+
+MaskedPatch (--objective=masked_patch, keras_vit/masked_patches.py): labels are not read. Which
+patches are corrupted, and by which other patch the replaced ones are replaced, is a pure function
+of (--seed, step, replica): stateless random ops, so a resumed run and an unbroken one corrupt the
+same patches. The micro-batches of one accumulated step share the step's draw. Evaluation uses
+one fixed draw, so successive evaluations compare like with like. Loss and accuracy of an image
+are means over its corrupted patches (every image has the same number of them): cross-entropy and
+top-1 hits of the 512-colour class for mean_color; the same averaged over the 16 cells for
+downsampled; for l2 the mean squared error over the patch's pixel values (in [-1, 1]), and as
+accuracy whether the prediction's mean colour falls in the target's 3-bit colour class.
+"""
+
+import tensorflow as tf
+
+from keras_vit import masked_patches
+
+# The step number of evaluation's fixed draw (training steps count from 0).
+EVAL_DRAW = -1
+
+
+class MaskedPatch:
+    metric_name = "masked_patch_accuracy"
+
+    def __init__(self, model, target, seed):
+        """Build it inside the strategy's scope, like the model (its variables are trained)."""
+        self.predictor = masked_patches.MaskedPatchPredictor(model, target)
+        self.target = target
+        self.seed = int(seed)
+        # Summed over the replicas when read: the train accuracy since the last train_metrics().
+        self._train_sums = [
+            tf.Variable(
+                0.0,
+                trainable=False,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.SUM,
+                name=name,
+            )
+            for name in ("masked_patch_train_hits", "masked_patch_train_count")
+        ]
+
+    def trained_variables(self, model):
+        """The encoder's variables (not the model's classification head or pre-logits, which this
+        objective does not use), then the mask embedding and the prediction head."""
+        unused = {id(v) for name in ("head", "pre_logits") for v in _layer_weights(model, name)}
+        encoder = [v for v in model.trainable_variables if id(v) not in unused]
+        return [*encoder, *self.predictor.trainable_variables]
+
+    def checkpoint_objects(self):
+        return {"patch_corruption": self.predictor.corruption, "masked_patch_head": self.predictor.head}
+
+    def _seed(self, step):
+        context = tf.distribute.get_replica_context()
+        replica = context.replica_id_in_sync_group if context is not None else 0
+        seed = tf.random.experimental.stateless_fold_in(tf.constant([self.seed, 0], tf.int64), step)
+        return tf.random.experimental.stateless_fold_in(seed, replica)
+
+    def draw(self, batch, num_patches, step):
+        """(roles, replacement sources), int32 (batch, num_patches): the corruption of `step`."""
+        noise = tf.random.stateless_uniform(tf.stack([2, batch, num_patches]), self._seed(step))
+        return masked_patches.corruption_plan(noise[0]), masked_patches.replacement_sources(noise[1])
+
+    def per_example(self, images, step, training):
+        """(loss (b,), accuracy (b,)), float32, of the batch corrupted by the draw of `step`."""
+        images = tf.convert_to_tensor(images)
+        patch = self.predictor.patch_size
+        num_patches = (images.shape[1] // patch) * (images.shape[2] // patch)
+        roles, sources = self.draw(tf.shape(images)[0], num_patches, step)
+        outputs = tf.cast(self.predictor(images, roles, sources, training=training), tf.float32)
+        targets = self.predictor.targets(tf.cast(images, tf.float32))
+        per_patch_loss, per_patch_hit = self._per_patch(outputs, targets, self.predictor.channels)
+        corrupted = tf.cast(roles != masked_patches.CLEAN, tf.float32)
+        count = tf.reduce_sum(corrupted, axis=-1)
+        return (
+            tf.reduce_sum(per_patch_loss * corrupted, axis=-1) / count,
+            tf.reduce_sum(per_patch_hit * corrupted, axis=-1) / count,
+        )
+
+    def _per_patch(self, outputs, targets, channels):
+        if self.target == "l2":
+            loss = tf.reduce_mean(tf.square(outputs - targets), axis=-1)
+
+            def mean_color(pixels):
+                shape = tf.shape(pixels)
+                per_channel = tf.reshape(pixels, tf.concat([shape[:2], [-1, channels]], 0))
+                return masked_patches.color_classes(tf.reduce_mean(per_channel, axis=2))
+
+            return loss, tf.cast(tf.equal(mean_color(outputs), mean_color(targets)), tf.float32)
+        if self.target == "downsampled":
+            shape = tf.shape(outputs)
+            outputs = tf.reshape(outputs, tf.concat([shape[:2], [targets.shape[-1], -1]], 0))
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=outputs)
+        hits = tf.cast(tf.equal(tf.argmax(outputs, axis=-1, output_type=tf.int32), targets), tf.float32)
+        if self.target == "downsampled":
+            loss, hits = tf.reduce_mean(loss, axis=-1), tf.reduce_mean(hits, axis=-1)
+        return loss, hits
+
+    def record_train(self, accuracy):
+        """Adds a replica's per-example train accuracies (b,) to the train metric."""
+        hits, count = self._train_sums
+        hits.assign_add(tf.reduce_sum(accuracy))
+        count.assign_add(tf.cast(tf.size(accuracy), tf.float32))
+
+    def train_metrics(self):
+        """{metric_name: train accuracy} since the last call (empty before any step); resets it."""
+        hits, count = (float(v.read_value()) for v in self._train_sums)
+        for variable in self._train_sums:
+            variable.assign(0.0)
+        return {self.metric_name: hits / count} if count else {}
+
+
+def _layer_weights(model, name):
+    return next((layer.weights for layer in model.layers if layer.name == name), [])
+
+
+def make_objective(config, model):
+    """The objective --objective asks for, or None for classification (the Trainer's own)."""
+    objective = config.get("objective", "classification")
+    if objective == "classification":
+        return None
+    if objective == "masked_patch":
+        return MaskedPatch(model, config.masked_target, config.seed)
+    raise ValueError(f"unknown objective {objective!r}")
