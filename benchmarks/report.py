@@ -142,6 +142,42 @@ def targets(results):
             + _verdict(min(worst.values()) >= 1, f"keras_vit / peer at worst: {ratios}")
             + f". {_bottleneck([o.get('fraction_of_peak') for _, o in pairs])}."
         )
+    lines += _limit_lines(results.get("inference"))
+    return lines
+
+
+# The issue's share of the measured matmul limit that inference must reach.
+LIMIT_TARGET = 0.9
+
+
+def _limit_lines(data):
+    """Inference against this machine's matmul limit; each framework's matmul kernel against the other's."""
+    if not data:
+        return []
+    ours = [r for r in data["tables"][0]["rows"] if r.get("ours") and r.get("fraction_of_peak")]
+    lines = []
+    if ours:
+        best = max(ours, key=lambda r: r["fraction_of_peak"])
+        lines.append(
+            f"- Inference at least {LIMIT_TARGET:.0%} of the measured matmul limit: "
+            + _verdict(
+                best["fraction_of_peak"] >= LIMIT_TARGET,
+                f"best {best['fraction_of_peak']:.0%}, {best['case']}; "
+                f"worst {min(r['fraction_of_peak'] for r in ours):.0%}",
+            )
+            + "."
+        )
+    peaks = data.get("matmul_peak_flops") or {}
+    for dtype in ("float32", "bfloat16"):
+        tf_peak, torch_peak = peaks.get(f"tf {dtype}"), peaks.get(f"torch {dtype}")
+        if tf_peak and torch_peak:
+            size = data["settings"].get("matmul_size", "")
+            lines.append(
+                f"- The {dtype} matmul kernel itself: TensorFlow {tf_peak / 1e9:.0f} GFLOP/s against "
+                f"PyTorch {torch_peak / 1e9:.0f} GFLOP/s on the same {size}² "
+                f"matmul ({tf_peak / torch_peak:.2f}x): a Keras model on TensorFlow cannot beat a PyTorch "
+                "peer by more than the matmuls allow."
+            )
     return lines
 
 
