@@ -27,13 +27,15 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m trainers.demo --workdir=runs/demo
 
-# The Performance tables: all four benchmarks against the peers, then the README's region.
+# The Performance tables: the four CPU benchmarks against the peers and the op profile, then the
+# README's region (benchmarks.accelerator needs a GPU: see the README).
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python -m benchmarks.inference
 	$(BIN)/python -m benchmarks.train
 	$(BIN)/python -m benchmarks.input_pipeline
 	$(BIN)/python -m benchmarks.scaling
+	$(BIN)/python -m benchmarks.op_profile
 	$(BIN)/python -m benchmarks.report --write
 
 lint: $(STAMP)

@@ -73,8 +73,9 @@ setup(
         "export": EXPORT_REQUIRES,
         "plots": ["matplotlib"],
         # The peers benchmarks/ measures against in the same run: keras-hub (same Keras) and
-        # timm on PyTorch (timm brings torchvision).
-        "bench": ["keras-hub", "timm", "torch"],
+        # timm on PyTorch (timm brings torchvision); JAX runs the Keras contestants on a GPU
+        # (benchmarks.accelerator; there, install JAX's CUDA build).
+        "bench": ["keras-hub", "timm", "torch", "jax"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

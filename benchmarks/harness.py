@@ -138,6 +138,21 @@ def machine():
     }
 
 
+def accelerator():
+    """The first GPU's name as nvidia-smi gives it, or None where there is none."""
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = proc.stdout.strip().splitlines()
+    return names[0].strip() if proc.returncode == 0 and names else None
+
+
 def parser(description, name):
     """An argument parser with the flags every benchmark has."""
     p = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=description)

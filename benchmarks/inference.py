@@ -44,17 +44,25 @@ def parse_cases(text):
     return cases
 
 
+def parse_sizes_and_dtypes(batch_sizes, dtypes):
+    """--batch_sizes and --dtypes -> ([8, ...], ["float32", ...]), or a one-line error."""
+    if not all(b.strip().isdigit() and int(b) > 0 for b in batch_sizes.split(",")):
+        raise SystemExit(f"error: --batch_sizes={batch_sizes}: give positive integers, e.g. 1,8")
+    chosen = [d.strip() for d in dtypes.split(",")]
+    if set(chosen) - {"float32", "bfloat16"}:
+        raise SystemExit(f"error: --dtypes={dtypes}: choose float32 and/or bfloat16")
+    return [int(b) for b in batch_sizes.split(",")], chosen
+
+
+def check_variant(variant):
+    if variant not in flops.keras_vit.VARIANTS or variant.startswith("R"):
+        raise SystemExit(f"error: unknown or hybrid variant {variant!r}: use a plain ViT, e.g. ViT-B_16")
+
+
 def keras_step(kind, shape, image_size, batch, dtype):
-    import keras
     import tensorflow as tf
 
-    previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy("mixed_bfloat16" if dtype == "bfloat16" else "float32")
-    try:
-        build = contestants.keras_vit_model if kind == "keras_vit" else contestants.keras_hub_model
-        model = build(shape, image_size, NUM_CLASSES)
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
+    model = contestants.keras_model(kind, shape, image_size, NUM_CLASSES, dtype)
     images = tf.constant(_images(batch, image_size))
     forward = tf.function(lambda x: model(x, training=False), jit_compile=keras_uses_xla(dtype))
     return lambda: forward(images).numpy()
@@ -73,12 +81,12 @@ def contestant_name(kind, dtype):
     return NAMES[kind]
 
 
-def timm_step(kind, shape, image_size, batch, dtype):
+def timm_step(kind, shape, image_size, batch, dtype, device="cpu"):
     import torch
 
     contestants.set_torch_threads()
-    model = contestants.timm_model(shape, image_size, NUM_CLASSES).eval()
-    images = torch.from_numpy(_images(batch, image_size).transpose(0, 3, 1, 2).copy())
+    model = contestants.timm_model(shape, image_size, NUM_CLASSES).eval().to(device)
+    images = torch.from_numpy(_images(batch, image_size).transpose(0, 3, 1, 2).copy()).to(device)
     if dtype == "bfloat16":
         model, images = model.bfloat16(), images.bfloat16()
     if kind == "timm-compile":
@@ -86,7 +94,7 @@ def timm_step(kind, shape, image_size, batch, dtype):
 
     def step():
         with torch.inference_mode():
-            return model(images).float().numpy()
+            return model(images).float().cpu().numpy()  # on the host: the step has finished
 
     return step
 
@@ -109,8 +117,14 @@ def kinds(peers, timm_modes):
     return chosen
 
 
-def measure_cases(cases, kinds_, batch_sizes, dtypes, args, overrides):
-    """Rows of every (case, batch, dtype) with every contestant, interleaved within each."""
+def measure_cases(
+    cases, kinds_, batch_sizes, dtypes, args, overrides, build_step=None, name=None, keras="tf"
+):
+    """Rows of every (case, batch, dtype) with every contestant, interleaved within each.
+
+    `build_step(kind, shape, image_size, batch, dtype)` and `name(kind, dtype)` default to this
+    module's (Keras on TensorFlow); `keras` names the Keras contestants' framework ("tf", "jax")."""
+    build_step, name = build_step or build, name or contestant_name
     rows = []
     for variant, image_size in cases:
         shape = flops.shape(variant, **overrides)
@@ -119,11 +133,11 @@ def measure_cases(cases, kinds_, batch_sizes, dtypes, args, overrides):
             for batch in batch_sizes:
                 entrants = [
                     harness.Contestant(
-                        contestant_name(k, dtype),
+                        name(k, dtype),
                         # bound now: the loops move on before interleave calls it
-                        lambda k=k, s=shape, i=image_size, b=batch, d=dtype: build(k, s, i, b, d),
+                        lambda k=k, s=shape, i=image_size, b=batch, d=dtype: build_step(k, s, i, b, d),
                         ours=k == "keras_vit",
-                        framework="torch" if k.startswith("timm") else "tf",
+                        framework="torch" if k.startswith("timm") else keras,
                     )
                     for k in kinds_
                 ]
@@ -248,15 +262,9 @@ def run_inference(args, argv, name, cases):
     notes = [n for n in map(harness.missing_peer, chosen) if n]
     chosen = [p for p in chosen if not harness.missing_peer(p)]
     kinds_ = kinds(chosen, [m.strip() for m in args.timm_modes.split(",") if m.strip()])
-    if not all(b.strip().isdigit() and int(b) > 0 for b in args.batch_sizes.split(",")):
-        raise SystemExit(f"error: --batch_sizes={args.batch_sizes}: give positive integers, e.g. 1,8")
-    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    dtypes = [d.strip() for d in args.dtypes.split(",")]
-    if set(dtypes) - {"float32", "bfloat16"}:
-        raise SystemExit(f"error: --dtypes={args.dtypes}: choose float32 and/or bfloat16")
+    batch_sizes, dtypes = parse_sizes_and_dtypes(args.batch_sizes, args.dtypes)
     for variant, _ in cases:
-        if variant not in flops.keras_vit.VARIANTS or variant.startswith("R"):
-            raise SystemExit(f"error: unknown or hybrid variant {variant!r}: use a plain ViT, e.g. ViT-B_16")
+        check_variant(variant)
     frameworks = ["tf"] + (["torch"] if "timm" in chosen else [])
     rates = peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
     overrides = {"num_layers": args.num_layers}

@@ -28,21 +28,32 @@ def tf_matmul(dtype, n, repeats=3, min_seconds=0.2):
     return max(rates)
 
 
-def torch(dtype, n, repeats=3, min_seconds=0.2):
+def torch(dtype, n, repeats=3, min_seconds=0.2, device="cpu"):
     import torch as pt
 
-    a = pt.rand(n, n, dtype=getattr(pt, dtype))
+    a = pt.rand(n, n, dtype=getattr(pt, dtype), device=device)
     return _best_rate(lambda: pt.matmul(a, a).sum().item(), n, repeats, min_seconds)
 
 
-def measure(frameworks, n=4096, repeats=3, min_seconds=0.2):
-    """{"tf float32": FLOP/s, ...} for each framework ("tf", "torch") and float32 / bfloat16."""
+def jax_matmul(dtype, n, repeats=3, min_seconds=0.2):
+    """XLA through JAX on its default device (a GPU where there is one)."""
+    import jax
+
+    a = jax.random.uniform(jax.random.key(1), (n, n)).astype(dtype)
+    matmul = jax.jit(lambda x: x @ x)
+    return _best_rate(lambda: matmul(a).block_until_ready(), n, repeats, min_seconds)
+
+
+def measure(frameworks, n=4096, repeats=3, min_seconds=0.2, torch_device="cpu"):
+    """{"tf float32": FLOP/s, ...} for each framework ("tf", "torch", "jax") and float32 / bfloat16."""
     start, rates = time.perf_counter(), {}
     for framework in frameworks:
         for dtype in ("float32", "bfloat16"):
-            rates[f"{framework} {dtype}"] = (tf_matmul if framework == "tf" else torch)(
-                dtype, n, repeats, min_seconds
-            )
+            if framework == "torch":
+                rate = torch(dtype, n, repeats, min_seconds, device=torch_device)
+            else:
+                rate = (tf_matmul if framework == "tf" else jax_matmul)(dtype, n, repeats, min_seconds)
+            rates[f"{framework} {dtype}"] = rate
     rates["seconds"] = time.perf_counter() - start
     return rates
 

@@ -63,7 +63,7 @@ def trainer_step(config, steps):
         num_classes = NUM_CLASSES
 
     # The trainers' own construction (model, schedule, optimizer, accumulation, XLA choice).
-    trainer, _, _ = training._build_trainer(config, strategy, Spec)
+    trainer, _, _ = training.build_trainer(config, strategy, Spec)
     images, labels = _batch(config.batch_size, config.image_size)
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
@@ -84,20 +84,23 @@ def keras_hub_step(shape, image_size, batch, steps):
     return lambda: model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
 
 
-def timm_step(shape, image_size, batch, steps, compiled):
+def timm_step(shape, image_size, batch, steps, compiled, device="cpu", dtype="float32"):
+    """timm's training step; in bfloat16 under torch.autocast, PyTorch's mixed precision."""
     import torch
 
     contestants.set_torch_threads()
-    model = contestants.timm_model(shape, image_size, NUM_CLASSES).train()
+    model = contestants.timm_model(shape, image_size, NUM_CLASSES).train().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=0.9)
     forward = torch.compile(model) if compiled else model
     images, labels = _batch(batch, image_size)
-    images = torch.from_numpy(images.transpose(0, 3, 1, 2).copy())
-    labels = torch.from_numpy(labels.astype("int64"))
+    images = torch.from_numpy(images.transpose(0, 3, 1, 2).copy()).to(device)
+    labels = torch.from_numpy(labels.astype("int64")).to(device)
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
 
     def step():
         for _ in range(steps):
-            loss = torch.nn.functional.cross_entropy(forward(images), labels)
+            with autocast:
+                loss = torch.nn.functional.cross_entropy(forward(images), labels)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -7,7 +7,7 @@ part of the weight format: `keras_vit.weights` maps official checkpoint keys ont
 import keras
 from keras import ops
 
-from keras_vit import initializers
+from keras_vit import fused_attention, initializers
 
 # Both constants decide whether official weights reproduce official outputs.
 LAYER_NORM_EPSILON = 1e-6
@@ -263,7 +263,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     read as a matrix (query/key/value: fan_in = D, fan_out = heads * D/heads; out: the
     reverse), the biases at zero.
 
-    The plain call uses the fused `keras.ops.dot_product_attention`; with
+    The plain call uses fused attention (`keras_vit.fused_attention`, the backend's kernel); with
     `return_attention_scores=True` it computes the softmax explicitly and also returns the
     attention probabilities (B, heads, N, N).
     """
@@ -340,7 +340,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             probs = None
             if bias is not None:
                 bias = ops.cast(bias, query.dtype)
-            context = ops.dot_product_attention(query, key, value, bias=bias)
+            context = fused_attention.dot_product_attention(query, key, value, bias=bias)
         outputs = self.out(context)
         if return_attention_scores:
             return outputs, probs

@@ -16,7 +16,17 @@ import pytest
 # This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
 os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
 
-from benchmarks import flops, harness, inference, input_pipeline, report, scaling, train  # noqa: E402
+from benchmarks import (  # noqa: E402
+    accelerator,
+    flops,
+    harness,
+    inference,
+    input_pipeline,
+    op_profile,
+    report,
+    scaling,
+    train,
+)
 
 ROOT = harness.ROOT
 TINY = ["--num_layers=1", "--repeats=1", "--min_seconds=0.01", "--matmul_size=64"]
@@ -122,6 +132,16 @@ def results(tmp_path_factory):
             "--min_seconds=0.01",
         ]
     )
+    op_profile.main(
+        [
+            "--variant=ViT-Ti_16",
+            "--image_size=32",
+            "--batch_size=2",
+            "--num_layers=1",
+            "--calls=1",
+            f"--out={out}/op_profile.json",
+        ]
+    )
     scaling.main(
         [
             "--variant=ViT-Ti_16",
@@ -175,6 +195,24 @@ def test_input_pipeline_against_the_step_it_feeds(results):
     assert pipe["what"] == "finetune pipeline" and step["what"].startswith("keras_vit Trainer")
     assert data["target"]["measured"] == pytest.approx(pipe["images_per_s"] / step["images_per_s"])
     assert data["target"]["met"] == (data["target"]["measured"] >= 3)
+
+
+@pytest.mark.slow
+def test_op_profile_splits_the_time_into_matmuls_casts_and_the_rest(results):
+    data = _read(results / "op_profile.json")
+    rows = _rows(data)
+    assert sum(r["share"] for r in rows) == pytest.approx(1)
+    assert sum(data["groups"].values()) == pytest.approx(1)
+    # bfloat16 under mixed precision: the kernels are cast each call, and the matmuls are there.
+    assert {"matmul", "cast"} <= {r["group"] for r in rows}
+    assert all(r["ms_per_call"] > 0 for r in rows)
+
+
+def test_op_types_fall_into_their_groups():
+    assert op_profile.group("_MklMatMul") == "matmul"
+    assert op_profile.group("_MklBatchMatMulV2") == "matmul"
+    assert op_profile.group("Cast") == "cast"
+    assert op_profile.group("Tanh") == "element-wise and other"
 
 
 @pytest.mark.slow
@@ -286,3 +324,77 @@ def test_the_matmul_limit_lines_judge_the_best_case_and_compare_the_kernels():
     assert "TensorFlow 300 GFLOP/s against PyTorch 1500 GFLOP/s" in kernel and "(0.20x)" in kernel
     data["tables"][0]["rows"][1]["fraction_of_peak"] = 0.85
     assert "**not met** (best 85%" in report._limit_lines(data)[0]
+
+
+# --- the GPU benchmark ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_accelerator_runs_the_keras_contestants_on_jax(tmp_path):
+    """As a command, on this CPU: keras_vit and keras-hub on Keras' JAX backend (and timm where
+    installed), inference and a training step, in one JSON."""
+    with_timm = all(harness.importlib.util.find_spec(m) is not None for m in ("torch", "timm"))
+    env = {k: v for k, v in os.environ.items() if k != "VIT_BENCHMARK_FRAMEWORK"}
+    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    argv = ["--cases=ViT-Ti_16:32", "--batch_sizes=2", "--dtypes=bfloat16", "--train_cases=ViT-Ti_16:32:4"]
+    argv += [f"--peers=keras-hub{',timm' if with_timm else ''}", "--timm_modes=eager", "--steps_per_call=2"]
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.accelerator", *argv, *TINY, f"--out={tmp_path}/a.json"],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+    data = _read(tmp_path / "a.json")
+    names = ["keras_vit JAX+XLA", "keras-hub JAX+XLA"] + (["timm eager"] if with_timm else [])
+    assert [part["title"] for part in data["tables"]] == ["Inference", "Training step"]
+    for part in data["tables"]:
+        assert [r["contestant"] for r in part["rows"]] == names
+        for r in part["rows"]:
+            assert r["images_per_s"] > 0 and r["fraction_of_peak"] > 0, r
+            assert r["mfu"] is None  # no datasheet peak for a CPU
+    assert {"jax float32", "jax bfloat16"} <= set(data["matmul_peak_flops"])
+    # Training FLOPs are 3 forwards of the training shape (37 classes), per image.
+    row = _rows(data, 1)[0]
+    per_image = flops.train_step(32, **flops.shape("ViT-Ti_16", num_layers=1), num_classes=37)
+    assert row["gflops_per_s"] == pytest.approx(per_image * row["images_per_s"] / 1e9)
+
+
+def test_accelerator_flags_and_datasheet():
+    assert accelerator.parse_train_cases("ViT-B_16:224:128,ViT-L_16:384:8") == [
+        ("ViT-B_16", 224, 128),
+        ("ViT-L_16", 384, 8),
+    ]
+    assert accelerator.parse_train_cases("none") == []
+    with pytest.raises(
+        SystemExit, match="--train_cases entry 'ViT-B_16:224': write VARIANT:IMAGE_SIZE:BATCH"
+    ):
+        accelerator.parse_train_cases("ViT-B_16:224")
+    with pytest.raises(SystemExit, match="unknown or hybrid variant 'R50\\+ViT-B_16'"):
+        accelerator.main(["--cases=R50+ViT-B_16:224", "--peers=none"])
+    assert accelerator.datasheet_peak("NVIDIA H100 80GB HBM3")["bfloat16"] == pytest.approx(989.4e12)
+    assert accelerator.datasheet_peak("Intel(R) Xeon(R)") == {}
+
+
+def test_gpu_targets_judge_each_table_at_its_worst_case():
+    def rows(case_ratios):
+        found = []
+        for case, ours, peer in case_ratios:
+            found += [
+                {"case": case, "contestant": "keras_vit JAX+XLA", "ours": True, "images_per_s": ours},
+                {"case": case, "contestant": "timm torch.compile", "ours": False, "images_per_s": peer},
+            ]
+        return found
+
+    data = {
+        "machine": {"accelerator": "NVIDIA H100 80GB HBM3", "cpu": "x", "cores": 16, "python": "3.12"},
+        "tables": [
+            {"title": "Inference", "rows": rows([("a", 300, 100), ("b", 90, 100)])},
+            {"title": "Training step", "rows": rows([("c", 101, 100)])},
+        ],
+    }
+    inference_line, train_line = report._gpu_lines("GPU, bfloat16", data)
+    assert "on NVIDIA H100 80GB HBM3" in inference_line
+    assert "**not met** (keras_vit / peer at worst: timm torch.compile 0.90x)" in inference_line
+    assert "**met** (keras_vit / peer at worst: timm torch.compile 1.01x)" in train_line

@@ -43,6 +43,9 @@ DELIBERATE_LAZY_IMPORTS = {
     ("keras_vit.preprocessing", "tensorflow"),
     ("keras_vit.preprocessing", "jax"),
     ("keras_vit.preprocessing", "torch"),
+    # JAX's own attention (cuDNN's flash kernel), reached only on the JAX backend, which has
+    # imported JAX already.
+    ("keras_vit.fused_attention", "jax"),
     # Not deliberate (keras_vit imports keras at the top of other modules anyway); here until
     # preprocessing.py imports it at the top of the file.
     ("keras_vit.preprocessing", "keras"),

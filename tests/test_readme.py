@@ -119,7 +119,9 @@ COVERAGE = {
     r"^python -m trainers\.fewshot ": "test_fewshot_commands",
     r"^from trainers\.evaluators\.fewshot import FewShotEvaluator": "test_fewshot_evaluator_block",
     r"^upstream: ViT pre-trained on digits 0-4": "test_demo_table_sample",
-    r"^python -m benchmarks\.(inference|train|input_pipeline|scaling|report)\b": "test_performance_section",
+    r"^python -m benchmarks\.(inference|train|input_pipeline|scaling|accelerator|op_profile|report)\b": (
+        "test_performance_section"
+    ),
     r"^\.venv/bin/python -m pytest ": "test_pytest_commands",
     r"^keras_vit/ +the library": "test_layout_block",
     # Deploy
@@ -319,10 +321,14 @@ def test_make_targets():
 def test_pip_installs_name_real_extras():
     setup = open(os.path.join(ROOT, "setup.py"), encoding="utf-8").read()
     assert re.search(r"name=\"keras-vit\"", setup)
+    # Other packages a README command installs beside keras-vit, and why.
+    others = {"jax[cuda13]": "JAX's CUDA build, for benchmarks.accelerator on a GPU"}
     for item in matching(r"^pip install "):
         _, argv = split_command(item.text)
         target = argv[-1]
         assert target.split("[")[0] in ("keras-vit", "."), item.describe()
+        packages = [a for a in argv[2:-1] if not a.startswith("-") and a != target]
+        assert set(packages) <= set(others), item.describe()
         for extra in re.findall(r"\[(\w+)\]", target):
             assert re.search(rf"[\"']{extra}[\"']\s*:", setup), f"setup.py has no [{extra}] extra"
 
@@ -1026,11 +1032,20 @@ def test_demo_table_sample():
 
 def test_performance_section():
     """The Performance tables are what the committed JSON renders; each benchmark's command parses."""
-    from benchmarks import inference, input_pipeline, report, scaling, train
+    from benchmarks import accelerator, inference, input_pipeline, op_profile, report, scaling, train
 
     assert report.main(["--check"]) == 0, "run python -m benchmarks.report --write"
-    mains = {"inference": inference, "train": train, "input_pipeline": input_pipeline, "scaling": scaling}
-    commands = matching(r"^python -m benchmarks\.(inference|train|input_pipeline|scaling|report)\b")
+    mains = {
+        "inference": inference,
+        "train": train,
+        "input_pipeline": input_pipeline,
+        "scaling": scaling,
+        "accelerator": accelerator,
+        "op_profile": op_profile,
+    }
+    commands = matching(
+        r"^python -m benchmarks\.(inference|train|input_pipeline|scaling|accelerator|op_profile|report)\b"
+    )
     assert {split_command(c.text)[1][2] for c in commands} >= {f"benchmarks.{name}" for name in mains}
     for command in commands:
         _, argv = split_command(command.text)

@@ -49,7 +49,7 @@ def run(config):
         config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
     )
     _check_labels(config, spec)
-    trainer, schedule, memory_note = _build_trainer(config, strategy, spec)
+    trainer, schedule, memory_note = build_trainer(config, strategy, spec)
     eval_data = {
         name: data.distribute(
             strategy, _input_fn(config, spec, split, training=False, batch_size=trainer.micro_batch_size)
@@ -88,7 +88,10 @@ def _check_labels(config, spec):
         )
 
 
-def _build_trainer(config, strategy, spec):
+def build_trainer(config, strategy, spec):
+    """(trainers.loop.Trainer, its learning-rate schedule, a note on memory or None) for `config`
+    under `strategy`: the model, objective, optimizer, accumulation and XLA choice a run uses
+    (benchmarks.train times this same trainer). `spec` needs only `num_classes`."""
     keras.utils.set_random_seed(config.seed)
     previous_policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(POLICIES[config.mixed_precision])

@@ -1,0 +1,118 @@
+"""Where keras_vit's inference time goes on TensorFlow: self time per operation type, from TF's profiler.
+
+The model runs as the inference benchmark runs it (one tf.function; XLA in float32, TensorFlow's
+own kernels in bfloat16), a few calls are traced, and the trace's per-op statistics are summed
+by operation type and grouped: matrix products, casts, and the other element-wise ops. Self
+times are summed over the CPU's threads, so they add up to more than the wall time of a call.
+
+    python -m benchmarks.op_profile --dtype=bfloat16
+    python -m benchmarks.op_profile --variant=ViT-Ti_16 --batch_size=8 --dtype=float32
+"""
+
+import collections
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from benchmarks import flops, harness, inference  # noqa: E402
+
+# Operation types (as TF's profiler names them, oneDNN's _Mkl prefix dropped) by group.
+MATMULS = {
+    "MatMul",
+    "BatchMatMulV2",
+    "Einsum",
+    "FusedMatMul",
+    "NativeFusedMatMul",
+    "NativeFusedConv2D",
+    "Conv2D",
+}
+CASTS = {"Cast"}
+COLUMNS = (
+    ("operation type", "op_type", ""),
+    ("group", "group", ""),
+    ("ms per call", "ms_per_call", ".1f"),
+    ("share", "share", ".1%"),
+)
+
+
+def group(op_type):
+    name = op_type.removeprefix("_Mkl")
+    if name in MATMULS:
+        return "matmul"
+    return "cast" if name in CASTS else "element-wise and other"
+
+
+def op_stats(step, calls, logdir):
+    """{op type: total self time in µs} over `calls` traced calls of `step`."""
+    import tensorflow as tf
+    from tensorflow.python.profiler.internal import _pywrap_profiler_plugin as plugin
+
+    tf.profiler.experimental.start(logdir)
+    try:
+        for _ in range(calls):
+            step()
+    finally:
+        tf.profiler.experimental.stop()
+    paths = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))
+    data, ok = plugin.xspace_to_tools_data(paths[-1:], "framework_op_stats", {})
+    if not ok:
+        raise SystemExit(f"error: TensorFlow's profiler could not read its trace in {logdir}")
+    table = json.loads(data)
+    table = table[0] if isinstance(table, list) else table
+    index = {c["label"]: i for i, c in enumerate(table["cols"])}
+    totals = collections.Counter()
+    for row in table["rows"]:
+        cells = [c["v"] if isinstance(c, dict) else c for c in row["c"]]
+        op_type = cells[index["Operation Type"]]
+        if op_type != "IDLE":
+            totals[op_type] += cells[index["Total self-time (us)"]]
+    return totals
+
+
+def rows_of(totals, calls):
+    whole = sum(totals.values()) or 1
+    rows = [
+        {"op_type": t, "group": group(t), "ms_per_call": us / calls / 1000, "share": us / whole}
+        for t, us in totals.most_common()
+    ]
+    groups = collections.Counter()
+    for r in rows:
+        groups[r["group"]] += r["share"]
+    return rows, dict(groups)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    start = time.perf_counter()
+    p = harness.parser(__doc__.splitlines()[0], "op_profile")
+    p.add_argument("--variant", default="ViT-B_16", help="a plain ViT variant")
+    p.add_argument("--image_size", type=int, default=224)
+    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    p.add_argument("--num_layers", type=int, default=0, help="override the variant's depth (0: its own)")
+    p.add_argument("--calls", type=int, default=3, help="traced calls (after two untraced)")
+    args = p.parse_args(argv)
+    inference.check_variant(args.variant)
+    shape = flops.shape(args.variant, num_layers=args.num_layers)
+    step = inference.keras_step("keras_vit", shape, args.image_size, args.batch_size, args.dtype)
+    step(), step()  # compile and warm up outside the trace
+    with tempfile.TemporaryDirectory() as logdir:
+        totals = op_stats(step, args.calls, logdir)
+    rows, groups = rows_of(totals, args.calls)
+    settings = {k: getattr(args, k) for k in ("variant", "image_size", "batch_size", "dtype", "calls")}
+    data = harness.result("op_profile", argv, settings)
+    data["groups"] = groups
+    name = inference.contestant_name("keras_vit", args.dtype)
+    data["tables"].append(harness.section(f"Self time by operation type, {name}", COLUMNS, rows))
+    data["notes"].append("groups: " + ", ".join(f"{g} {share:.0%}" for g, share in sorted(groups.items())))
+    harness.finish(data, args.out, start)
+
+
+if __name__ == "__main__":
+    main()
