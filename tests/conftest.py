@@ -8,6 +8,8 @@ then testable in-process with MirroredStrategy(["/cpu:0", "/cpu:1"]).
 import os
 import sys
 
+import pytest
+
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -22,3 +24,27 @@ tf.config.set_logical_device_configuration(
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+@pytest.fixture(scope="session")
+def cifar10_data_dir(tmp_path_factory):
+    """Fake cifar10 (20 train and 10 test images per class) in a TFDS data_dir, made once for the
+    trainer tests that read it (each one copies it before changing anything in it)."""
+    from trainer_cli import make_fake_tfds
+
+    path = tmp_path_factory.mktemp("cifar10_tfds")
+    make_fake_tfds(path, "cifar10", per_class=20, test_per_class=10)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def cifar_reference(cifar10_data_dir, tmp_path_factory):
+    """(workdir, CompletedProcess) of one uninterrupted trainer_cli.CIFAR_RUN on cifar10_data_dir:
+    the results every resumed, recovered or re-distributed run of it must end with. Tests copy
+    the workdir before changing it."""
+    from trainer_cli import CIFAR_RUN, run_cli
+
+    workdir = str(tmp_path_factory.mktemp("cifar_reference") / "run")
+    proc = run_cli("finetune", CIFAR_RUN + [f"--data_dir={cifar10_data_dir}", f"--workdir={workdir}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return workdir, proc

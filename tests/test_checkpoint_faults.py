@@ -20,7 +20,6 @@ from trainer_cli import (
     _env,
     checkpoint_steps,
     command,
-    make_fake_tfds,
     read_results,
     run_cli,
     start_cli,
@@ -31,19 +30,16 @@ DATA = "ckpt-{}.data-00000-of-00001"
 INDEX = "ckpt-{}.index"
 
 
+# The data and the uninterrupted run are tests/conftest.py's, shared with test_finetune.py.
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tfds")
-    make_fake_tfds(path, "cifar10", per_class=20, test_per_class=10)
-    return str(path)
+def data_dir(cifar10_data_dir):
+    return cifar10_data_dir
 
 
 @pytest.fixture(scope="module")
-def reference(data_dir, tmp_path_factory):
+def reference(cifar_reference):
     """An uninterrupted run: the results every recovered run must end with."""
-    workdir = str(tmp_path_factory.mktemp("reference") / "run")
-    proc = run_cli("finetune", RUN + [f"--data_dir={data_dir}", f"--workdir={workdir}"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    workdir = cifar_reference[0]
     assert checkpoint_steps(workdir) == [10, 20, 30]
     return workdir
 

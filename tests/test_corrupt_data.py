@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from trainer_cli import TINY_MODEL, make_fake_tfds, run_cli
+from trainer_cli import TINY_MODEL, run_cli
 
 from trainers.data import get_spec
 from trainers.data.folders import folder_spec
@@ -26,10 +26,8 @@ RUN = TINY_MODEL + [
 
 
 @pytest.fixture(scope="module")
-def good_data_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tfds")
-    make_fake_tfds(path, "cifar10", per_class=20, test_per_class=10)
-    return str(path)
+def good_data_dir(cifar10_data_dir):
+    return cifar10_data_dir  # tests/conftest.py's, shared; _copy() below before any damage
 
 
 def _copy(good_data_dir, tmp_path):

@@ -6,7 +6,7 @@ import os
 import pytest
 from trainer_cli import scalar_tags
 
-from trainers import demo
+from trainers import demo, validation
 
 STAGES = (
     "pretrain",
@@ -22,11 +22,12 @@ STAGES = (
     "scratch",
     "scratch_10per_class",
 )
-SMALL = dict(pretrain_steps=8, finetune_steps=4, few_finetune_steps=2, seeds=2)
+# Each stage evaluates (and probes, and checkpoints) once, at its last step: _every(4) == 4.
+SMALL = dict(pretrain_steps=4, finetune_steps=4, few_finetune_steps=2, seeds=2)
 
 
 @pytest.mark.slow
-def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys):
+def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys, monkeypatch):
     workdir = str(tmp_path / "demo")
     results = demo.run(workdir, small=True, **SMALL)
     out = capsys.readouterr().out
@@ -85,8 +86,25 @@ def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys):
         assert label in out
     assert f"tensorboard --logdir {workdir}" in out
 
-    # Same command again: every stage resumes as finished and the numbers are the same.
+    # Same command again: the demo takes its own workdir back and the numbers are the same. The
+    # pre-training and few-shot stages run again for real (a finished pre-training run restores
+    # and re-evaluates, masked objective and probes included; a probe keeps nothing and probes
+    # again). The six fine-tuning stages only pass the gate a resumed run passes first, the
+    # trainers' re-run check against their config.json, and report what they wrote: the rest of
+    # a finished fine-tuning run's re-run is test_finetune.py's test_rerun_of_a_finished_run_....
+    def rerun_stage(trainer, config):
+        if trainer != "finetune":
+            return run_stage(trainer, config)
+        validation.check_rerun(config)
+        with open(os.path.join(config.workdir, "results.json")) as f:
+            return json.load(f)
+
+    run_stage = demo.run_stage
+    monkeypatch.setattr(demo, "run_stage", rerun_stage)
     again = demo.run(workdir, small=True, **SMALL)
+    out = capsys.readouterr().out
+    for stage in ("pretrain", "pretrain_masked_patch"):
+        assert f"{os.path.join(workdir, stage, 'checkpoints', 'ckpt-4')} at step 4." in out, stage
     assert {k: v for k, v in again.items() if k != "wall_time_s"} == {
         k: v for k, v in results.items() if k != "wall_time_s"
     }
@@ -99,6 +117,21 @@ def test_other_settings_on_the_same_workdir_are_refused(tmp_path, capsys):
     assert demo.main(["demo", f"--workdir={workdir}", "--small"]) == 2
     err = capsys.readouterr().err
     assert "holds a demo run with other settings" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("stages", [None, ["pretrain", "fewshot"]])
+def test_a_workdir_of_an_earlier_version_with_the_same_settings_is_taken_back(tmp_path, stages):
+    """Its demo_settings.json has the settings and the model, and one version also listed its stages;
+    the stages it has are then resumed, each checked against its config.json by its trainer."""
+    settings = dict(demo.SMALL)
+    recorded = dict(settings, architecture=demo.ARCHITECTURE)
+    if stages:
+        recorded["stages"] = stages
+    (tmp_path / "demo_settings.json").write_text(json.dumps(recorded))
+    demo._check_workdir(str(tmp_path), settings)
+    settings["seeds"] += 1
+    with pytest.raises(demo.UsageError, match="holds a demo run with other settings"):
+        demo._check_workdir(str(tmp_path), settings)
 
 
 def test_bad_numbers_are_one_line_errors(tmp_path, capsys):

@@ -28,19 +28,15 @@ from trainer_cli import (
 RUN = CIFAR_RUN
 
 
+# The data and the reference run are tests/conftest.py's, shared with test_checkpoint_faults.py.
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tfds")
-    make_fake_tfds(path, "cifar10", per_class=20, test_per_class=10)
-    return str(path)
+def data_dir(cifar10_data_dir):
+    return cifar10_data_dir
 
 
 @pytest.fixture(scope="module")
-def reference(data_dir, tmp_path_factory):
-    workdir = str(tmp_path_factory.mktemp("reference") / "run")
-    proc = run_cli("finetune", RUN + [f"--data_dir={data_dir}", f"--workdir={workdir}"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return workdir, proc
+def reference(cifar_reference):
+    return cifar_reference
 
 
 def _assert_same_results(a, b, rel):

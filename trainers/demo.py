@@ -242,16 +242,20 @@ def run(workdir, *, small=False, **overrides):
 
 
 def _check_workdir(workdir, settings):
-    """A workdir holds one demo configuration; resuming with other settings (or the stages of
-    another version of the demo) would mix runs."""
+    """A workdir holds one demo configuration; resuming with other settings would mix runs.
+
+    A workdir of an earlier version of the demo (fewer stages) resumes: the stages it has are
+    checked by their own trainers against their config.json, where a field added since counts at
+    its default (trainers/validation.py), and the stages it lacks run."""
     path = fileio.join(workdir, "demo_settings.json")
-    wanted = dict(settings, architecture=ARCHITECTURE, stages=list(stage_configs(workdir, **settings)))
+    wanted = json.loads(json.dumps(dict(settings, architecture=ARCHITECTURE)))
     if fileio.exists(workdir) and not fileio.isdir(workdir):
         raise UsageError(f"--workdir {workdir!r} exists and is not a directory.")
     if fileio.exists(path):
         with fileio.open(path) as f:
             found = json.load(f)
-        if found != json.loads(json.dumps(wanted)):
+        # Only what this version records is compared: one version also wrote its list of stages.
+        if {name: found.get(name) for name in wanted} != wanted:
             raise UsageError(
                 f"{workdir} holds a demo run with other settings ({path}); "
                 "remove it or choose another --workdir."
