@@ -171,31 +171,9 @@ def measure_training(train_cases, kinds_, dtypes, args):
             ]
             times = harness.interleave(entrants, args.repeats, args.min_seconds)
             case = f"{variant} {image_size} px b{batch} {dtype}"
-            found = []
-            for c in entrants:
-                seconds = harness.median(times[c.name]) / args.steps_per_call
-                found.append(
-                    {
-                        "case": case,
-                        "dtype": dtype,
-                        "contestant": c.name,
-                        "ours": c.ours,
-                        "images_per_s": batch / seconds,
-                        "latency_ms": 1000 * seconds,
-                        "repeats_s": times[c.name],
-                        "compile_s": c.compile_s,
-                        "gflops_per_s": per_image * batch / seconds / 1e9,
-                        "framework": c.framework,
-                    }
-                )
-            ours = found[0]["images_per_s"]
-            for r in found:
-                r["ours_over_this"] = None if r["ours"] else ours / r["images_per_s"]
-            print(
-                f"{case}: " + ", ".join(f"{r['contestant']} {r['images_per_s']:.1f}" for r in found),
-                flush=True,
+            rows += inference.case_rows(
+                entrants, times, case, batch, per_image, steps=args.steps_per_call, dtype=dtype
             )
-            rows += found
     return rows
 
 

@@ -143,36 +143,46 @@ def measure_cases(
                 ]
                 times = harness.interleave(entrants, args.repeats, args.min_seconds)
                 case = f"{variant} {image_size} px b{batch} {dtype}"
-                found = []
-                for c in entrants:
-                    seconds = harness.median(times[c.name])
-                    speed = batch / seconds
-                    found.append(
-                        {
-                            "case": case,
-                            "variant": variant,
-                            "image_size": image_size,
-                            "batch": batch,
-                            "dtype": dtype,
-                            "contestant": c.name,
-                            "ours": c.ours,
-                            "images_per_s": speed,
-                            "latency_ms": 1000 * seconds,
-                            "repeats_s": times[c.name],
-                            "compile_s": c.compile_s,
-                            "gflops_per_s": per_image * speed / 1e9,
-                            "framework": c.framework,
-                        }
-                    )
-                ours = next(r for r in found if r["ours"])
-                for r in found:
-                    r["ours_over_this"] = None if r["ours"] else ours["images_per_s"] / r["images_per_s"]
-                rows += found
-                print(
-                    f"{case}: " + ", ".join(f"{r['contestant']} {r['images_per_s']:.1f}" for r in found),
-                    flush=True,
+                rows += case_rows(
+                    entrants,
+                    times,
+                    case,
+                    batch,
+                    per_image,
+                    variant=variant,
+                    image_size=image_size,
+                    dtype=dtype,
                 )
     return rows
+
+
+def case_rows(entrants, times, case, batch, flops_per_image, steps=1, **fields):
+    """A row per contestant of one case from its timed rounds, each `steps` batches of `batch`
+    images, with keras_vit's speed over each peer's and `fields` added; printed as one line."""
+    found = []
+    for c in entrants:
+        seconds = harness.median(times[c.name]) / steps
+        speed = batch / seconds
+        found.append(
+            {
+                "case": case,
+                "batch": batch,
+                **fields,
+                "contestant": c.name,
+                "ours": c.ours,
+                "images_per_s": speed,
+                "latency_ms": 1000 * seconds,
+                "repeats_s": times[c.name],
+                "compile_s": c.compile_s,
+                "gflops_per_s": flops_per_image * speed / 1e9,
+                "framework": c.framework,
+            }
+        )
+    ours = next(r for r in found if r["ours"])
+    for r in found:
+        r["ours_over_this"] = None if r["ours"] else ours["images_per_s"] / r["images_per_s"]
+    print(f"{case}: " + ", ".join(f"{r['contestant']} {r['images_per_s']:.1f}" for r in found), flush=True)
+    return found
 
 
 COLUMNS = (
