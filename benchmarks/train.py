@@ -1,11 +1,14 @@
 """Training images/s of the trainers' own step against keras-hub's model.fit and timm, same run.
 
 keras_vit: `trainers.loop.Trainer` built by trainers.training for the configuration
-`python -m trainers.finetune` picks (its defaults: optimizer, clipping, precision, --jit_compile
-=auto, accumulation), with only the model, image size and batch set here, so a change of a
-default shows here; a second row forces XLA on. keras-hub: ViTImageClassifier under
-model.fit(jit_compile=True); timm: an eager and a torch.compile step. All: SGD with momentum
-0.9, gradient global-norm clip 1, softmax cross-entropy, 37 classes, random images.
+`python -m trainers.finetune` picks (its defaults: optimizer, clipping, --mixed_precision=auto,
+--jit_compile=auto, accumulation), with only the model, image size and batch set here, so a
+change of a default shows here; further rows force XLA on, and float32 where the defaults chose
+bfloat16. keras-hub: ViTImageClassifier under model.fit (XLA in float32; in bfloat16 without,
+as XLA's CPU backend has no fast bfloat16 matmul); timm: an eager and a torch.compile step (in
+bfloat16 under torch.autocast). The peers run in float32, and also in bfloat16 where our
+defaults chose it. All: SGD with momentum 0.9, gradient global-norm clip 1, softmax
+cross-entropy, 37 classes, random images.
 
     pip install -e ".[bench]"
     python -m benchmarks.train
@@ -26,11 +29,25 @@ from benchmarks import flops, harness, peak  # noqa: E402
 
 NUM_CLASSES = 37  # oxford_iiit_pet, the fine-tuning preset's dataset
 LEARNING_RATE = 0.01
-KINDS = ("keras_vit", "keras_vit-xla", "keras-hub", "timm-eager", "timm-compile")
+# keras_vit rows: the finetune defaults, then the same with one setting forced.
+OURS = {
+    "keras_vit": {},
+    "keras_vit-xla": {"jit_compile": "true"},
+    "keras_vit-float32": {"mixed_precision": "none"},
+}
+PEER_LABELS = {
+    "keras-hub": "keras-hub fit TF+XLA",
+    "keras-hub-bfloat16": "keras-hub fit TF bfloat16",
+    "timm-eager": "timm eager",
+    "timm-compile": "timm torch.compile",
+    "timm-eager-bfloat16": "timm eager bfloat16",
+    "timm-compile-bfloat16": "timm torch.compile bfloat16",
+}
 
 
-def finetune_config(variant, image_size, batch, num_layers=0, jit_compile=None):
-    """The fine-tuning preset as `python -m trainers.finetune` builds it, at this shape, from scratch."""
+def finetune_config(variant, image_size, batch, num_layers=0, **settings):
+    """The fine-tuning preset as `python -m trainers.finetune` builds it, at this shape, from
+    scratch, with `settings` (e.g. jit_compile="true") over its defaults."""
     from trainers import finetune
 
     config = finetune.get_config("oxford_iiit_pet")
@@ -38,18 +55,34 @@ def finetune_config(variant, image_size, batch, num_layers=0, jit_compile=None):
     config.weights = "none"  # no download; the step is the same
     if num_layers:
         config.num_layers = num_layers
-    if jit_compile:
-        config.jit_compile = jit_compile
+    config.update(settings)
     return config
 
 
-def trainer_name(config):
+def trainer_mode(config):
+    """(row name, compute dtype) of the trainers' step for `config` on this machine."""
     from trainers import distribute, training
 
     strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
     xla = "+XLA" if training.use_jit(config.jit_compile, strategy) else ""
-    precision = "" if config.mixed_precision == "none" else f" {config.mixed_precision}"
-    return f"keras_vit Trainer TF{xla}{precision}"
+    chosen, _ = training.resolve_precision(config, strategy)
+    dtype = "float32" if chosen == "none" else chosen
+    return f"keras_vit Trainer TF{xla}{'' if dtype == 'float32' else ' ' + dtype}", dtype
+
+
+def trainer_name(config):
+    return trainer_mode(config)[0]
+
+
+def _ours_config(kind, args):
+    settings = {"mixed_precision": args.mixed_precision, **OURS[kind]}
+    return finetune_config(args.variant, args.image_size, args.batch_size, args.num_layers, **settings)
+
+
+def kind_dtype(kind, args):
+    if kind in OURS:
+        return trainer_mode(_ours_config(kind, args))[1]
+    return "bfloat16" if kind.endswith("-bfloat16") else "float32"
 
 
 def trainer_step(config, steps):
@@ -63,22 +96,22 @@ def trainer_step(config, steps):
         num_classes = NUM_CLASSES
 
     # The trainers' own construction (model, schedule, optimizer, accumulation, XLA choice).
-    trainer, _, _ = training.build_trainer(config, strategy, Spec)
+    trainer = training.build_trainer(config, strategy, Spec).trainer
     images, labels = _batch(config.batch_size, config.image_size)
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
     return lambda: trainer.train(iterator, steps)
 
 
-def keras_hub_step(shape, image_size, batch, steps):
+def keras_hub_step(shape, image_size, batch, steps, dtype="float32"):
     import keras
     import tensorflow as tf
 
-    model = contestants.keras_hub_model(shape, image_size, NUM_CLASSES)
+    model = contestants.keras_model("keras-hub", shape, image_size, NUM_CLASSES, dtype)
     model.compile(
         optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=0.9, global_clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=True,
+        jit_compile=dtype == "float32",
     )
     dataset = tf.data.Dataset.from_tensors(_batch(batch, image_size)).repeat()
     return lambda: model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
@@ -117,36 +150,40 @@ def _batch(batch, image_size):
 
 
 def build(kind, args, steps):
+    if kind in OURS:
+        return trainer_step(_ours_config(kind, args), steps)
     shape = flops.shape(args.variant, num_layers=args.num_layers)
-    if kind.startswith("keras_vit"):
-        jit = "true" if kind == "keras_vit-xla" else None
-        return trainer_step(
-            finetune_config(args.variant, args.image_size, args.batch_size, args.num_layers, jit), steps
-        )
-    if kind == "keras-hub":
-        return keras_hub_step(shape, args.image_size, args.batch_size, steps)
-    return timm_step(shape, args.image_size, args.batch_size, steps, compiled=kind == "timm-compile")
+    dtype = kind_dtype(kind, args)
+    if kind.startswith("keras-hub"):
+        return keras_hub_step(shape, args.image_size, args.batch_size, steps, dtype)
+    compiled = kind.startswith("timm-compile")
+    return timm_step(shape, args.image_size, args.batch_size, steps, compiled=compiled, dtype=dtype)
 
 
 def names(args):
-    default = trainer_name(finetune_config(args.variant, args.image_size, args.batch_size))
-    forced = trainer_name(finetune_config(args.variant, args.image_size, args.batch_size, jit_compile="true"))
-    return {
-        "keras_vit": f"{default} (finetune defaults)",
-        "keras_vit-xla": f"{forced} (--jit_compile=true)",
-        "keras-hub": "keras-hub fit TF+XLA",
-        "timm-eager": "timm eager",
-        "timm-compile": "timm torch.compile",
-    }
+    defaults = "finetune defaults" + (
+        "" if args.mixed_precision == "auto" else f", --mixed_precision={args.mixed_precision}"
+    )
+    forced = {"keras_vit": defaults, "keras_vit-xla": "--jit_compile=true"}
+    forced["keras_vit-float32"] = "--mixed_precision=none"
+    ours = {kind: f"{trainer_name(_ours_config(kind, args))} ({why})" for kind, why in forced.items()}
+    return {**ours, **PEER_LABELS}
 
 
 def chosen_kinds(args, peers):
+    """keras_vit's defaults, then each forced setting that changes its mode, then the peers in
+    float32 and, where the defaults chose bfloat16, in bfloat16 too."""
+    label = names(args)
     kinds = ["keras_vit"]
-    if names(args)["keras_vit"].split(" (")[0] != names(args)["keras_vit-xla"].split(" (")[0]:
-        kinds.append("keras_vit-xla")  # the defaults are not XLA here: show what XLA gives
-    kinds += ["keras-hub"] if "keras-hub" in peers else []
+    for kind in ("keras_vit-xla", "keras_vit-float32"):
+        if label[kind].split(" (")[0] != label["keras_vit"].split(" (")[0]:
+            kinds.append(kind)
+    suffixes = [""] + (["-bfloat16"] if kind_dtype("keras_vit", args) == "bfloat16" else [])
+    if "keras-hub" in peers:
+        kinds += [f"keras-hub{s}" for s in suffixes]
     if "timm" in peers:
-        kinds += [f"timm-{m.strip()}" for m in args.timm_modes.split(",") if m.strip()]
+        modes = [m.strip() for m in args.timm_modes.split(",") if m.strip()]
+        kinds += [f"timm-{m}{s}" for s in suffixes for m in modes]
     return kinds
 
 
@@ -174,6 +211,12 @@ def parse(argv):
     p.add_argument("--batch_size", type=int, default=16)
     p.add_argument("--num_layers", type=int, default=0, help="override the variant's depth (0: its own)")
     p.add_argument("--steps_per_call", type=int, default=4, help="training steps per timed call")
+    p.add_argument(
+        "--mixed_precision",
+        default="auto",
+        choices=("auto", "none", "bfloat16"),
+        help="keras_vit's --mixed_precision (auto: what trainers.finetune picks on this machine)",
+    )
     p.add_argument("--timm_modes", default="eager,compile", help="timm's modes: eager and/or compile")
     p.add_argument("--matmul_size", type=int, default=4096, help="the square matmul that measures the peak")
     p.add_argument("--memory", default="true", choices=("true", "false"), help="peak memory, a process each")
@@ -191,7 +234,7 @@ def child(argv):
     args = parse(rest)
     if kind.startswith("timm"):
         import timm  # noqa: F401
-    elif kind == "keras-hub":
+    elif kind.startswith("keras-hub"):
         import keras_hub  # noqa: F401
     else:
         import trainers.training  # noqa: F401
@@ -227,8 +270,9 @@ def measure(args, argv, chosen):
             "repeats_s": times[c.name],
             "compile_s": c.compile_s,
             "flops_per_image": per_image,
+            "dtype": kind_dtype(k, args),
         }
-        for c in entrants
+        for k, c in zip(kinds, entrants)
     ]
 
 
@@ -254,7 +298,7 @@ def main(argv=None):
     for r in rows:
         r["gflops_per_s"] = r["flops_per_image"] * r["images_per_s"] / 1e9
         framework = "torch" if r["contestant"].startswith("timm") else "tf"
-        r["fraction_of_peak"] = peak.fraction(rates, framework, "float32", r["gflops_per_s"] * 1e9)
+        r["fraction_of_peak"] = peak.fraction(rates, framework, r["dtype"], r["gflops_per_s"] * 1e9)
         r["ours_over_this"] = None if r["ours"] else ours / r["images_per_s"]
     title = f"Training step, {args.variant} {args.image_size} px, batch {args.batch_size}"
     data["tables"].append(harness.section(title, COLUMNS, rows))

@@ -171,10 +171,11 @@ FIELDS = {
     "tpu": Field("", "TPU name or 'local' (TPU VM) for --strategy=tpu"),
     "cpu_devices": Field(1, "split the CPU into N logical devices (multi-replica testing)"),
     "mixed_precision": Field(
-        "none",
-        "none, bfloat16 (TPU, recent GPUs, CPUs with AMX or AVX-512 BF16; on CPU keep XLA off) "
-        "or float16 (GPUs, with loss scaling)",
-        ("none", "bfloat16", "float16"),
+        "auto",
+        "compute dtype: auto (bfloat16 where it measured faster: TPUs, GPUs of compute capability "
+        "8.0+, CPUs with AMX or AVX-512 BF16 with XLA off for models ViT-Ti wide or wider on 64+ "
+        "patches; float32 elsewhere), none (float32), bfloat16, or float16 (GPUs, with loss scaling)",
+        ("auto", "none", "bfloat16", "float16"),
     ),
     "jit_compile": Field(
         "auto",

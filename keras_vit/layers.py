@@ -397,7 +397,19 @@ class MlpBlock(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate)
 
     def call(self, inputs, training=None):
-        x = self.dense_0(inputs)
+        if training:
+            return self._mlp(inputs, training)
+        # In inference the tokens go in as one 2-D matrix: there Dense is a single MatMul that
+        # TensorFlow's oneDNN kernels fuse with the bias add and GELU, where on (B, T, D) it is
+        # a tensordot of separate ops. The outputs are bit-identical; ViT-B/16 bfloat16
+        # inference on CPU ran 1.37x faster, while a bfloat16 training step ran 0.93x as fast,
+        # so training keeps the 3-D form (README, "Making the defaults fast").
+        shape = ops.shape(inputs)
+        x = self._mlp(ops.reshape(inputs, (-1, shape[-1])), training)
+        return ops.reshape(x, shape)
+
+    def _mlp(self, x, training):
+        x = self.dense_0(x)
         x = keras.activations.gelu(x, approximate=GELU_APPROXIMATE)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)

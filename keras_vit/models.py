@@ -30,7 +30,7 @@ def _image_size(value):
     return tuple(None if v is None else int(v) for v in value)
 
 
-def _token_grid(image_size, patch_size, resnet_layers):
+def patch_grid(image_size, patch_size, resnet_layers):
     """The (h, w) patch grid for an image size (None where the size is None).
 
     Like the official VALID patch convolution, a partial last row or column of patches is
@@ -121,7 +121,7 @@ class ViT(keras.Model):
         if pooling == "token" and classifier == "gap":
             raise ValueError("pooling='token' needs a class token; this model has classifier='gap'.")
         image_size = _image_size(image_size)
-        grid = _token_grid(image_size, patch_size, resnet_layers)
+        grid = patch_grid(image_size, patch_size, resnet_layers)
         dynamic = None in image_size
         if dynamic:
             base = _image_size(base_image_size or DEFAULT_IMAGE_SIZE)
@@ -129,7 +129,7 @@ class ViT(keras.Model):
                 raise ValueError(f"base_image_size must be a size, got {base_image_size}.")
             # A fixed axis keeps its own size: only the None axes follow the base size.
             base = tuple(b if s is None else s for s, b in zip(image_size, base))
-            stored_grid = _token_grid(base, patch_size, resnet_layers)
+            stored_grid = patch_grid(base, patch_size, resnet_layers)
         else:
             stored_grid = grid
         resnet_layers = None if resnet_layers is None else tuple(resnet_layers)
@@ -262,7 +262,7 @@ class ViT(keras.Model):
         `grid_size` for a fixed-size model; for one that takes any size, the grid of a
         given input (e.g. for `keras_vit.visualize.attention_rollout`).
         """
-        return _token_grid(_image_size(image_size), self.patch_size, self.resnet_layers)
+        return patch_grid(_image_size(image_size), self.patch_size, self.resnet_layers)
 
     def _check_pixels(self, images):
         # Pixels are never negative: a model that scales [0, 255] itself and is given negative

@@ -188,6 +188,47 @@ def test_train_uses_the_finetune_defaults_and_names_their_mode(results):
     assert rows[-1]["ours_over_this"] == pytest.approx(rows[0]["images_per_s"] / rows[-1]["images_per_s"])
 
 
+def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16(monkeypatch):
+    # On a CPU with bfloat16 instructions the finetune defaults train ViT-Ti/16 at 224 px in
+    # bfloat16: the table then shows our float32 step too, and every peer in both dtypes.
+    from trainers import precision
+
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"amx_bf16"}))
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    args = train.parse(["--variant=ViT-Ti_16", "--image_size=224", "--timm_modes=eager"])
+    kinds = train.chosen_kinds(args, ["keras-hub", "timm"])
+    assert kinds == [
+        "keras_vit",
+        "keras_vit-xla",
+        "keras_vit-float32",
+        "keras-hub",
+        "keras-hub-bfloat16",
+        "timm-eager",
+        "timm-eager-bfloat16",
+    ]
+    label = train.names(args)
+    assert label["keras_vit"] == "keras_vit Trainer TF bfloat16 (finetune defaults)"
+    # Forcing XLA on CPU makes auto choose float32 (XLA has no fast bfloat16 matmul there).
+    assert label["keras_vit-xla"] == "keras_vit Trainer TF+XLA (--jit_compile=true)"
+    assert [train.kind_dtype(k, args) for k in kinds] == [
+        "bfloat16",
+        "float32",
+        "float32",
+        "float32",
+        "bfloat16",
+        "float32",
+        "bfloat16",
+    ]
+    # Without the instructions (or at 32 px) the defaults stay float32 and so do the peers.
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset())
+    assert train.chosen_kinds(args, ["keras-hub", "timm"]) == [
+        "keras_vit",
+        "keras_vit-xla",
+        "keras-hub",
+        "timm-eager",
+    ]
+
+
 @pytest.mark.slow
 def test_input_pipeline_against_the_step_it_feeds(results):
     data = _read(results / "input_pipeline.json")

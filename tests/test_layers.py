@@ -139,6 +139,21 @@ def test_gelu_is_the_tanh_approximation():
     np.testing.assert_allclose(layer(x), h @ w1 + b1, atol=1e-5)
 
 
+def test_the_mlp_gives_every_token_its_own_output_in_inference_and_training_alike():
+    # Inference runs the MLP on the tokens flattened to 2-D, training on (B, T, D): the same
+    # numbers up to float rounding, each token's row mapped to its own place (a mixed-up
+    # reshape would move them), in a traced graph too, with batch and token count known only
+    # at run time.
+    layer = layers.MlpBlock(16)
+    x = _inputs((3, 5, 8))
+    per_token = np.stack([layer(x[:, t : t + 1])[:, 0] for t in range(5)], axis=1)
+    np.testing.assert_allclose(layer(x, training=False), layer(x, training=True), atol=1e-6)
+    np.testing.assert_allclose(layer(x), per_token, atol=1e-6)
+    traced = tf.function(lambda t: layer(t), input_signature=[tf.TensorSpec((None, None, 8))])
+    np.testing.assert_allclose(traced(x), layer(x, training=True), atol=1e-6)
+    assert traced(_inputs((2, 7, 8))).shape == (2, 7, 8)
+
+
 def test_stochastic_depth_drops_whole_examples_only_in_training():
     block = layers.EncoderBlock(2, 8, stochastic_depth_rate=0.5)
     x = _inputs((64, 3, 8))

@@ -1,5 +1,6 @@
 """--accum_steps=auto: the memory estimate, the accumulation it chooses, and the same update."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -92,6 +93,26 @@ def test_nothing_fits_is_one_line_that_says_what_to_do(tmp_path):
     assert "\n" not in message
     assert "needs ~" in message and "--device_memory_gb" in message and "--image_size" in message
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_nothing_fits_offers_bfloat16_only_to_a_float32_step_and_sizes_each():
+    config = _digits_config("/tmp/unused", device_memory_gb=0.0001, image_size=384)
+    strategy = tf.distribute.get_strategy()
+    messages = {}
+    for policy in ("float32", "mixed_bfloat16"):
+        keras.mixed_precision.set_global_policy(policy)
+        try:  # ViT-B/16's encoder at 384 px: activations large enough to show in the message
+            model = _model(384, patch_size=16, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        with pytest.raises(UsageError) as error:
+            memory.resolve_accum_steps(config, strategy, model)
+        messages[policy] = str(error.value)
+    assert "--mixed_precision=bfloat16" in messages["float32"]
+    assert "--mixed_precision" not in messages["mixed_bfloat16"]
+    # The bfloat16 step's activations are counted at 2 bytes: a smaller need.
+    need = {p: float(m.split("needs ~")[1].split(" GB")[0]) for p, m in messages.items()}
+    assert need["mixed_bfloat16"] < need["float32"]
 
 
 def test_an_explicit_accumulation_is_kept_and_a_too_large_one_is_flagged():

@@ -776,11 +776,13 @@ def test_accum_auto_card_command(tfds_dir, tmp_path, capsys, monkeypatch):
 
 def test_accum_nothing_fits_sample(tfds_dir, tmp_path, capsys):
     sample = only(r"^finetune: error: a training step of").text.strip()
-    # The prose: the card's command (ViT-B/16 at 384 px) with --weights=none and --device_memory_gb=2.
-    assert "--device_memory_gb=2" in only(r"^finetune: error: a training step of").before
+    # The prose: the card's command (ViT-B/16 at 384 px) with --weights=none, --device_memory_gb=2
+    # and float32 (so the sample is the same on a CPU where auto would pick bfloat16).
+    before = only(r"^finetune: error: a training step of").before
+    assert "--device_memory_gb=2" in before and "--mixed_precision=none" in before
     code, _, err = run_command(
         f"python -m trainers.finetune --dataset=oxford_iiit_pet --data_dir={tfds_dir} --weights=none "
-        f"--device_memory_gb=2 --workdir={tmp_path / 'run'}",
+        f"--mixed_precision=none --device_memory_gb=2 --workdir={tmp_path / 'run'}",
         capsys,
     )
     assert code == 2 and err.strip() == sample

@@ -72,6 +72,22 @@ def test_run_length_and_logging_may_change(capsys, finished):
     assert json.loads((finished / "results.json").read_text())["steps"] == 6
 
 
+def test_a_run_resumes_at_another_precision_but_not_into_float16(capsys, finished):
+    # A workdir from before --mixed_precision=auto recorded "none"; its float32 checkpoint
+    # resumes under auto and under bfloat16 alike. float16 adds loss-scaling state: a change.
+    path = finished / "config.json"
+    recorded = json.loads(path.read_text())
+    recorded["mixed_precision"] = "none"
+    path.write_text(json.dumps(recorded))
+    code, out = _run(capsys, finished, "--total_steps=6", "--mixed_precision=bfloat16")
+    assert code == 0 and "at step 4" in out.out and "precision bfloat16" in out.out
+    assert json.loads((finished / "results.json").read_text())["steps"] == 6
+    code, out = _run(capsys, finished, "--total_steps=6")  # auto
+    assert code == 0, out.err
+    code, out = _run(capsys, finished, "--mixed_precision=float16")
+    assert code == 2 and "--mixed_precision: 'auto' -> 'float16'" in out.err
+
+
 def test_model_flag_resets_the_presets_shape_overrides():
     digits = trainer_flags.parse_flags(["finetune", "--dataset=digits"], finetune.get_config)
     assert digits.hidden_size == 64 and digits.num_layers == 4

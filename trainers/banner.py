@@ -26,7 +26,9 @@ def _split_sizes(spec, splits):
     return ", ".join(parts)
 
 
-def lines(*, config, spec, strategy, model, eval_splits, accum_steps, memory_note, jit, start_step):
+def lines(
+    *, config, spec, strategy, model, eval_splits, accum_steps, memory_note, precision_note, jit, start_step
+):
     """The banner as a list of lines (printed by the chief only)."""
     tokens = memory.sequence_length(model, config.image_size)
     weights = config.weights if config.weights.lower() not in ("", "none") else "random initialisation"
@@ -47,7 +49,7 @@ def lines(*, config, spec, strategy, model, eval_splits, accum_steps, memory_not
         f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({config.train_split}); "
         f"eval {_split_sizes(spec, eval_splits)}",
         f"hardware: {distribute.describe(strategy)}; XLA {'on' if jit else 'off'}; "
-        f"precision {config.mixed_precision if config.mixed_precision != 'none' else 'float32'}",
+        f"precision {precision_note}",
         f"batch:    {batch}; {memory_note}",
         f"steps:    {config.total_steps} ({config.warmup_steps} warm-up, {config.optimizer}, base_lr "
         f"{config.base_lr}), {start}; eval every {config.eval_every or 'end'}, checkpoint every "

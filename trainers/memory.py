@@ -141,6 +141,12 @@ def _available_ram():
         return None
 
 
+def _precision_of(model):
+    """The --mixed_precision `model` was built under (the run's, "auto" resolved)."""
+    compute = model.dtype_policy.compute_dtype
+    return "none" if compute == "float32" else compute
+
+
 def resolve_accum_steps(config, strategy, model):
     """(accumulation steps, a note for the banner) for this run's --accum_steps and device.
 
@@ -155,7 +161,7 @@ def resolve_accum_steps(config, strategy, model):
         image_size=config.image_size,
         optimizer=config.optimizer,
         momentum_dtype=config.momentum_dtype,
-        mixed_precision=config.mixed_precision,
+        mixed_precision=_precision_of(model),
     )
     device = device_memory(strategy, config.device_memory_gb)
     if device is not None and device.shared_with_input:
@@ -171,10 +177,12 @@ def resolve_accum_steps(config, strategy, model):
             note += f"; it may not fit: --accum_steps=auto would choose {fitting or 'none (too big)'}"
         return setting, note
     if fitting is None:
+        # bfloat16 halves the activations: offered where the step is not in it already.
+        lighter = "--mixed_precision=bfloat16, " if _precision_of(model) == "none" else ""
         raise UsageError(
             f"a training step of {config.model} at {config.image_size} px needs ~{need.total(1) / GB:.1f} GB "
             f"per replica even one image at a time, and {device.source} is {device.bytes / GB:.1f} GB: use a "
-            "smaller --model or --image_size, --mixed_precision=bfloat16, or more memory "
+            f"smaller --model or --image_size, {lighter}or more memory "
             "(--device_memory_gb overrides the detected size)."
         )
     micro = per_replica // fitting

@@ -7,7 +7,7 @@ import keras
 
 import keras_vit
 from configs.fields import FIELDS
-from keras_vit import checkpoints, fileio, npz_layout
+from keras_vit import checkpoints, fileio, models, npz_layout
 from keras_vit import weights as weights_lib
 from keras_vit.variants import VARIANTS
 from trainers.errors import UsageError, first_line
@@ -38,6 +38,18 @@ def model_kwargs(config, num_classes):
     masked_patch = config.get("objective", "classification") == "masked_patch"
     kwargs["representation_size"] = hidden if config.pre_logits and not masked_patch else None
     return kwargs
+
+
+def encoder_size(config):
+    """(hidden size, number of patches) of the encoder this config builds, without building it."""
+    kwargs = model_kwargs(config, num_classes=1)
+    variant = VARIANTS[config.model]
+    grid = models.patch_grid(
+        (config.image_size, config.image_size),
+        kwargs.get("patch_size", variant["patch_size"]),
+        variant.get("resnet_layers"),
+    )
+    return kwargs.get("hidden_size", variant["hidden_size"]), grid[0] * grid[1]
 
 
 def architecture_from_weights(path):

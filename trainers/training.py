@@ -8,6 +8,7 @@ Workdir layout: config.json, results.json, model.npz (official layout), checkpoi
 train/ and eval/ (TensorBoard event files).
 """
 
+import collections
 import time
 
 import keras
@@ -15,7 +16,19 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
 from keras_vit import fileio
-from trainers import actions, banner, data, distribute, faults, image_summaries, loop, memory, optimizers
+from trainers import (
+    actions,
+    banner,
+    data,
+    distribute,
+    faults,
+    image_summaries,
+    loop,
+    memory,
+    model_builder,
+    optimizers,
+    precision,
+)
 from trainers.console import Console
 from trainers.controller import Controller
 from trainers.data import augreg
@@ -23,12 +36,9 @@ from trainers.errors import FewShotError, UsageError
 from trainers.evaluators.classification import ClassificationEvaluator
 from trainers.evaluators.fewshot import FewShotEvaluator
 from trainers.flags import config_to_json, parse_eval_splits
-from trainers.model_builder import build_model
 from trainers.objectives import make_objective
 from trainers.run_checkpoints import RunCheckpoints
 from trainers.validation import check_replicas, check_rerun, validate_training
-
-POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 
 def run(config):
@@ -49,7 +59,8 @@ def run(config):
         config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
     )
     _check_labels(config, spec)
-    trainer, schedule, memory_note = build_trainer(config, strategy, spec)
+    built = build_trainer(config, strategy, spec)
+    trainer = built.trainer
     eval_data = {
         name: data.distribute(
             strategy, _input_fn(config, spec, split, training=False, batch_size=trainer.micro_batch_size)
@@ -62,9 +73,7 @@ def run(config):
     check_rerun(config)
     # Validation is over: from here on the workdir is written.
     try:
-        return _Run(
-            config, strategy, spec, trainer, schedule, classification, evaluators, memory_note
-        ).train()
+        return _Run(config, strategy, spec, built, classification, evaluators).train()
     except (OSError, tf.errors.OpError) as error:
         # A damaged data file or a write the disk refused: one line (trainers/faults.py).
         fault = faults.as_trainer_error(error, workdir=config.workdir, spec=spec)
@@ -88,16 +97,22 @@ def _check_labels(config, spec):
         )
 
 
+BuiltTrainer = collections.namedtuple("BuiltTrainer", "trainer schedule memory_note precision_note")
+
+
 def build_trainer(config, strategy, spec):
-    """(trainers.loop.Trainer, its learning-rate schedule, a note on memory or None) for `config`
-    under `strategy`: the model, objective, optimizer, accumulation and XLA choice a run uses
-    (benchmarks.train times this same trainer). `spec` needs only `num_classes`."""
+    """BuiltTrainer for `config` under `strategy`: the trainers.loop.Trainer with the model,
+    objective, optimizer, accumulation, precision and XLA choice a run uses (benchmarks.train
+    times this same trainer), its learning-rate schedule, and the banner's notes on memory and
+    precision. `spec` needs only `num_classes`."""
     keras.utils.set_random_seed(config.seed)
+    jit = use_jit(config.jit_compile, strategy)
+    mixed_precision, precision_note = resolve_precision(config, strategy)
     previous_policy = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy(POLICIES[config.mixed_precision])
+    keras.mixed_precision.set_global_policy(precision.POLICIES[mixed_precision])
     try:
         with strategy.scope():
-            model = build_model(config, spec.num_classes)
+            model = model_builder.build_model(config, spec.num_classes)
             objective = _objective(config, model)
             schedule = optimizers.WarmupDecay(
                 config.base_lr, config.total_steps, config.warmup_steps, config.decay_type
@@ -107,7 +122,7 @@ def build_trainer(config, strategy, spec):
                 schedule,
                 momentum_dtype=config.momentum_dtype,
                 weight_decay=config.weight_decay,
-                loss_scaling=config.mixed_precision == "float16",
+                loss_scaling=mixed_precision == "float16",
             )
             accum_steps, memory_note = memory.resolve_accum_steps(config, strategy, model)
             trainer = loop.Trainer(
@@ -117,13 +132,13 @@ def build_trainer(config, strategy, spec):
                 global_batch_size=config.batch_size,
                 accum_steps=accum_steps,
                 grad_norm_clip=config.grad_norm_clip,
-                jit_compile=use_jit(config.jit_compile, strategy),
+                jit_compile=jit,
                 loss=config.loss,
                 objective=objective,
             )
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
-    return trainer, schedule, memory_note
+    return BuiltTrainer(trainer, schedule, memory_note, precision_note)
 
 
 def _objective(config, model):
@@ -190,16 +205,29 @@ def use_jit(setting, strategy):
     return all("GPU" in d.upper() for d in distribute.worker_devices(strategy))
 
 
+def resolve_precision(config, strategy):
+    """(precision, the banner's note) for this run's --mixed_precision under `strategy`
+    (trainers/precision.py: what "auto" picks, from the device, XLA and the encoder's size)."""
+    hidden_size, num_patches = model_builder.encoder_size(config)
+    return precision.resolve(
+        config.mixed_precision,
+        strategy,
+        jit=use_jit(config.jit_compile, strategy),
+        hidden_size=hidden_size,
+        num_patches=num_patches,
+    )
+
+
 class _Run:
     """The workdir side of a run: resume, the controller's actions, the final evaluation and export."""
 
-    def __init__(self, config, strategy, spec, trainer, schedule, classification, evaluators, memory_note):
-        self.config, self.strategy, self.spec, self.trainer = config, strategy, spec, trainer
-        self.schedule, self.classification, self.evaluators = schedule, classification, evaluators
+    def __init__(self, config, strategy, spec, built, classification, evaluators):
+        self.config, self.strategy, self.spec = config, strategy, spec
+        self.built, self.trainer, self.schedule = built, built.trainer, built.schedule
+        self.classification, self.evaluators = classification, evaluators
         self.workdir = config.workdir
         self.chief = distribute.is_chief(strategy)
         self.console = Console(self.chief)
-        self.memory_note = memory_note  # the banner's word on the accumulation chosen
 
     def train(self):
         config, trainer, strategy = self.config, self.trainer, self.strategy
@@ -220,7 +248,8 @@ class _Run:
             model=trainer.model,
             eval_splits=parse_eval_splits(config.eval_splits),
             accum_steps=trainer.accum_steps,
-            memory_note=self.memory_note,
+            memory_note=self.built.memory_note,
+            precision_note=self.built.precision_note,
             jit=trainer.jit_compile,
             start_step=step,
         ):

@@ -124,8 +124,22 @@ def config_changes(config, recorded, free=RERUN_FREE_FIELDS):
     # that field's default: only another value is a change.
     recorded = {name: recorded[name] if name in recorded else _default(name) for name in names}
     return [
-        (name, recorded[name], current.get(name)) for name in names if recorded[name] != current.get(name)
+        (name, recorded[name], current.get(name))
+        for name in names
+        if _comparable(name, recorded[name]) != _comparable(name, current.get(name))
     ]
+
+
+# Precisions a run may move between and resume: their variables, checkpoints and optimizer state
+# are all float32 (only float16 adds loss-scaling state). "auto" resolves per device, so moving a
+# run to other hardware may change its precision, as it may change XLA.
+_INTERCHANGEABLE_PRECISIONS = ("none", "bfloat16", "auto")
+
+
+def _comparable(name, value):
+    if name == "mixed_precision" and value in _INTERCHANGEABLE_PRECISIONS:
+        return _INTERCHANGEABLE_PRECISIONS
+    return value
 
 
 def _default(name):

@@ -1,0 +1,119 @@
+"""--mixed_precision=auto: bfloat16 exactly where it measured faster, float32 elsewhere."""
+
+import keras
+import pytest
+import tensorflow as tf
+
+from trainers import distribute, finetune, precision, training
+
+CPU = tf.distribute.MirroredStrategy(["/cpu:0"])
+VIT_TI = dict(jit=False, hidden_size=192, num_patches=196)  # ViT-Ti/16 at 224 px
+
+
+@pytest.fixture
+def bfloat16_cpu(monkeypatch):
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx512f", "amx_bf16"}))
+
+
+@pytest.fixture
+def plain_cpu(monkeypatch):
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+
+
+def test_an_explicit_setting_is_kept_whatever_the_hardware(plain_cpu):
+    for setting in ("none", "bfloat16", "float16"):
+        chosen, note = precision.resolve(setting, CPU, **VIT_TI)
+        assert chosen == setting
+    assert precision.resolve("none", CPU, **VIT_TI)[1] == "float32"
+
+
+def test_auto_on_a_cpu_with_bfloat16_instructions(bfloat16_cpu):
+    assert precision.resolve("auto", CPU, **VIT_TI) == (
+        "bfloat16",
+        "bfloat16 (auto: CPU with bfloat16 matrix instructions)",
+    )
+    # Under XLA (no fast bfloat16 matmul on CPU) and for a step too small to gain: float32.
+    assert precision.resolve("auto", CPU, jit=True, hidden_size=192, num_patches=196)[0] == "none"
+    assert precision.resolve("auto", CPU, jit=False, hidden_size=64, num_patches=196)[0] == "none"
+    chosen, note = precision.resolve("auto", CPU, jit=False, hidden_size=192, num_patches=16)
+    assert chosen == "none" and note.startswith("float32 (auto: ")
+
+
+def test_auto_is_float32_on_a_cpu_without_them_or_without_onednn(plain_cpu, monkeypatch):
+    chosen, note = precision.resolve("auto", CPU, **VIT_TI)
+    assert (chosen, note) == ("none", "float32 (auto: no bfloat16 matrix instructions on this CPU)")
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"amx_bf16"}))
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")  # bfloat16 emulated: slow
+    assert precision.resolve("auto", CPU, **VIT_TI)[0] == "none"
+
+
+def test_auto_on_gpus_follows_their_compute_capability(monkeypatch, plain_cpu):
+    monkeypatch.setattr(distribute, "worker_devices", lambda strategy: ["/job:localhost/device:GPU:0"])
+    monkeypatch.setattr(precision, "gpu_compute_capabilities", lambda: [(9, 0), (8, 0)])
+    assert precision.resolve("auto", CPU, **VIT_TI) == (
+        "bfloat16",
+        "bfloat16 (auto: GPU of compute capability 8.0)",
+    )
+    # A small model too: the GPU's bfloat16 tensor cores do not need large matrices to pay.
+    assert precision.resolve("auto", CPU, jit=True, hidden_size=64, num_patches=16)[0] == "bfloat16"
+    monkeypatch.setattr(precision, "gpu_compute_capabilities", lambda: [(8, 6), (7, 5)])  # one T4
+    assert precision.resolve("auto", CPU, **VIT_TI)[0] == "none"
+
+
+def test_auto_on_a_tpu_is_bfloat16(plain_cpu):
+    tpu = tf.distribute.TPUStrategy.__new__(tf.distribute.TPUStrategy)  # no TPU to connect to here
+    assert precision.resolve("auto", tpu, **VIT_TI) == ("bfloat16", "bfloat16 (auto: TPU)")
+
+
+def test_cpu_flags_are_read_from_the_cpuinfo_flags_line():
+    flags = precision._cpu_flags()
+    assert isinstance(flags, frozenset)
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        assert flags == frozenset()
+        return
+    if "flags" in text:  # x86 Linux
+        assert "fpu" in flags
+
+
+class _Spec:  # all of a dataset that build_trainer reads
+    num_classes = 10
+
+
+def _config(**overrides):
+    config = finetune.get_config("digits")
+    config.update(dict(workdir="/tmp/unused", batch_size=8, accum_steps=1, **overrides))
+    return config
+
+
+def test_build_trainer_builds_the_model_at_the_resolved_precision(bfloat16_cpu):
+    # The digits preset (width 64, 16 patches) stays float32; a ViT-Ti-wide encoder on 64
+    # patches is built mixed_bfloat16 and its banner note says why; the global policy is restored.
+    small = training.build_trainer(_config(), CPU, _Spec)
+    assert small.trainer.model.dtype_policy.name == "float32"
+    wide = training.build_trainer(
+        _config(hidden_size=192, num_heads=3, mlp_dim=768, num_layers=1, image_size=32), CPU, _Spec
+    )
+    assert wide.trainer.model.dtype_policy.name == "mixed_bfloat16"
+    assert wide.precision_note == "bfloat16 (auto: CPU with bfloat16 matrix instructions)"
+    assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_build_trainer_counts_hybrid_patches_after_the_resnet_stem(bfloat16_cpu):
+    # R26+ViT-S_32 at 224 px: the stem downsamples 32x, a 7 x 7 grid of 49 patches: float32.
+    # At 320 px it is 10 x 10: bfloat16.
+    config = _config(
+        model="R26+ViT-S_32",
+        patch_size=0,
+        hidden_size=0,
+        num_heads=0,
+        mlp_dim=0,
+        num_layers=1,
+        image_size=224,
+    )
+    assert training.build_trainer(config, CPU, _Spec).trainer.model.dtype_policy.name == "float32"
+    config.image_size = 320
+    assert training.build_trainer(config, CPU, _Spec).trainer.model.dtype_policy.name == "mixed_bfloat16"

@@ -1,0 +1,88 @@
+"""--mixed_precision: the compute dtype of a run's step, and what "auto" picks on this hardware.
+
+"auto" gives bfloat16 where it measured faster and the accuracy held (README, "Mixed precision
+and backends"), float32 everywhere else:
+- TPUs, whose matrix units take bfloat16;
+- GPUs of compute capability 8.0 and up (A100, H100; on an H100 the bfloat16 ViT-B/16 training
+  step ran 2.4x its float32 one, Keras on JAX in benchmarks.accelerator);
+- CPUs with bfloat16 matrix instructions (AMX or AVX-512 BF16) on TensorFlow's oneDNN kernels,
+  XLA off (XLA's CPU backend has no fast bfloat16 matmul), for an encoder at least as wide as
+  ViT-Ti on at least 64 patches: smaller steps (the digits preset) measured slower in bfloat16,
+  the casts outweighing the faster products.
+Variables stay float32 under every policy, so a checkpoint resumes at any precision.
+"""
+
+import functools
+import os
+
+import tensorflow as tf
+
+from trainers import distribute
+
+# --mixed_precision -> Keras dtype policy.
+POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+CPU_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")  # as /proc/cpuinfo names them
+GPU_MIN_COMPUTE_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores
+CPU_MIN_HIDDEN_SIZE = 192  # ViT-Ti's width
+CPU_MIN_PATCHES = 64  # ViT-Ti/16 at 128 px: 1.19x in bfloat16; at 64 px (16 patches): 0.97x
+
+
+def resolve(setting, strategy, *, jit, hidden_size, num_patches):
+    """(precision, note): the --mixed_precision a run uses ("none", "bfloat16" or "float16") and
+    the banner's words for it, e.g. "bfloat16 (auto: TPU)"."""
+    if setting != "auto":
+        return setting, _compute_dtype(setting)
+    choice, reason = _auto(strategy, jit, hidden_size, num_patches)
+    return choice, f"{_compute_dtype(choice)} (auto: {reason})"
+
+
+def _compute_dtype(precision):
+    return "float32" if precision == "none" else precision
+
+
+def _auto(strategy, jit, hidden_size, num_patches):
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return "bfloat16", "TPU"
+    if all("GPU" in d.upper() for d in distribute.worker_devices(strategy)):
+        capabilities = gpu_compute_capabilities()
+        if capabilities and min(capabilities) >= GPU_MIN_COMPUTE_CAPABILITY:
+            major, minor = min(capabilities)
+            return "bfloat16", f"GPU of compute capability {major}.{minor}"
+        return "none", "GPU without bfloat16 tensor cores; --mixed_precision=float16 may be faster"
+    if not cpu_has_bfloat16():
+        return "none", "no bfloat16 matrix instructions on this CPU"
+    if jit:
+        return "none", "XLA on CPU, which has no fast bfloat16 matmul"
+    if hidden_size < CPU_MIN_HIDDEN_SIZE or num_patches < CPU_MIN_PATCHES:
+        return "none", f"on CPU bfloat16 pays from width {CPU_MIN_HIDDEN_SIZE} and {CPU_MIN_PATCHES} patches"
+    return "bfloat16", "CPU with bfloat16 matrix instructions"
+
+
+def gpu_compute_capabilities():
+    """[(major, minor), ...] of the visible GPUs ([] where TensorFlow reports none)."""
+    found = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        capability = tf.config.experimental.get_device_details(gpu).get("compute_capability")
+        if capability:
+            found.append(tuple(capability))
+    return found
+
+
+def cpu_has_bfloat16():
+    """Whether TensorFlow's CPU kernels have bfloat16 matrix instructions here: an x86 CPU with
+    AMX or AVX-512 BF16, and oneDNN not switched off (without it bfloat16 is emulated, slowly)."""
+    if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip() == "0":
+        return False
+    return bool(set(CPU_BFLOAT16_FLAGS) & _cpu_flags())
+
+
+@functools.cache
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:  # not Linux: no flags to read, so no claim of bfloat16
+        pass
+    return frozenset()
