@@ -61,12 +61,11 @@ def finetune_config(variant, image_size, batch, num_layers=0, **settings):
 
 def trainer_mode(config):
     """(row name, compute dtype) of the trainers' step for `config` on this machine."""
-    from trainers import distribute, training
+    from trainers import distribute, precision, training
 
     strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
     xla = "+XLA" if training.use_jit(config.jit_compile, strategy) else ""
-    chosen, _ = training.resolve_precision(config, strategy)
-    dtype = "float32" if chosen == "none" else chosen
+    dtype = precision.compute_dtype(training.resolve_precision(config, strategy)[0])
     return f"keras_vit Trainer TF{xla}{'' if dtype == 'float32' else ' ' + dtype}", dtype
 
 
@@ -164,21 +163,21 @@ def names(args):
     defaults = "finetune defaults" + (
         "" if args.mixed_precision == "auto" else f", --mixed_precision={args.mixed_precision}"
     )
-    forced = {"keras_vit": defaults, "keras_vit-xla": "--jit_compile=true"}
-    forced["keras_vit-float32"] = "--mixed_precision=none"
-    ours = {kind: f"{trainer_name(_ours_config(kind, args))} ({why})" for kind, why in forced.items()}
+    why = {
+        "keras_vit": defaults,
+        "keras_vit-xla": "--jit_compile=true",
+        "keras_vit-float32": "--mixed_precision=none",
+    }
+    ours = {kind: f"{trainer_name(_ours_config(kind, args))} ({why[kind]})" for kind in OURS}
     return {**ours, **PEER_LABELS}
 
 
 def chosen_kinds(args, peers):
     """keras_vit's defaults, then each forced setting that changes its mode, then the peers in
     float32 and, where the defaults chose bfloat16, in bfloat16 too."""
-    label = names(args)
-    kinds = ["keras_vit"]
-    for kind in ("keras_vit-xla", "keras_vit-float32"):
-        if label[kind].split(" (")[0] != label["keras_vit"].split(" (")[0]:
-            kinds.append(kind)
-    suffixes = [""] + (["-bfloat16"] if kind_dtype("keras_vit", args) == "bfloat16" else [])
+    mode = {kind: trainer_mode(_ours_config(kind, args)) for kind in OURS}
+    kinds = [kind for kind in OURS if kind == "keras_vit" or mode[kind] != mode["keras_vit"]]
+    suffixes = [""] + (["-bfloat16"] if mode["keras_vit"][1] == "bfloat16" else [])
     if "keras-hub" in peers:
         kinds += [f"keras-hub{s}" for s in suffixes]
     if "timm" in peers:

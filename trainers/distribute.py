@@ -196,6 +196,11 @@ def worker_devices(strategy):
         return ["GPU"] if tf.config.list_logical_devices("GPU") else ["CPU"]
 
 
+def all_gpus(devices):
+    """Whether every one of `devices` (worker_devices' names) is a GPU."""
+    return all("GPU" in d.upper() for d in devices)
+
+
 def is_chief(strategy):
     """The process that writes logs, results and the real checkpoints (worker 0 or 'chief')."""
     resolver = getattr(strategy, "cluster_resolver", None)

@@ -125,7 +125,7 @@ class Trainer:
             optimizer.build(self.trained_variables)
         replica_step = self._replica_step
         devices = distribute.worker_devices(strategy)
-        if jit_compile and (len(devices) == 1 or all("GPU" in d.upper() for d in devices)):
+        if jit_compile and (len(devices) == 1 or distribute.all_gpus(devices)):
             replica_step = tf.function(replica_step, jit_compile=True)
         elif jit_compile:
             # Several CPU replicas: MirroredStrategy lifts a jit-compiled replica function into

@@ -19,7 +19,7 @@ import os
 
 from tensorflow.python.client import device_lib
 
-from trainers import distribute
+from trainers import distribute, precision
 from trainers.data.pipeline import PREFETCH_BATCHES
 from trainers.errors import UsageError
 from trainers.flags import parse_accum_steps
@@ -141,12 +141,6 @@ def _available_ram():
         return None
 
 
-def _precision_of(model):
-    """The --mixed_precision `model` was built under (the run's, "auto" resolved)."""
-    compute = model.dtype_policy.compute_dtype
-    return "none" if compute == "float32" else compute
-
-
 def resolve_accum_steps(config, strategy, model):
     """(accumulation steps, a note for the banner) for this run's --accum_steps and device.
 
@@ -156,12 +150,13 @@ def resolve_accum_steps(config, strategy, model):
     setting = parse_accum_steps(config.accum_steps)
     replicas = strategy.num_replicas_in_sync
     per_replica = config.batch_size // replicas
+    mixed_precision = precision.of_model(model)  # "auto" resolved when the model was built
     need = estimate(
         model,
         image_size=config.image_size,
         optimizer=config.optimizer,
         momentum_dtype=config.momentum_dtype,
-        mixed_precision=_precision_of(model),
+        mixed_precision=mixed_precision,
     )
     device = device_memory(strategy, config.device_memory_gb)
     if device is not None and device.shared_with_input:
@@ -178,7 +173,7 @@ def resolve_accum_steps(config, strategy, model):
         return setting, note
     if fitting is None:
         # bfloat16 halves the activations: offered where the step is not in it already.
-        lighter = "--mixed_precision=bfloat16, " if _precision_of(model) == "none" else ""
+        lighter = "--mixed_precision=bfloat16, " if mixed_precision == "none" else ""
         raise UsageError(
             f"a training step of {config.model} at {config.image_size} px needs ~{need.total(1) / GB:.1f} GB "
             f"per replica even one image at a time, and {device.source} is {device.bytes / GB:.1f} GB: use a "

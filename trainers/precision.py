@@ -24,26 +24,33 @@ POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_f
 CPU_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")  # as /proc/cpuinfo names them
 GPU_MIN_COMPUTE_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores
 CPU_MIN_HIDDEN_SIZE = 192  # ViT-Ti's width
-CPU_MIN_PATCHES = 64  # ViT-Ti/16 at 128 px: 1.19x in bfloat16; at 64 px (16 patches): 0.97x
+CPU_MIN_PATCHES = 64  # ViT-Ti/16 at 128 px: 1.12x in bfloat16; at 64 px (16 patches): 0.89x
 
 
 def resolve(setting, strategy, *, jit, hidden_size, num_patches):
     """(precision, note): the --mixed_precision a run uses ("none", "bfloat16" or "float16") and
     the banner's words for it, e.g. "bfloat16 (auto: TPU)"."""
     if setting != "auto":
-        return setting, _compute_dtype(setting)
+        return setting, compute_dtype(setting)
     choice, reason = _auto(strategy, jit, hidden_size, num_patches)
-    return choice, f"{_compute_dtype(choice)} (auto: {reason})"
+    return choice, f"{compute_dtype(choice)} (auto: {reason})"
 
 
-def _compute_dtype(precision):
+def compute_dtype(precision):
+    """The compute dtype of a resolved --mixed_precision ("none" -> "float32")."""
     return "float32" if precision == "none" else precision
+
+
+def of_model(model):
+    """The resolved --mixed_precision `model` was built under, read from its dtype policy."""
+    compute = model.dtype_policy.compute_dtype
+    return "none" if compute == "float32" else compute
 
 
 def _auto(strategy, jit, hidden_size, num_patches):
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return "bfloat16", "TPU"
-    if all("GPU" in d.upper() for d in distribute.worker_devices(strategy)):
+    if distribute.all_gpus(distribute.worker_devices(strategy)):
         capabilities = gpu_compute_capabilities()
         if capabilities and min(capabilities) >= GPU_MIN_COMPUTE_CAPABILITY:
             major, minor = min(capabilities)

@@ -202,7 +202,7 @@ def use_jit(setting, strategy):
         return setting == "true"
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return False
-    return all("GPU" in d.upper() for d in distribute.worker_devices(strategy))
+    return distribute.all_gpus(distribute.worker_devices(strategy))
 
 
 def resolve_precision(config, strategy):
