@@ -42,10 +42,12 @@ EXPORT_REQUIRES = ["tensorflow>=2.16", "tf2onnx", "onnx", "onnxruntime", "ai-edg
 # nbclient, nbformat and ipykernel run the colab/ notebooks top to bottom.
 # keras-hub: tests/test_benchmarks.py runs the benchmarks against it (it brings tensorflow-text
 # of the installed TensorFlow's release).
+# optax: tests/test_optimizers.py holds the trainers' SGD against optax's own update.
 TEST_REQUIRES = [
     "pytest",
     "pytest-timeout",
     "jax[cpu]",
+    "optax",
     "ruff==0.17.6",
     "nbclient",
     "nbformat",

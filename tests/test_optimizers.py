@@ -3,7 +3,8 @@
 The reference is written out in NumPy (float64) from the definitions in optax (`trace`,
 `scale_by_learning_rate`, `clip_by_global_norm`) and vit_jax (`create_learning_rate_schedule`),
 so a Keras-SGD-style update (v = 0.9 v - lr g), a schedule shifted by one step, or clipping before
-the all-reduce would each fail these tests.
+the all-reduce would each fail these tests. optax itself is the reference of
+`test_sgd_equals_optax_itself`, float32 and bfloat16 traces, clipping binding or not.
 """
 
 import math
@@ -56,7 +57,9 @@ def _reference(w, b, x, y, *, schedule, clip, momentum=0.9, trace_dtype=np.float
         norm = math.sqrt(sum(float((g**2).sum()) for g in grads))
         grads = [g * min(1.0, clip / norm) for g in grads]
         lr = schedule(count)
-        new_traces = [g + momentum * t.astype(np.float64) for g, t in zip(grads, traces)]
+        # optax's trace decays in the trace's own dtype (bfloat16 included), then adds the gradient.
+        decayed = [(t * np.asarray(momentum, dtype=trace_dtype)).astype(trace_dtype) for t in traces]
+        new_traces = [g + d.astype(np.float64) for g, d in zip(grads, decayed)]
         params = [p - lr * t for p, t in zip(params, new_traces)]
         traces = [t.astype(trace_dtype) for t in new_traces]
     return params
@@ -175,3 +178,47 @@ def test_unknown_optimizer_and_momentum_dtype_are_refused():
         optimizers.make_optimizer("lamb", 0.1)
     with pytest.raises(ValueError, match="momentum_dtype"):
         optimizers.make_optimizer("sgd", 0.1, momentum_dtype="float16")
+
+
+def _optax_run(w0, b0, x, y, *, lrs, clip, accumulator_dtype):
+    """optax.chain(clip_by_global_norm(clip), sgd(lrs[count], momentum=0.9)) on the same model in JAX."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    def loss(params, xb, yb):
+        logits = xb @ params[0] + params[1]
+        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(len(yb)), yb])
+
+    schedule = jnp.asarray(lrs, jnp.float32)
+    sgd = optax.sgd(lambda count: schedule[count], momentum=0.9, accumulator_dtype=accumulator_dtype)
+    transform = optax.chain(optax.clip_by_global_norm(clip), sgd)
+    params = [jnp.asarray(w0, jnp.float32), jnp.asarray(b0, jnp.float32)]
+    state = transform.init(params)
+    for n in range(len(x)):
+        grads = jax.grad(loss)(params, jnp.asarray(x[n], jnp.float32), jnp.asarray(y[n]))
+        updates, state = transform.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+    return [np.asarray(p) for p in params], state
+
+
+@pytest.mark.parametrize("momentum_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("clip", [0.3, 1e6], ids=["clip_binds", "clip_idle"])
+def test_sgd_equals_optax_itself(momentum_dtype, clip):
+    steps, base, warmup = 8, 0.3, 2
+    schedule = optimizers.WarmupDecay(base, total_steps=steps, warmup_steps=warmup, decay_type="cosine")
+    lrs = [float(schedule(n)) for n in range(steps)]
+    x, y = _batches(steps)
+    (w0, b0), trained, optimizer = _train(
+        1, x, y, schedule=schedule, clip=clip, momentum_dtype=momentum_dtype, calls=(3, steps - 3)
+    )
+    expected, state = _optax_run(w0, b0, x, y, lrs=lrs, clip=clip, accumulator_dtype=momentum_dtype)
+    for got, want in zip(trained, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # The traces themselves, stored in the same dtype, agree too.
+    optax_traces = state[1][0].trace
+    for ours, theirs in zip(optimizer.traces, optax_traces):
+        assert str(theirs.dtype) == momentum_dtype
+        np.testing.assert_allclose(
+            np.asarray(ours.numpy(), np.float32), np.asarray(theirs, np.float32), rtol=1e-5, atol=1e-6
+        )

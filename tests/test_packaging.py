@@ -39,6 +39,7 @@ DISTRIBUTIONS = {
     "nbclient": "nbclient",
     "nbformat": "nbformat",
     "onnxruntime": "onnxruntime",
+    "optax": "optax",
     "ai_edge_litert": "ai-edge-litert",
     "numpy": "numpy",
     "packaging": "packaging",

@@ -62,9 +62,10 @@ class TraceSGD(keras.optimizers.Optimizer):
     """SGD with optax's trace momentum: m = momentum * m + g; w -= lr * m.
 
     `momentum_dtype="bfloat16"` stores the trace in bfloat16 (vit_jax's accumulator_dtype,
-    half the optimizer memory); the update itself is computed in float32 from the stored
-    trace and the new gradient, as optax does. Weight decay, when given, is Keras'
-    decoupled decay (w -= lr * wd * w before the update).
+    half the optimizer memory). The decay is taken in the trace's own dtype and the gradient
+    added in float32, as optax's `trace` does (its `decay * t` keeps t's dtype): decaying a
+    float32 copy instead drifts from optax by about 5e-3 relative within 8 steps. Weight decay,
+    when given, is Keras' decoupled decay (w -= lr * wd * w before the update).
     """
 
     def __init__(
@@ -102,8 +103,8 @@ class TraceSGD(keras.optimizers.Optimizer):
 
     def update_step(self, gradient, variable, learning_rate):
         trace = self.traces[self._get_variable_index(variable)]
-        gradient = ops.cast(gradient, "float32")
-        new_trace = gradient + self.momentum * ops.cast(trace, "float32")
+        decayed = ops.multiply(trace, ops.cast(self.momentum, trace.dtype))
+        new_trace = ops.cast(gradient, "float32") + ops.cast(decayed, "float32")
         self.assign(trace, ops.cast(new_trace, trace.dtype))
         step = ops.cast(learning_rate, "float32") * new_trace
         self.assign_sub(variable, ops.cast(step, variable.dtype))
