@@ -13,6 +13,7 @@ loaded and are refused.
 
 import json
 import os
+import re
 
 import numpy as np
 
@@ -33,14 +34,71 @@ KERAS_VIT_MEAN = (0.5, 0.5, 0.5)
 KERAS_VIT_STD = (0.5, 0.5, 0.5)
 # timm keys of features keras_vit's ViT does not have, and what they are.
 _TIMM_UNSUPPORTED = {
+    "patch_embed.backbone": "a ResNet stem: timm's hybrid format (vit_*_r*), which is not supported",
     "reg_token": "register tokens",
     "norm_pre": "a LayerNorm before the encoder (CLIP-style)",
     "attn_pool": "attention pooling (a MAP head)",
     ".ls1.": "LayerScale",
     ".q_norm.": "query/key normalisation",
     ".norm.weight": "a LayerNorm inside the attention or MLP",
-    "patch_embed.backbone": "a ResNet stem (timm's hybrid format)",
 }
+# keras_vit key (regular expression) -> the timm / transformers tensor it comes from, for messages.
+_BLOCK = r"Transformer/encoderblock_(\d+)/"
+_ORIGINS = {
+    "timm": [
+        (r"embedding/", "patch_embed.proj"),
+        (r"cls$", "cls_token"),
+        (r"Transformer/posembed_input/", "pos_embed"),
+        (_BLOCK + "LayerNorm_0/", r"blocks.\1.norm1"),
+        (_BLOCK + "LayerNorm_2/", r"blocks.\1.norm2"),
+        (_BLOCK + "MultiHeadDotProductAttention_1/(query|key|value)/", r"blocks.\1.attn.qkv"),
+        (_BLOCK + "MultiHeadDotProductAttention_1/out/", r"blocks.\1.attn.proj"),
+        (_BLOCK + "MlpBlock_3/Dense_0/", r"blocks.\1.mlp.fc1"),
+        (_BLOCK + "MlpBlock_3/Dense_1/", r"blocks.\1.mlp.fc2"),
+        (r"Transformer/encoder_norm/", "norm"),
+        (r"fc_norm/", "fc_norm"),
+        (r"pre_logits/", "pre_logits.fc"),
+        (r"head/", "head"),
+    ],
+    "transformers": [
+        (r"embedding/", "{p}embeddings.patch_embeddings.projection"),
+        (r"cls$", "{p}embeddings.cls_token"),
+        (r"Transformer/posembed_input/", "{p}embeddings.position_embeddings"),
+        (_BLOCK + "LayerNorm_0/", r"{p}encoder.layer.\1.layernorm_before"),
+        (_BLOCK + "LayerNorm_2/", r"{p}encoder.layer.\1.layernorm_after"),
+        (
+            _BLOCK + "MultiHeadDotProductAttention_1/(query|key|value)/",
+            r"{p}encoder.layer.\1.attention.attention.\2",
+        ),
+        (_BLOCK + "MultiHeadDotProductAttention_1/out/", r"{p}encoder.layer.\1.attention.output.dense"),
+        (_BLOCK + "MlpBlock_3/Dense_0/", r"{p}encoder.layer.\1.intermediate.dense"),
+        (_BLOCK + "MlpBlock_3/Dense_1/", r"{p}encoder.layer.\1.output.dense"),
+        (r"Transformer/encoder_norm/", "{p}layernorm"),
+        (r"pre_logits/", "pooler.dense"),
+        (r"head/", "classifier"),
+    ],
+}
+
+
+class ConvertedParams(dict):
+    """vit_jax-layout params converted from a timm or transformers checkpoint, which can name the
+    checkpoint tensor each one comes from (so that a shape mismatch names the file's tensor)."""
+
+    def __init__(self, params, layout, prefix=""):
+        super().__init__(params)
+        self.layout = layout
+        self.prefix = prefix
+
+    def tensor_name(self, key):
+        """The checkpoint's name for a keras_vit key: 'blocks.0.attn.qkv.weight', ..."""
+        for pattern, template in _ORIGINS[self.layout]:
+            match = re.match(pattern, key)
+            if match:
+                base = match.expand(template.replace("{p}", self.prefix))
+                if key == "cls" or "posembed_input" in key:
+                    return base
+                return f"{base}.{'bias' if key.endswith('/bias') else 'weight'}"
+        return key
 
 
 def pickle_refusal(path):
@@ -294,7 +352,7 @@ def timm_to_vit_jax(tensors, config, source):
     _check_all_used(take)
     params[NUMERICS_GELU_APPROXIMATE] = np.asarray(0, np.int8)
     names = config.get("label_names") or pretrained.get("label_names")
-    return params, _label_list(names)
+    return ConvertedParams(params, "timm"), _label_list(names)
 
 
 def _label_list(names):
@@ -385,4 +443,4 @@ def transformers_to_vit_jax(tensors, config, source, prefix):
         names = _label_list(config["id2label"])
         if len(names) != params["head/kernel"].shape[-1]:
             names = None
-    return params, names
+    return ConvertedParams(params, "transformers", prefix), names

@@ -293,6 +293,8 @@ def assign_params(model, params, source):
     model_keys = {key for key, _ in targets}
     _check_posemb(params, model, source)
     _check_numerics(params, model, source)
+    # A timm / transformers checkpoint's own tensor names, for the messages.
+    tensor_name = getattr(params, "tensor_name", None)
     params = {key: value for key, value in params.items() if not key.startswith("numerics/")}
     values = {}
     head_kernel = next((tuple(v.shape) for k, v in targets if k == "head/kernel"), None)
@@ -314,10 +316,12 @@ def assign_params(model, params, source):
         elif key.rsplit("/", 1)[-1] in position_embeddings.GRID_AXES:
             value = position_embeddings.resize_grid_weight(key.rsplit("/", 1)[-1], value, shape)
         if tuple(value.shape) != shape:
+            found = f"{key!r} has shape {tuple(value.shape)} in the checkpoint"
+            if tensor_name:
+                found = f"tensor {tensor_name(key)!r} is {tuple(value.shape)} as keras_vit's {key!r}"
             raise CheckpointError(
-                f"{source}: does not fit this model: {key!r} has shape {tuple(value.shape)} in the "
-                f"checkpoint but {shape} in the model; build the variant the checkpoint was "
-                f"trained as ({_summary(params)})"
+                f"{source}: does not fit this model: {found} but {shape} in the model; build the "
+                f"variant the checkpoint was trained as ({_summary(params)})"
             )
         values[key] = value
     extra = sorted(set(params) - model_keys - set(_OPTIONAL_KEYS))
