@@ -39,25 +39,61 @@ TIMM_MODELS = {
     ),
     "timm_gap_nofc": (
         "vit_tiny_patch16_224",
-        dict(embed_dim=48, depth=2, num_heads=3, num_classes=5, class_token=False, global_pool="avg", fc_norm=False),
+        dict(
+            embed_dim=48,
+            depth=2,
+            num_heads=3,
+            num_classes=5,
+            class_token=False,
+            global_pool="avg",
+            fc_norm=False,
+        ),
         224,
     ),
     # Trained on ImageNet mean/std inputs (as timm's DINO and MAE ViTs are).
-    "timm_imagenet_norm": ("vit_tiny_patch16_224", dict(embed_dim=48, depth=2, num_heads=3, num_classes=5), 224),
+    "timm_imagenet_norm": (
+        "vit_tiny_patch16_224",
+        dict(embed_dim=48, depth=2, num_heads=3, num_classes=5),
+        224,
+    ),
     # A hybrid: a ResNet stem in patch_embed.backbone.
     "timm_hybrid": ("vit_tiny_r_s16_p8_224", dict(depth=1, num_classes=5), 224),
+    # The trainer tests' tiny shape (tests/trainer_cli.py TINY_MODEL) at their 32 px.
+    "timm_trainer": (
+        "vit_tiny_patch16_224",
+        dict(patch_size=8, embed_dim=32, depth=1, num_heads=2, mlp_ratio=2.0, num_classes=5),
+        32,
+    ),
     # Full ViT-Ti/16 width and depth, for the command line tests that name the variant.
     "timm_vit_ti16": ("vit_tiny_patch16_224", dict(num_classes=3), 224),
 }
-TIMM_LABELS = {"timm_ti224": ["zebra", "tabby", "robin", "tractor", "pizza"], "timm_vit_ti16": ["tabby", "robin", "tractor"]}
+TIMM_LABELS = {
+    "timm_ti224": ["zebra", "tabby", "robin", "tractor", "pizza"],
+    "timm_vit_ti16": ["tabby", "robin", "tractor"],
+}
 # name -> (ViTConfig arguments, model class)
 TRANSFORMERS_MODELS = {
-    "hf_a224": (dict(hidden_size=48, num_attention_heads=3, intermediate_size=96, image_size=224, patch_size=16), "cls"),
-    "hf_a160": (dict(hidden_size=48, num_attention_heads=3, intermediate_size=96, image_size=160, patch_size=16), "cls"),
-    "hf_b224": (dict(hidden_size=64, num_attention_heads=4, intermediate_size=128, image_size=224, patch_size=32), "cls"),
-    "hf_b160": (dict(hidden_size=64, num_attention_heads=4, intermediate_size=128, image_size=160, patch_size=32), "cls"),
+    "hf_a224": (
+        dict(hidden_size=48, num_attention_heads=3, intermediate_size=96, image_size=224, patch_size=16),
+        "cls",
+    ),
+    "hf_a160": (
+        dict(hidden_size=48, num_attention_heads=3, intermediate_size=96, image_size=160, patch_size=16),
+        "cls",
+    ),
+    "hf_b224": (
+        dict(hidden_size=64, num_attention_heads=4, intermediate_size=128, image_size=224, patch_size=32),
+        "cls",
+    ),
+    "hf_b160": (
+        dict(hidden_size=64, num_attention_heads=4, intermediate_size=128, image_size=160, patch_size=32),
+        "cls",
+    ),
     # ViTModel with its pooler (tanh dense on the class token: the official pre-logits).
-    "hf_pooler": (dict(hidden_size=48, num_attention_heads=3, intermediate_size=96, image_size=224, patch_size=16), "base"),
+    "hf_pooler": (
+        dict(hidden_size=48, num_attention_heads=3, intermediate_size=96, image_size=224, patch_size=16),
+        "base",
+    ),
 }
 HF_LABELS = ["cat", "dog", "bird", "fish"]
 RESOLUTIONS = (160, 224)
@@ -135,7 +171,9 @@ def logits(spec_path, out_path):
         else:
             model = transformers.ViTForImageClassification.from_pretrained(item["dir"]).eval()
             results[item["name"]] = transformers_output(model, pixels)
-            results[item["name"] + "_labels"] = np.asarray([model.config.id2label[i] for i in range(model.num_labels)])
+            results[item["name"] + "_labels"] = np.asarray(
+                [model.config.id2label[i] for i in range(model.num_labels)]
+            )
             results[item["name"] + "_eps"] = np.asarray(model.config.layer_norm_eps)
     np.savez(out_path, **results)
 
