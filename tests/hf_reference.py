@@ -96,7 +96,7 @@ TRANSFORMERS_MODELS = {
     ),
 }
 HF_LABELS = ["cat", "dog", "bird", "fish"]
-RESOLUTIONS = (160, 224)
+RESOLUTIONS = (32, 160, 224)
 
 
 def randomize(model, seed):

@@ -276,8 +276,13 @@ def test_mismatched_block_tensor_is_named(made):
     model = keras_vit.ViT(
         image_size=224, num_classes=5, gelu_approximate=False, **{**SHAPES["ti"], "mlp_dim": 96}
     )
-    with pytest.raises(CheckpointError, match=r"tensor 'blocks\.0\.mlp\.fc1\.weight'"):
+    with pytest.raises(CheckpointError) as raised:
         weights_lib.load_weights(model, str(folder / "timm_ti224"))
+    # The README's example.
+    assert (
+        "tensor 'blocks.0.mlp.fc1.weight' is (48, 192) as keras_vit's "
+        "'Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel' but (48, 96) in the model"
+    ) in str(raised.value)
     assert not np.any(model.get_layer("head").weights[0].numpy())  # nothing was assigned
 
 
