@@ -427,3 +427,11 @@ def test_hub_names():
         for name in names:
             repo, _ = hub.repo_of(name)
             assert repo.startswith(("timm/vit_", "google/vit-"))
+
+
+def test_readme_lists_every_recommended_hub_name():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    for variant, names in keras_vit.checkpoints.HUB_NAMES.items():
+        row = next(line for line in readme.splitlines() if line.startswith(f"| {variant} | `hf"))
+        assert row == f"| {variant} | " + ", ".join(f"`{name}`" for name in names) + " |"
