@@ -283,7 +283,7 @@ def _timm_heads(config, hidden):
     for part in family[1:2]:
         if part in sizes:
             return sizes[part]
-    return max(hidden // 64, 1)  # every vit_* family above has 64-wide heads
+    return max(hidden // 64, 1)  # other widths: 64-wide heads, as from tiny to large
 
 
 def timm_to_vit_jax(tensors, config, source):

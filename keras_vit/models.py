@@ -384,8 +384,11 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
 
     Args:
         variant: a key of VARIANTS.
-        weights: None, a registry name (keras_vit.weights.REGISTRY) or a path to a .npz,
-            .weights.h5 or .keras file. A file with learned_2d or relative position weights
+        weights: None, a registry name (keras_vit.weights.REGISTRY), a path to a .npz,
+            .weights.h5 or .keras file, or a timm / transformers checkpoint (a Hub name such as
+            "hf-hub:timm/vit_base_patch16_224.augreg2_in21k_ft_in1k", a folder or a .safetensors
+            file), whose LayerNorm epsilon, GELU form, pooling and class names the model takes
+            (`model.class_names`). A file with learned_2d or relative position weights
             sets `posemb` too (unless given); registry weights need posemb="learned_1d".
         image_size: int or (height, width); default: the weights' own size, else 224.
             None for either or both (e.g. (None, None)): one model for any size, whose
@@ -461,8 +464,10 @@ _DOC = """Instantiates {variant}, optionally with official weights.
         include_top: whether to keep the classification head. Without it, `pooling` picks
             the output: None (all tokens, (B, T, D)), "token" or "gap" ((B, D), through the
             pre-logits layer when the weights have one).
-        weights: None (random), a registry name (see keras_vit.weights.REGISTRY), or a path
-            to an official .npz (vit_jax or big_vision layout), a .weights.h5 or a .keras file.
+        weights: None (random), a registry name (see keras_vit.weights.REGISTRY), a path
+            to an official .npz (vit_jax or big_vision layout), a .weights.h5 or a .keras file,
+            or a timm / transformers checkpoint: a Hub name ("hf-hub:timm/NAME",
+            "hf://google/vit-..."), its folder or its .safetensors file.
         input_shape: (height, width, channels); default: the weights' own resolution, else
             224 x 224 x 3. Another size resizes the position embeddings when they load.
             (None, None, 3) (or None for one of the two) makes one model for any image size:
