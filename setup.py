@@ -35,6 +35,10 @@ TRAIN_REQUIRES = [
 # onnxruntime or ai-edge-litert's interpreter (TensorFlow's own tf.lite.Interpreter is deprecated).
 EXPORT_REQUIRES = ["tensorflow>=2.16", "tf2onnx", "onnx", "onnxruntime", "ai-edge-litert"]
 
+# Hugging Face Hub checkpoints (timm and transformers safetensors, keras_vit.hub): reading
+# safetensors never unpickles; huggingface_hub downloads with its cache, offline mode and token.
+HUB_REQUIRES = ["safetensors", "huggingface_hub"]
+
 # The tests run the trainers too, so they need everything [train] installs. The list is
 # repeated rather than written as "keras-vit[train]": pip resolves such a self-reference only
 # since 21.2 (and an older pip or another installer may fetch keras-vit from the index).
@@ -53,6 +57,11 @@ TEST_REQUIRES = [
     "nbformat",
     "ipykernel",
     "keras-hub",
+    # tests/test_hf_*.py: random timm and transformers ViTs saved by their own code must give the
+    # same logits in keras_vit, and keras_vit's exports must load back in them.
+    "timm",
+    "transformers",
+    "torch",
 ]
 
 setup(
@@ -71,7 +80,8 @@ setup(
     install_requires=INSTALL_REQUIRES,
     extras_require={
         "train": TRAIN_REQUIRES,
-        "test": TEST_REQUIRES + TRAIN_REQUIRES + EXPORT_REQUIRES,
+        "test": TEST_REQUIRES + TRAIN_REQUIRES + EXPORT_REQUIRES + HUB_REQUIRES,
+        "hub": HUB_REQUIRES,
         "export": EXPORT_REQUIRES,
         "plots": ["matplotlib"],
         # The peers benchmarks/ measures against in the same run: keras-hub (same Keras) and

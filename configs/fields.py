@@ -69,7 +69,11 @@ FIELDS = {
         "official model name: ViT-Ti_16, ViT-S_16, ViT-B_16, ..., ViT-H_14, or a hybrid: "
         "R+ViT-Ti_16, R26+ViT-S_32, R50+ViT-B_16, R50+ViT-L_32, ...",
     ),
-    "weights": Field("none", "initial weights: registry name, path to .npz/.weights.h5/.keras, or none"),
+    "weights": Field(
+        "none",
+        "initial weights: registry name, Hub name (hf-hub:timm/..., hf://google/...), path to "
+        ".npz/.weights.h5/.keras, a timm/transformers .safetensors file or folder, or none",
+    ),
     "image_size": Field(224, "training and evaluation resolution (pixels, square)"),
     "patch_size": Field(0, "override the variant's patch size (0 = the variant's)"),
     "hidden_size": Field(0, "override the variant's hidden size (0 = the variant's)"),

@@ -6,6 +6,8 @@
 from keras_vit import (
     checkpoints,
     fileio,
+    hf_export,
+    hub,
     initializers,
     layers,
     masked_patches,
@@ -65,6 +67,8 @@ __all__ = [
     "decode_predictions",
     "checkpoints",
     "fileio",
+    "hf_export",
+    "hub",
     "initializers",
     "layers",
     "masked_patches",

@@ -116,6 +116,36 @@ def _build():
 REGISTRY = _build()
 
 
+# The recommended Hugging Face Hub checkpoints per variant, for `weights=` beside the .npz names
+# above (keras_vit.hub downloads them; keras_vit.hf_layout reads them). timm's `augreg2` B/16 and
+# B/8 ImageNet fine-tunes exist only there; google/vit-* are transformers' own conversions.
+HUB_NAMES = {
+    "ViT-Ti_16": (
+        "hf-hub:timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k",
+        "hf-hub:timm/vit_tiny_patch16_384.augreg_in21k_ft_in1k",
+    ),
+    "ViT-S_16": ("hf-hub:timm/vit_small_patch16_224.augreg_in21k_ft_in1k",),
+    "ViT-S_32": ("hf-hub:timm/vit_small_patch32_224.augreg_in21k_ft_in1k",),
+    "ViT-B_8": ("hf-hub:timm/vit_base_patch8_224.augreg2_in21k_ft_in1k",),
+    "ViT-B_16": (
+        "hf-hub:timm/vit_base_patch16_224.augreg2_in21k_ft_in1k",
+        "hf-hub:timm/vit_base_patch16_384.augreg_in21k_ft_in1k",
+        "hf-hub:timm/vit_base_patch16_224.augreg_in21k",
+        "hf-hub:timm/vit_base_patch16_224.orig_in21k",
+        "hf://google/vit-base-patch16-224",
+        "hf://google/vit-base-patch16-224-in21k",
+    ),
+    "ViT-B_32": ("hf-hub:timm/vit_base_patch32_224.augreg_in21k_ft_in1k", "hf://google/vit-base-patch32-384"),
+    "ViT-L_16": (
+        "hf-hub:timm/vit_large_patch16_224.augreg_in21k_ft_in1k",
+        "hf-hub:timm/vit_large_patch16_384.augreg_in21k_ft_in1k",
+        "hf://google/vit-large-patch16-224",
+    ),
+    "ViT-L_32": ("hf-hub:timm/vit_large_patch32_384.orig_in21k_ft_in1k", "hf://google/vit-large-patch32-384"),
+    "ViT-H_14": ("hf-hub:timm/vit_huge_patch14_224.orig_in21k", "hf://google/vit-huge-patch14-224-in21k"),
+}
+
+
 def names():
     return sorted(REGISTRY)
 
@@ -126,7 +156,7 @@ def lookup(name, variant):
         raise ValueError(
             f"unknown weights {name!r}: not a registry name; known names: "
             f"{', '.join(names())} (or pass the path of a .npz, .weights.h5 or "
-            ".keras file)"
+            ".keras file, or a Hub name such as hf-hub:timm/vit_base_patch16_224.augreg2_in21k_ft_in1k)"
         )
     if variant is None:
         raise ValueError(

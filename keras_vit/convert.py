@@ -7,7 +7,13 @@
         keras_vit weights (e.g. fine-tuned here) to the original vit_jax .npz layout, which the
         official JAX code loads;
     python -m keras_vit.convert SRC.npz DST.npz
-        any official layout to the vit_jax one.
+        any official layout to the vit_jax one;
+    python -m keras_vit.convert SRC OUT_DIR --to=timm|transformers [--push_to_hub=OWNER/REPO]
+        a keras_vit model (any of the files above, a registry name with --model, a trainer's
+        workdir, or a timm / transformers checkpoint) to a folder with model.safetensors and the
+        config.json that timm.create_model("local-dir:OUT_DIR", pretrained=True) or
+        transformers' ViTForImageClassification.from_pretrained(OUT_DIR) loads; optionally
+        uploaded to the Hugging Face Hub (huggingface_hub, the `hub` extra).
 
 Either path may be on any TensorFlow file system (gs://...). The output is written
 atomically; it must not be the input. Bad input exits with status 2 and a one-line message.
@@ -18,7 +24,7 @@ import os
 import posixpath
 import sys
 
-from keras_vit import fileio, models, npz_layout, weights
+from keras_vit import fileio, hf_export, hub, labels, models, npz_layout, run_dir, variants, weights
 
 USAGE_ERROR = 2
 
@@ -56,6 +62,57 @@ def convert(src, dst, model_name=None):
     )
 
 
+def to_hub_format(src, out_dir, to, model_name=None, class_names=None, push_to_hub=None):
+    """Writes the model `src` names to `out_dir` as a timm or transformers checkpoint.
+
+    src: a checkpoint file, a registry name (with model_name), a Hub name or folder, or a
+    trainers.finetune workdir (its class names come along). class_names: a list or a labels
+    file. push_to_hub: "OWNER/REPO" to upload the folder to. Returns a one-line summary.
+    """
+    if to not in hf_export.FORMATS:
+        raise ValueError(f"--to must be one of {', '.join(hf_export.FORMATS)}, got {to!r}")
+    model, names = _load_for_export(src, model_name)
+    if class_names is not None:
+        names = labels.class_names(model.num_classes, class_names)
+    hf_export.save_pretrained(model, out_dir, to=to, class_names=names)
+    summary = (
+        f"wrote {out_dir}: {to} checkpoint of {model.name} at {model.image_size[0]}x{model.image_size[1]}, "
+        f"{model.num_classes if model.include_top else 'no'} classes"
+    )
+    if push_to_hub:
+        summary += f"; pushed to {hub.push_to_hub(out_dir, push_to_hub)}"
+    return summary
+
+
+def _load_for_export(src, model_name):
+    """(model, class names or None) of what `src` names."""
+    is_run = fileio.isdir(src) and fileio.exists(fileio.join(src, run_dir.CONFIG_FILE))
+    if is_run and fileio.exists(fileio.join(src, run_dir.MODEL_FILE)):
+        run = run_dir.load_run(src)
+        return run.model, run.class_names
+    if model_name and model_name not in models.VARIANTS:
+        raise ValueError(f"unknown --model {model_name!r}; known: {', '.join(models.VARIANTS)}")
+    if src in weights.REGISTRY:
+        if not model_name:
+            raise ValueError(f"{src} is a registry name: pass --model too (e.g. --model=ViT-B_16)")
+        return _build(model_name, src), None
+    if not (hub.is_hub_name(src) or fileio.exists(src)):
+        raise ValueError(f"{src}: no such file or folder; pass a checkpoint, a Hub name or a workdir")
+    info, params = weights.read_checkpoint(src)
+    found = npz_layout.architecture(params)
+    if found["resnet_layers"] is not None:
+        raise ValueError(f"{src}: a hybrid (ResNet stem); timm's and transformers' ViT formats have none")
+    shape = {key: found[key] for key in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")}
+    variant = model_name or next(
+        (name for name, spec in variants.VARIANTS.items() if all(spec.get(k) == v for k, v in shape.items())),
+        "ViT-B_16",  # any plain variant: the file's own shape overrides it
+    )
+    model = models.create_model(
+        variant, weights=src, classifier_activation=None, include_preprocessing=True, **shape
+    )
+    return model, info.get("class_names")
+
+
 def _same_file(src, dst):
     if fileio.is_remote(src) or fileio.is_remote(dst):
         return _normalized(src) == _normalized(dst)
@@ -82,15 +139,39 @@ def main(argv=None):
         prog="python -m keras_vit.convert",
         description="Convert ViT checkpoints between official .npz and Keras weight files.",
     )
-    parser.add_argument("src", help="official .npz, keras_vit .weights.h5 or .keras file")
-    parser.add_argument("dst", help="output .weights.h5 or .npz")
+    parser.add_argument(
+        "src",
+        help="official .npz, keras_vit .weights.h5 or .keras file (with --to: also a registry name, "
+        "a Hub name, a timm/transformers folder, or a trainers.finetune workdir)",
+    )
+    parser.add_argument("dst", help="output .weights.h5 or .npz (with --to: an output folder)")
     parser.add_argument(
         "--model", default=None, help="official variant name, e.g. ViT-B_16 (needed for .weights.h5)"
+    )
+    parser.add_argument(
+        "--to",
+        default=None,
+        choices=hf_export.FORMATS,
+        help="write a timm or transformers checkpoint folder (model.safetensors, config.json)",
+    )
+    parser.add_argument(
+        "--labels", default=None, help="with --to: class names, one per line (or a .json list)"
+    )
+    parser.add_argument(
+        "--push_to_hub",
+        default=None,
+        metavar="OWNER/REPO",
+        help="with --to: upload the folder to this Hub repo",
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
+        if args.to:
+            print(to_hub_format(args.src, args.dst, args.to, args.model, args.labels, args.push_to_hub))
+            return 0
+        if args.push_to_hub or args.labels:
+            raise ValueError("--push_to_hub and --labels go with --to=timm or --to=transformers")
         print(convert(args.src, args.dst, args.model))
     except (ValueError, ImportError) as err:  # ImportError: a gs:// path without TensorFlow
         print(f"error: {err}", file=sys.stderr)

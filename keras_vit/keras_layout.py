@@ -15,6 +15,8 @@ import h5py  # installed with Keras, which saves its weight files with it
 import numpy as np
 
 from keras_vit.errors import CheckpointError, first_line
+from keras_vit.layers import GELU_APPROXIMATE, LAYER_NORM_EPSILON
+from keras_vit.npz_layout import NUMERICS_EPSILON, NUMERICS_GELU_APPROXIMATE
 from keras_vit.position_embeddings import LEARNED_2D_LAYER, OWN_VARIABLES
 
 _TRANSFORMER_SCOPE = ("posembed_input", LEARNED_2D_LAYER, "encoder_norm")
@@ -45,12 +47,23 @@ def model_variables(model):
 
 
 def export_params(model):
-    """The weights of a keras_vit model as {official key: float32 array} (vit_jax layout)."""
-    return {key: np.asarray(variable.numpy(), np.float32) for key, variable in model_variables(model)}
+    """The weights of a keras_vit model as {official key: float32 array} (vit_jax layout).
+
+    A model whose LayerNorm epsilon or GELU is not the official one (one loaded from timm or
+    transformers) adds them as scalars under `numerics/`, so that the file computes the same
+    function when it is loaded again (keras_vit.npz_layout.architecture reads them back).
+    """
+    params = {key: np.asarray(variable.numpy(), np.float32) for key, variable in model_variables(model)}
+    epsilon = getattr(model, "layer_norm_epsilon", LAYER_NORM_EPSILON)
+    if epsilon != LAYER_NORM_EPSILON:
+        params[NUMERICS_EPSILON] = np.asarray(epsilon, np.float64)
+    if getattr(model, "gelu_approximate", GELU_APPROXIMATE) != GELU_APPROXIMATE:
+        params[NUMERICS_GELU_APPROXIMATE] = np.asarray(int(model.gelu_approximate), np.int8)
+    return params
 
 
 def _is_norm(layer_name):
-    return layer_name.startswith(("LayerNorm_", "gn")) or layer_name == "encoder_norm"
+    return layer_name.startswith(("LayerNorm_", "gn")) or layer_name in ("encoder_norm", "fc_norm")
 
 
 def _variable_names(layer_name, count):

@@ -369,10 +369,20 @@ class MlpBlock(keras.layers.Layer):
     Kernels start Xavier-uniform, biases normal(1e-6), as the official MlpBlock.
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, kernel_initializer=None, bias_initializer=None, **kwargs):
+    def __init__(
+        self,
+        mlp_dim,
+        dropout_rate=0.0,
+        kernel_initializer=None,
+        bias_initializer=None,
+        gelu_approximate=GELU_APPROXIMATE,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.mlp_dim = mlp_dim
         self.dropout_rate = dropout_rate
+        # False: the exact (erf) GELU of timm and transformers checkpoints.
+        self.gelu_approximate = gelu_approximate
         self.kernel_initializer = keras.initializers.get(kernel_initializer or initializers.XavierUniform())
         # The official MLP biases start at normal(1e-6), not at zero.
         self.bias_initializer = keras.initializers.get(
@@ -411,7 +421,7 @@ class MlpBlock(keras.layers.Layer):
 
     def _mlp(self, x, training):
         x = self.dense_0(x)
-        x = keras.activations.gelu(x, approximate=GELU_APPROXIMATE)
+        x = keras.activations.gelu(x, approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)
         return self.dropout(x, training=training)
@@ -427,6 +437,7 @@ class MlpBlock(keras.layers.Layer):
                 "dropout_rate": self.dropout_rate,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "gelu_approximate": self.gelu_approximate,
             }
         )
         return config
@@ -450,10 +461,14 @@ class EncoderBlock(keras.layers.Layer):
         attention_dropout_rate=0.0,
         stochastic_depth_rate=0.0,
         attention_layer=None,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        gelu_approximate=GELU_APPROXIMATE,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.attention_layer = attention_layer
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.gelu_approximate = gelu_approximate
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
         self.dropout_rate = dropout_rate
@@ -464,7 +479,7 @@ class EncoderBlock(keras.layers.Layer):
     def build(self, input_shape):
         policy = self.dtype_policy
         self.norm1 = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_0", dtype=policy
+            epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy
         )
         self.norm1.build(input_shape)
         attention_class, attention_args = MultiHeadSelfAttention, {}
@@ -480,10 +495,16 @@ class EncoderBlock(keras.layers.Layer):
         )
         self.attention.build(input_shape)
         self.norm2 = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, name="LayerNorm_2", dtype=policy
+            epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy
         )
         self.norm2.build(input_shape)
-        self.mlp = MlpBlock(self.mlp_dim, dropout_rate=self.dropout_rate, name="MlpBlock_3", dtype=policy)
+        self.mlp = MlpBlock(
+            self.mlp_dim,
+            dropout_rate=self.dropout_rate,
+            gelu_approximate=self.gelu_approximate,
+            name="MlpBlock_3",
+            dtype=policy,
+        )
         self.mlp.build(input_shape)
         self.dropout = keras.layers.Dropout(self.dropout_rate)
 
@@ -524,6 +545,8 @@ class EncoderBlock(keras.layers.Layer):
                 "attention_dropout_rate": self.attention_dropout_rate,
                 "stochastic_depth_rate": self.stochastic_depth_rate,
                 "attention_layer": self.attention_layer,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "gelu_approximate": self.gelu_approximate,
             }
         )
         return config

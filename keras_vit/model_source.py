@@ -24,7 +24,9 @@ def add_arguments(parser):
     parser.add_argument(
         "--weights",
         default=None,
-        help="a registry name (e.g. imagenet21k+imagenet2012) or a .npz, .weights.h5 or .keras file",
+        help="a registry name (e.g. imagenet21k+imagenet2012), a Hub name (hf-hub:timm/..., "
+        "hf://google/vit-...), a .npz, .weights.h5, .keras or .safetensors file, or a timm / "
+        "transformers checkpoint folder",
     )
     parser.add_argument(
         "--workdir",
@@ -59,5 +61,6 @@ def load(args):
         names = labels_lib.class_names(run.model.num_classes, args.labels or run.class_names)
         return Source(run.model, names, f"{args.workdir} ({run.config.get('model')})")
     model = models.create_model(args.model, weights=args.weights)
-    names = labels_lib.class_names(model.num_classes, args.labels)
+    # A Hub checkpoint's own class names (id2label, timm's label_names) unless --labels is given.
+    names = labels_lib.class_names(model.num_classes, args.labels or getattr(model, "class_names", None))
     return Source(model, names, f"{args.model} ({args.weights})")

@@ -84,6 +84,12 @@ class ViT(keras.Model):
             the constructors pass the weights' own size). Unused for a fixed size.
         posemb: position information: "learned_1d" (official), "learned_2d", "sincos_2d",
             "relative" or "none"; see `keras_vit.position_embeddings`.
+        layer_norm_epsilon: epsilon of every LayerNorm (1e-6 official and timm; transformers'
+            ViT configs say 1e-12).
+        gelu_approximate: True: the MLP's GELU is the tanh approximation (official, Flax's
+            default); False: the exact erf GELU of timm and transformers checkpoints.
+        fc_norm: with classifier="gap" only: normalise the pooled token (a LayerNorm named
+            "fc_norm") in place of the tokens before pooling (timm's global_pool="avg" models).
     """
 
     def __init__(
@@ -109,9 +115,16 @@ class ViT(keras.Model):
         resnet_width=1,
         base_image_size=None,
         posemb="learned_1d",
+        layer_norm_epsilon=vit_layers.LAYER_NORM_EPSILON,
+        gelu_approximate=vit_layers.GELU_APPROXIMATE,
+        fc_norm=False,
         **kwargs,
     ):
         position_embeddings.check_posemb(posemb, hidden_size)
+        if fc_norm and classifier != "gap":
+            raise ValueError(
+                "fc_norm=True normalises the mean of the patch tokens; it needs classifier='gap'."
+            )
         if classifier not in ("token", "gap"):
             raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
         if pooling not in (None, "token", "gap"):
@@ -170,14 +183,21 @@ class ViT(keras.Model):
                 attention_dropout_rate=attention_dropout_rate,
                 stochastic_depth_rate=rate,
                 attention_layer=attention_layer,
+                layer_norm_epsilon=layer_norm_epsilon,
+                gelu_approximate=gelu_approximate,
                 name=f"encoderblock_{index}",
                 dtype=policy,
             )(x, **(grid_source if attention_layer else {}))
-        x = keras.layers.LayerNormalization(
-            epsilon=vit_layers.LAYER_NORM_EPSILON, name="encoder_norm", dtype=policy
-        )(x)
+        if not fc_norm:
+            x = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, name="encoder_norm", dtype=policy
+            )(x)
         if pooling:
             x = vit_layers.TokenPooling(pooling, prefix, name=f"{pooling}_pool", dtype=policy)(x)
+            if fc_norm:
+                x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="fc_norm", dtype=policy)(
+                    x
+                )
         if pooling and representation_size:
             # Flax's nn.Dense default (LeCun normal, zero bias), not Keras' glorot_uniform.
             x = keras.layers.Dense(
@@ -223,6 +243,9 @@ class ViT(keras.Model):
         self.base_image_size = _image_size(base_image_size) if base_image_size else None
         self.grid_size = grid
         self.posemb = posemb
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.gelu_approximate = gelu_approximate
+        self.fc_norm = fc_norm
         self._warned_double_scaling = False
 
     def get_config(self):
@@ -250,6 +273,9 @@ class ViT(keras.Model):
             "resnet_width": self.resnet_width,
             "base_image_size": self.base_image_size,
             "posemb": self.posemb,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "gelu_approximate": self.gelu_approximate,
+            "fc_norm": self.fc_norm,
         }
 
     @classmethod
@@ -329,13 +355,15 @@ class ViT(keras.Model):
         (the class token, or the mean of patch tokens for classifier 'gap').
         """
         names = [layer.name for layer in self.layers]
-        for name in ("pre_logits", "token_pool", "gap_pool"):
+        for name in ("pre_logits", "fc_norm", "token_pool", "gap_pool"):
             if name in names:
                 return keras.Model(self.input, self.get_layer(name).output, name=f"{self.name}_repr")
         prefix = 1 if self.classifier == "token" else 0
-        pooled = vit_layers.TokenPooling(self.classifier, prefix, name=f"{self.classifier}_pool")(
-            self.get_layer("encoder_norm").output
-        )
+        last = "fc_norm" if self.fc_norm else "encoder_norm"
+        tokens = self.get_layer(f"encoderblock_{self.num_layers - 1}" if self.fc_norm else last).output
+        pooled = vit_layers.TokenPooling(self.classifier, prefix, name=f"{self.classifier}_pool")(tokens)
+        if self.fc_norm:
+            pooled = self.get_layer(last)(pooled)  # the model's own layer: shared weights
         return keras.Model(self.input, pooled, name=f"{self.name}_repr")
 
 
@@ -356,8 +384,11 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
 
     Args:
         variant: a key of VARIANTS.
-        weights: None, a registry name (keras_vit.weights.REGISTRY) or a path to a .npz,
-            .weights.h5 or .keras file. A file with learned_2d or relative position weights
+        weights: None, a registry name (keras_vit.weights.REGISTRY), a path to a .npz,
+            .weights.h5 or .keras file, or a timm / transformers checkpoint (a Hub name such as
+            "hf-hub:timm/vit_base_patch16_224.augreg2_in21k_ft_in1k", a folder or a .safetensors
+            file), whose LayerNorm epsilon, GELU form, pooling and class names the model takes
+            (`model.class_names`). A file with learned_2d or relative position weights
             sets `posemb` too (unless given); registry weights need posemb="learned_1d".
         image_size: int or (height, width); default: the weights' own size, else 224.
             None for either or both (e.g. (None, None)): one model for any size, whose
@@ -377,7 +408,7 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
         )
     info, params = _read_weights(variant, weights, cache_dir)
     config = dict(VARIANTS[variant])
-    for key in ("representation_size", "classifier", "posemb"):
+    for key in ("representation_size", "classifier", *weights_lib.MODEL_FIELDS):
         if info.get(key) is not None:
             config[key] = info[key]
     config.update(kwargs)
@@ -389,6 +420,8 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
     model = ViT(**config)
     if weights is not None:
         weights_lib.load_weights(model, weights, variant=variant, cache_dir=cache_dir, params=params)
+    # The checkpoint's own class names (a Hub model's labels), for keras_vit.predict.
+    model.class_names = info.get("class_names")
     return model
 
 
@@ -431,8 +464,10 @@ _DOC = """Instantiates {variant}, optionally with official weights.
         include_top: whether to keep the classification head. Without it, `pooling` picks
             the output: None (all tokens, (B, T, D)), "token" or "gap" ((B, D), through the
             pre-logits layer when the weights have one).
-        weights: None (random), a registry name (see keras_vit.weights.REGISTRY), or a path
-            to an official .npz (vit_jax or big_vision layout), a .weights.h5 or a .keras file.
+        weights: None (random), a registry name (see keras_vit.weights.REGISTRY), a path
+            to an official .npz (vit_jax or big_vision layout), a .weights.h5 or a .keras file,
+            or a timm / transformers checkpoint: a Hub name ("hf-hub:timm/NAME",
+            "hf://google/vit-..."), its folder or its .safetensors file.
         input_shape: (height, width, channels); default: the weights' own resolution, else
             224 x 224 x 3. Another size resizes the position embeddings when they load.
             (None, None, 3) (or None for one of the two) makes one model for any image size:

@@ -29,6 +29,10 @@ _LINEN_TO_VIT_JAX = {
     "LayerNorm_1": "LayerNorm_2",
     "MlpBlock_0": "MlpBlock_3",
 }
+# Not weights: the LayerNorm epsilon and GELU form of a model that differs from the official
+# ones (one loaded from timm or transformers), as scalars (keras_vit.keras_layout.export_params).
+NUMERICS_EPSILON = "numerics/layer_norm_epsilon"
+NUMERICS_GELU_APPROXIMATE = "numerics/gelu_approximate"
 _STRIP_PREFIXES = ("opt/target/", "params/")
 _GROUP_NORM = re.compile(r"(^|/)gn(\d+|_root|_proj)/(scale|bias)$")
 
@@ -181,4 +185,10 @@ def architecture(params):
         resnet_layers=tuple(resnet_layers) if hybrid else None,
         resnet_width=params["conv_root/kernel"].shape[-1] // 64 if hybrid else None,
         posemb=posemb_of(params),
+        # timm's global_pool="avg" models normalise the pooled token instead of the tokens.
+        fc_norm=True if "fc_norm/scale" in params else None,
+        layer_norm_epsilon=float(params[NUMERICS_EPSILON]) if NUMERICS_EPSILON in params else None,
+        gelu_approximate=(
+            bool(params[NUMERICS_GELU_APPROXIMATE]) if NUMERICS_GELU_APPROXIMATE in params else None
+        ),
     )

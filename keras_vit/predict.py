@@ -44,7 +44,7 @@ def classify(model, images, class_names=None, top=5):
     `class_names`: a list, a labels file, or None for the shipped ImageNet names (else
     "class i"). Returns one list per image of (class index, name, probability) tuples.
     """
-    names = labels_lib.class_names(model.num_classes, class_names)
+    names = labels_lib.class_names(model.num_classes, class_names or getattr(model, "class_names", None))
     results = []
     for start in range(0, len(images), _CHUNK):
         chunk = images[start : start + _CHUNK]

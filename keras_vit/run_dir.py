@@ -69,6 +69,14 @@ def load_run(workdir, include_preprocessing=True):
     params = weights_lib.read_params(weights_path)
     found = npz_layout.architecture(params)
     overrides = {name: found[name] for name in _SHAPE_FIELDS if found[name]}
+    # A run started from a timm or transformers checkpoint keeps its numerics and pooling.
+    overrides.update(
+        {
+            name: found[name]
+            for name in ("fc_norm", "layer_norm_epsilon", "gelu_approximate")
+            if found[name] is not None
+        }
+    )
     variant = config.get("model") or "ViT-B_16"
     if variant not in VARIANTS:
         raise CheckpointError(f"{workdir}/{CONFIG_FILE}: unknown model {variant!r}")

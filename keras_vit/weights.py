@@ -22,7 +22,16 @@ import urllib.request
 import numpy as np
 import scipy.ndimage
 
-from keras_vit import checkpoints, fileio, keras_layout, npz_layout, position_embeddings, variants
+from keras_vit import (
+    checkpoints,
+    fileio,
+    hf_layout,
+    hub,
+    keras_layout,
+    npz_layout,
+    position_embeddings,
+    variants,
+)
 from keras_vit.checkpoints import REGISTRY, Checkpoint
 from keras_vit.errors import CheckpointError, first_line
 from keras_vit.keras_layout import export_params
@@ -51,6 +60,12 @@ _ABANDONED_AFTER_S = 3600
 _DESCRIBE_KEYS = ("image_size", "num_classes", "representation_size", "classifier")
 # Keys a checkpoint may carry that a model legitimately does without.
 _OPTIONAL_KEYS = ("head/kernel", "head/bias", "pre_logits/kernel", "pre_logits/bias", "cls")
+# What a checkpoint says about the function its weights compute, beyond their shapes.
+_NUMERICS = {
+    "layer_norm_epsilon": npz_layout.NUMERICS_EPSILON,
+    "gelu_approximate": npz_layout.NUMERICS_GELU_APPROXIMATE,
+}
+MODEL_FIELDS = ("posemb", "fc_norm", *_NUMERICS)
 
 
 def describe(weights, variant=None, cache_dir=None):
@@ -70,10 +85,13 @@ def read_checkpoint(weights, variant=None, cache_dir=None):
     For building a model and then loading it without reading a large local file twice:
     pass the params on to `load_weights(..., params=...)`.
     """
-    del cache_dir  # registry entries describe themselves; nothing is downloaded
     if _is_registry_name(weights):
         return checkpoints.lookup(weights, variant).describe(), None
-    params = read_params(_checkpoint_path(weights))
+    class_names = None
+    if is_hugging_face(weights):
+        params, class_names = read_hugging_face(weights, cache_dir)
+    else:
+        params = read_params(_checkpoint_path(weights))
     found = npz_layout.architecture(params)
     if found["image_size"] is None and POSEMB in params:
         raise CheckpointError(
@@ -81,7 +99,33 @@ def read_checkpoint(weights, variant=None, cache_dir=None):
             "it is not a ViT checkpoint keras_vit can read"
         )
     # posemb too where the file tells (its position weights); sincos_2d and none store none.
-    return {key: found[key] for key in (*_DESCRIBE_KEYS, "posemb")}, params
+    # fc_norm, the LayerNorm epsilon and the GELU form where they are not the official ones.
+    info = {key: found[key] for key in (*_DESCRIBE_KEYS, *MODEL_FIELDS)}
+    info["class_names"] = class_names
+    return info, params
+
+
+def is_hugging_face(weights):
+    """Whether `weights` names a timm or transformers checkpoint: a Hub name, a local folder,
+    a .safetensors file (or a pickle file, which is refused when read)."""
+    if hub.is_hub_name(weights):
+        return True
+    if not isinstance(weights, (str, os.PathLike)) or fileio.is_remote(os.fspath(weights)):
+        return False
+    path = os.fspath(weights)
+    return os.path.isdir(path) or path.endswith((".safetensors", *hf_layout.PICKLE_SUFFIXES))
+
+
+def read_hugging_face(weights, cache_dir=None):
+    """(vit_jax-layout params, class names or None) of a Hub name, folder or .safetensors file.
+
+    `cache_dir`: the Hugging Face cache to use (default: huggingface_hub's, under HF_HOME).
+    """
+    path = hub.download(weights, cache_dir) if hub.is_hub_name(weights) else weights
+    params, class_names = hf_layout.read_checkpoint(path)
+    if hub.is_hub_name(weights):
+        logger.info("keras_vit: read %s from %s", weights, path)
+    return params, class_names
 
 
 def load_weights(model, weights, variant=None, cache_dir=None, params=None):
@@ -90,7 +134,12 @@ def load_weights(model, weights, variant=None, cache_dir=None, params=None):
     `params`: that local file's contents as `read_checkpoint` returned them, if already read.
     """
     if params is not None and not _is_registry_name(weights):
-        assign_params(model, params, _checkpoint_path(weights))
+        assign_params(
+            model, params, os.fspath(weights) if is_hugging_face(weights) else _checkpoint_path(weights)
+        )
+        return
+    if is_hugging_face(weights):
+        assign_params(model, read_hugging_face(weights, cache_dir)[0], os.fspath(weights))
         return
     if _is_registry_name(weights):
         entry = checkpoints.lookup(weights, variant or variants.variant_of(model))
@@ -109,6 +158,8 @@ def read_params(path, source=None):
     """
     path = os.fspath(path)
     source = source or path
+    if is_hugging_face(path):
+        return read_hugging_face(path)[0]
     if path.endswith(".npz"):
         return npz_layout.to_vit_jax_layout(npz_layout.read_npz(path, source))
     if path.endswith((".h5", ".keras")):
@@ -121,7 +172,7 @@ def read_params(path, source=None):
                 raise CheckpointError(str(err).replace(local, source)) from None
     raise CheckpointError(
         f"{source}: unknown file type; pass an official .npz checkpoint, a "
-        "keras_vit .weights.h5 or a .keras file"
+        "keras_vit .weights.h5 or a .keras file, or a timm / transformers .safetensors file or folder"
     )
 
 
@@ -241,6 +292,10 @@ def assign_params(model, params, source):
     targets = keras_layout.model_variables(model)
     model_keys = {key for key, _ in targets}
     _check_posemb(params, model, source)
+    _check_numerics(params, model, source)
+    # A timm / transformers checkpoint's own tensor names, for the messages.
+    tensor_name = getattr(params, "tensor_name", None)
+    params = {key: value for key, value in params.items() if not key.startswith("numerics/")}
     values = {}
     head_kernel = next((tuple(v.shape) for k, v in targets if k == "head/kernel"), None)
     keep_head = (
@@ -261,10 +316,12 @@ def assign_params(model, params, source):
         elif key.rsplit("/", 1)[-1] in position_embeddings.GRID_AXES:
             value = position_embeddings.resize_grid_weight(key.rsplit("/", 1)[-1], value, shape)
         if tuple(value.shape) != shape:
+            found = f"{key!r} has shape {tuple(value.shape)} in the checkpoint"
+            if tensor_name:
+                found = f"tensor {tensor_name(key)!r} is {tuple(value.shape)} as keras_vit's {key!r}"
             raise CheckpointError(
-                f"{source}: does not fit this model: {key!r} has shape {tuple(value.shape)} in the "
-                f"checkpoint but {shape} in the model; build the variant the checkpoint was "
-                f"trained as ({_summary(params)})"
+                f"{source}: does not fit this model: {found} but {shape} in the model; build the "
+                f"variant the checkpoint was trained as ({_summary(params)})"
             )
         values[key] = value
     extra = sorted(set(params) - model_keys - set(_OPTIONAL_KEYS))
@@ -292,6 +349,19 @@ def _check_posemb(params, model, source):
         f"{source}: the checkpoint was trained with {trained} but the model has "
         f"posemb={wanted!r}; build the model with the checkpoint's posemb"
     )
+
+
+def _check_numerics(params, model, source):
+    """A one-line error when the model would compute another function than the checkpoint's."""
+    found = npz_layout.architecture(params)
+    for field in _NUMERICS:
+        wanted = found[field]
+        # None: a file that does not say (official files, Keras weight files); not checked.
+        if wanted is not None and getattr(model, field, wanted) != wanted:
+            raise CheckpointError(
+                f"{source}: the checkpoint was trained with {field}={wanted!r} but the model has "
+                f"{field}={getattr(model, field)!r}; build the model with {field}={wanted!r}"
+            )
 
 
 def _missing_hint(key):

@@ -36,6 +36,10 @@ DELIBERATE_LAZY_IMPORTS = {
     ("keras_vit.serving", "tensorflow"),
     ("keras_vit.export", "onnxruntime"),
     ("keras_vit.export", "ai_edge_litert"),
+    # Hugging Face checkpoints need safetensors and huggingface_hub, the optional `hub` extra.
+    ("keras_vit.hf_layout", "safetensors"),
+    ("keras_vit.hf_export", "safetensors"),
+    ("keras_vit.hub", "huggingface_hub"),
     # Plots need matplotlib, an optional extra (`plots`).
     ("keras_vit.visualize.figures", "matplotlib"),
     # The running backend's own module, to tell a tensor being traced from one with values:

@@ -30,6 +30,7 @@ DISTRIBUTIONS = {
     "PIL": "pillow",
     "absl": "absl-py",
     "h5py": "h5py",
+    "huggingface_hub": "huggingface-hub",
     "jax": "jax",
     "keras": "keras",
     "keras_hub": "keras-hub",
@@ -44,6 +45,7 @@ DISTRIBUTIONS = {
     "numpy": "numpy",
     "packaging": "packaging",
     "pytest": "pytest",
+    "safetensors": "safetensors",
     "scipy": "scipy",
     "sklearn": "scikit-learn",
     "tensorboard": "tensorboard",
@@ -51,6 +53,7 @@ DISTRIBUTIONS = {
     "tensorflow_datasets": "tensorflow-datasets",
     "timm": "timm",
     "torch": "torch",
+    "transformers": "transformers",
 }
 # Keras backends: keras_vit imports one inside a function only when it is the running backend.
 BACKENDS = {"tensorflow", "jax", "torch"}

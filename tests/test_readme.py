@@ -24,6 +24,7 @@ import sys
 import urllib.error
 import urllib.request
 
+import huggingface_hub.constants
 import keras
 import numpy as np
 import pytest
@@ -67,7 +68,9 @@ COVERAGE = {
     r"^model = keras_vit\.ViT_B16\(weights=\"imagenet21k\+imagenet2012\"\)  # takes": "test_scaling_inputs",
     r"^import keras_vit\n\n# ImageNet-21k pre-training": "test_pretrained_checkpoints",
     r"^could not download ": "test_download_error_sample",
-    r"^python -m keras_vit\.convert ": "test_convert_commands",
+    r"^python -m keras_vit\.convert (?!.*--to=)": "test_convert_commands",
+    r"^import keras_vit\n\n# timm's AugReg ViT-Ti/16": "test_hub_block",
+    r"^python -m keras_vit\.convert .*--to=": "test_hub_convert_commands",
     r"^/data/ckpt\.npz: does not fit": "test_weights_error_samples",
     r"input_shape=\(None, None, 3\)\)\nmodel\(images_384\)": "test_any_size_block",
     r"^from keras_vit import visualize": "test_visualize_block",
@@ -489,7 +492,7 @@ def test_convert_commands(tmp_path, monkeypatch, capsys):
     synth.save(tmp_path / "ViT-B_16.npz", official)
     small = synth.vit_jax_params(3, image_size=32, **synth.TI16)
     synth.save(tmp_path / "big_vision.npz", synth.to_big_vision(small))
-    for item in matching(r"^python -m keras_vit\.convert "):
+    for item in matching(r"^python -m keras_vit\.convert (?!.*--to=)"):
         _, argv = split_command(item.text)
         if argv[3] == "finetuned.weights.h5":  # a keras_vit weights file: the one written above
             shutil.copy("vit_b16.weights.h5", "finetuned.weights.h5")
@@ -501,6 +504,63 @@ def test_convert_commands(tmp_path, monkeypatch, capsys):
             assert set(written.files) == set(expected), name
             for key in expected:
                 np.testing.assert_array_equal(written[key], expected[key])
+
+
+def _warm_hub_cache(monkeypatch, cache, repo, folder):
+    """huggingface_hub offline, with `folder` as its cached snapshot of `repo`."""
+    snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
+    shutil.copytree(folder, snapshot)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+def test_hub_block(tmp_path, monkeypatch):
+    # A timm-format ViT-Ti/16 (random, 1000 classes) written by keras_vit's exporter stands in
+    # for the Hub file; tests/test_hf_checkpoints.py holds such files against timm itself.
+    folder = tmp_path / "vit_tiny_patch16_224"
+    keras_vit.hf_export.save_pretrained(keras_vit.ViT_Ti16(), folder, to="timm")
+    _warm_hub_cache(monkeypatch, tmp_path / "hub", "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k", folder)
+    paths = {name: str(tmp_path / name[5:]) for name in ("/tmp/vit_ti16_timm", "/tmp/vit_ti16_hf")}
+    ns, _ = run_python(
+        only(r"^import keras_vit\n\n# timm's AugReg ViT-Ti/16"),
+        {},
+        {"/data/vit_tiny_patch16_224": str(folder), **paths},
+    )
+    assert ns["model"].class_names == keras_vit.labels.imagenet_names(1000)
+    assert ns["model_384"].grid_size == (24, 24)
+    for path in paths.values():
+        assert sorted(os.listdir(path))[:2] == ["config.json", "model.safetensors"]
+
+
+def test_hub_convert_commands(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    params = synth.vit_jax_params(6, image_size=224, num_classes=3, **synth.TI16)
+    synth.save(tmp_path / "finetuned.npz", params)
+    (tmp_path / "labels.txt").write_text("cat\ndog\nbird\n")
+    run = tmp_path / "pets"  # a finished trainers.finetune workdir
+    run.mkdir()
+    synth.save(run / "model.npz", params)
+    (run / "config.json").write_text(json.dumps({"model": "ViT-Ti_16", "image_size": 224}))
+    (run / "class_names.json").write_text(json.dumps(["cat", "dog", "bird"]))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no network here
+    for item in matching(r"^python -m keras_vit\.convert .*--to="):
+        _, argv = split_command(item.text)
+        code, out, err = run_command(item.text, capsys, {"/tmp/pets": str(run)})
+        if any(arg.startswith("--push_to_hub") for arg in argv):
+            # Written, then refused by the Hub in one line (offline).
+            assert code == 2 and err.startswith("error: could not push pets_vit to my-name/vit-b16-pets"), err
+            assert err.count("\n") == 1
+        else:
+            assert code == 0, item.describe() + err
+        with open(os.path.join(argv[4], "config.json")) as f:
+            config = json.load(f)
+        names = config.get("label_names") or list(config.get("id2label", {}).values())
+        # The .npz alone has no class names (timm's config then has none); --labels and the
+        # workdir's class_names.json give them.
+        unnamed = argv[3] == "finetuned.npz" and "--labels" not in item.text
+        assert names == ([] if unnamed else ["cat", "dog", "bird"]), item.describe()
 
 
 def test_weights_error_samples(tmp_path):

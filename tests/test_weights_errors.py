@@ -126,9 +126,9 @@ def test_model_with_pre_logits_needs_them(tmp_path, good):
 
 
 def test_unknown_file_type(model, tmp_path):
-    path = tmp_path / "weights.pt"
+    path = tmp_path / "weights.onnx"
     path.write_bytes(b"x")
-    assert "weights.pt: unknown file type; pass an official .npz" in error_of(model, path)
+    assert "weights.onnx: unknown file type; pass an official .npz" in error_of(model, path)
 
 
 def test_bad_keras_files(model, tmp_path):

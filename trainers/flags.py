@@ -15,9 +15,8 @@ import ml_collections
 from absl import flags
 
 from configs.fields import FIELDS
-from keras_vit import fileio
 from trainers.errors import UsageError
-from trainers.model_builder import architecture_from_weights, is_weights_file
+from trainers.model_builder import architecture_from_weights, describes_itself
 
 # Model-shape overrides of a preset: 0 means "the variant's own".
 ARCHITECTURE_OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
@@ -50,7 +49,7 @@ def parse_flags(argv, get_config, help_overrides=None):
             if name in config:
                 config[name] = 0
     weights = values["weights"].value if "weights" in defaults else None
-    if values["model"].value is None and is_weights_file(weights) and fileio.exists(weights):
+    if values["model"].value is None and describes_itself(weights):
         # --weights=FILE alone: the file says what it is (its shape), so no shape flags are needed.
         for name, value in architecture_from_weights(weights).items():
             if name in config:

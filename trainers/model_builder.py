@@ -7,7 +7,7 @@ import keras
 
 import keras_vit
 from configs.fields import FIELDS
-from keras_vit import checkpoints, fileio, models, npz_layout
+from keras_vit import checkpoints, fileio, hub, models, npz_layout
 from keras_vit import weights as weights_lib
 from keras_vit.variants import VARIANTS
 from trainers.errors import UsageError, first_line
@@ -60,7 +60,7 @@ def architecture_from_weights(path):
     everything else is an override of the config's variant.
     """
     try:
-        found = npz_layout.architecture(weights_lib.read_params(path))
+        found = npz_layout.architecture(weights_lib.read_checkpoint(path)[1])
     except (ValueError, OSError) as e:
         raise UsageError(f"--weights {path!r}: {first_line(e)}") from None
     fields = {
@@ -86,7 +86,17 @@ def _hybrid_with_stem(path, resnet_layers):
 
 
 def is_weights_file(weights):
-    return bool(weights) and weights.lower() != "none" and weights not in checkpoints.REGISTRY
+    return (
+        bool(weights)
+        and weights.lower() != "none"
+        and weights not in checkpoints.REGISTRY
+        and not hub.is_hub_name(weights)
+    )
+
+
+def describes_itself(weights):
+    """Whether --weights names a checkpoint that says its own shape: a file or a Hub model."""
+    return hub.is_hub_name(weights) or (is_weights_file(weights) and fileio.exists(weights))
 
 
 def weights_arg(config):
@@ -108,7 +118,9 @@ def build_model(config, num_classes, pre_logits_from_weights=False):
                 f"--weights {weights!r} is not a registry name; known names: {known} "
                 "(or give a file path, or none)."
             )
-        raise UsageError(f"--weights {weights!r}: no such file (give a registry name, a path, or none).")
+        raise UsageError(
+            f"--weights {weights!r}: no such file (give a registry name, a Hub name, a path, or none)."
+        )
     kwargs = model_kwargs(config, num_classes)
     if pre_logits_from_weights and weights:
         del kwargs["representation_size"]
