@@ -1,55 +1,50 @@
 """The Vision Transformer model, its variant table and the public constructors."""
 
+import difflib
+import inspect
+import os
+
 import keras
 from keras import ops
 
-from keras_vit import initializers, position_embeddings, preprocessing, resnet
+from keras_vit import grids, initializers, keras_layout, position_embeddings, preprocessing, resnet
 from keras_vit import layers as vit_layers
 from keras_vit import weights as weights_lib
 from keras_vit.variants import VARIANTS
 
-DEFAULT_IMAGE_SIZE = 224
+DEFAULT_IMAGE_SIZE = grids.DEFAULT_IMAGE_SIZE
 DEFAULT_CLASSES = 1000
+# Keras' own arguments of a model, besides the ViT's.
+_KERAS_ARGUMENTS = ("name", "trainable", "dtype")
+
+patch_grid = grids.patch_grid
+_image_size = grids.image_size
 
 
-def _pair(value):
-    if isinstance(value, int):
-        return (value, value)
-    return tuple(int(v) for v in value)
+def check_arguments(given, valid, where, renamed=None):
+    """A TypeError naming the closest valid argument for the first unknown one in `given`.
 
-
-def _image_size(value):
-    """(height, width) of an image size: None (any size) for either or both."""
-    if value is None:
-        return (None, None)
-    if isinstance(value, int):
-        return (value, value)
-    value = tuple(value)
-    if len(value) != 2:
-        raise ValueError(f"image_size must be an int or (height, width), got {value}.")
-    return tuple(None if v is None else int(v) for v in value)
-
-
-def patch_grid(image_size, patch_size, resnet_layers):
-    """The (h, w) patch grid for an image size (None where the size is None).
-
-    Like the official VALID patch convolution, a partial last row or column of patches is
-    dropped (ViT-H/14 at 384 px has a 27 x 27 grid). The hybrid's SAME-padded stem rounds up
-    at each of its stride-2 steps.
+    `renamed`: {an argument of another signature: the one that means it here}.
     """
-    patch = _pair(patch_size)
-    size = list(image_size)
-    if resnet_layers is not None:
-        # Root conv and max pool (stride 2 each), then every stage after the first.
-        for _ in range(resnet.downsamplings(resnet_layers)):
-            size = [None if s is None else -(-s // 2) for s in size]
-    grid = tuple(None if s is None else s // p for s, p in zip(size, patch))
-    if min((g for g in grid if g is not None), default=1) < 1:
+    renamed = renamed or {}
+    for name in given:
+        if name in valid:
+            continue
+        if name in renamed:
+            hint = f"; use {renamed[name]}"
+        else:
+            close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else f"; valid ones: {', '.join(sorted(valid))}"
+        raise TypeError(f"{where} got an unexpected keyword argument {name!r}{hint}")
+
+
+def _check_data_format():
+    if keras.config.image_data_format() != "channels_last":
         raise ValueError(
-            f"image size {tuple(image_size)} is smaller than one patch of the token "
-            f"grid (patch size {patch}); use a larger image_size."
+            "keras_vit models take channels_last images (batch, height, width, channels), but "
+            "keras.config.image_data_format() is 'channels_first'; call "
+            "keras.config.set_image_data_format('channels_last') before building the model"
         )
-    return grid
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -111,11 +106,18 @@ class ViT(keras.Model):
         posemb="learned_1d",
         **kwargs,
     ):
+        check_arguments(kwargs, _VIT_ARGUMENTS, "ViT()")
+        _check_data_format()
         position_embeddings.check_posemb(posemb, hidden_size)
         if classifier not in ("token", "gap"):
             raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
         if pooling not in (None, "token", "gap"):
             raise ValueError(f"pooling must be None, 'token' or 'gap', got {pooling!r}.")
+        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
+            raise ValueError(f"num_classes must be a whole number >= 0 (0: no head), got {num_classes!r}.")
+        if include_top and num_classes == 0:
+            # As in timm: no classes, no head; the output is the pooled representation.
+            include_top, pooling = False, pooling or classifier
         if include_top:
             pooling = classifier
         if pooling == "token" and classifier == "gap":
@@ -123,17 +125,12 @@ class ViT(keras.Model):
         image_size = _image_size(image_size)
         grid = patch_grid(image_size, patch_size, resnet_layers)
         dynamic = None in image_size
-        if dynamic:
-            base = _image_size(base_image_size or DEFAULT_IMAGE_SIZE)
-            if None in base:
-                raise ValueError(f"base_image_size must be a size, got {base_image_size}.")
-            # A fixed axis keeps its own size: only the None axes follow the base size.
-            base = tuple(b if s is None else s for s, b in zip(image_size, base))
-            stored_grid = patch_grid(base, patch_size, resnet_layers)
-        else:
-            stored_grid = grid
+        stored_grid = grids.stored_grid(image_size, patch_size, resnet_layers, base_image_size)
         resnet_layers = None if resnet_layers is None else tuple(resnet_layers)
+        # One policy object for every layer: a string, a dict (from a config) or a DTypePolicy.
         policy = kwargs.pop("dtype", None)
+        if policy is not None:
+            policy = keras.dtype_policies.get(policy)
 
         inputs = keras.Input((*image_size, num_channels), name="image")
         x = inputs
@@ -200,6 +197,10 @@ class ViT(keras.Model):
         elif x.dtype != "float32":
             x = keras.layers.Activation("linear", name="output_float32", dtype="float32")(x)
         super().__init__(inputs=inputs, outputs=x, **kwargs)
+        if policy is not None:
+            # Functional models drop the dtype argument; compile() reads the model's policy
+            # (mixed_float16 gets a loss-scaling optimizer).
+            self.dtype_policy = policy
 
         self.image_size = image_size
         self.patch_size = patch_size
@@ -223,6 +224,7 @@ class ViT(keras.Model):
         self.base_image_size = _image_size(base_image_size) if base_image_size else None
         self.grid_size = grid
         self.posemb = posemb
+        self.policy_argument = policy
         self._warned_double_scaling = False
 
     def get_config(self):
@@ -250,11 +252,25 @@ class ViT(keras.Model):
             "resnet_width": self.resnet_width,
             "base_image_size": self.base_image_size,
             "posemb": self.posemb,
+            "dtype": None
+            if self.policy_argument is None
+            else keras.dtype_policies.serialize(self.policy_argument),
         }
 
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+    def save_weights(self, filepath, *args, **kwargs):
+        """keras.Model.save_weights, plus the grid of a non-square learned position table.
+
+        A table of 200 rows could be 10 x 20 or 20 x 10: the file records which, so that it
+        loads into a model of any size (`keras_vit.npz_layout.POSEMB_GRID`).
+        """
+        super().save_weights(filepath, *args, **kwargs)
+        path = os.fspath(filepath)
+        if path.endswith(".weights.h5") and os.path.isfile(path):  # not a sharded or remote save
+            keras_layout.record_grid(path, self)
 
     def token_grid(self, image_size):
         """The (h, w) token grid of images of `image_size` (int or (height, width)).
@@ -333,10 +349,17 @@ class ViT(keras.Model):
             if name in names:
                 return keras.Model(self.input, self.get_layer(name).output, name=f"{self.name}_repr")
         prefix = 1 if self.classifier == "token" else 0
-        pooled = vit_layers.TokenPooling(self.classifier, prefix, name=f"{self.classifier}_pool")(
-            self.get_layer("encoder_norm").output
-        )
+        pooled = vit_layers.TokenPooling(
+            self.classifier, prefix, name=f"{self.classifier}_pool", dtype=self.policy_argument
+        )(self.get_layer("encoder_norm").output)
         return keras.Model(self.input, pooled, name=f"{self.name}_repr")
+
+
+# Every keyword argument ViT() takes.
+_VIT_ARGUMENTS = (
+    *[n for n in inspect.signature(ViT.__init__).parameters if n not in ("self", "kwargs")],
+    *_KERAS_ARGUMENTS,
+)
 
 
 def _read_weights(variant, weights, cache_dir=None):
@@ -370,6 +393,9 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown model {variant!r}; known models: {', '.join(VARIANTS)}.")
+    # Every argument is checked before any weights are read.
+    check_arguments(kwargs, _VIT_ARGUMENTS, "create_model()")
+    _check_data_format()
     if weights in weights_lib.REGISTRY and kwargs.get("posemb", "learned_1d") != "learned_1d":
         raise ValueError(
             f"the official weights {weights!r} have learned 1-D position embeddings; build with "
@@ -384,7 +410,9 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
     config["image_size"] = image_size or info.get("image_size") or DEFAULT_IMAGE_SIZE
     if None in _image_size(config["image_size"]) and not config.get("base_image_size"):
         config["base_image_size"] = info.get("image_size") or DEFAULT_IMAGE_SIZE
-    config["num_classes"] = num_classes or info.get("num_classes") or DEFAULT_CLASSES
+    if num_classes is None:
+        num_classes = info.get("num_classes") or DEFAULT_CLASSES
+    config["num_classes"] = num_classes
     config.setdefault("name", variant.lower().replace("+", "_").replace("-", "_"))
     model = ViT(**config)
     if weights is not None:
@@ -392,7 +420,12 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
     return model
 
 
+# Arguments of ViT() that the constructors name as keras.applications does.
+_RENAMED = {"image_size": "input_shape", "num_classes": "classes"}
+
+
 def _application(
+    function_name,
     variant,
     include_top,
     weights,
@@ -403,6 +436,17 @@ def _application(
     include_preprocessing,
     **kwargs,
 ):
+    check_arguments(kwargs, _CONSTRUCTOR_ARGUMENTS, f"{function_name}()", _RENAMED)
+    if kwargs.pop("input_tensor", None) is not None:
+        raise ValueError(
+            f"{function_name}: input_tensor is not supported; build the model, then call it on "
+            "the tensor: outputs = model(input_tensor)"
+        )
+    _check_data_format()
+    if classes is not None and (not isinstance(classes, int) or isinstance(classes, bool) or classes < 0):
+        raise ValueError(
+            f"{function_name}: classes must be a whole number >= 0 (0: no head), got {classes!r}."
+        )
     image_size, num_channels = None, kwargs.pop("num_channels", 3)
     if input_shape is not None:
         if len(input_shape) != 3 or input_shape[2] is None:
@@ -462,6 +506,7 @@ def _make_constructor(function_name, variant):
         **kwargs,
     ):
         return _application(
+            function_name,
             variant,
             include_top,
             weights,
@@ -476,6 +521,13 @@ def _make_constructor(function_name, variant):
     constructor.__name__ = constructor.__qualname__ = function_name
     constructor.__doc__ = _DOC.format(variant=variant)
     return constructor
+
+
+def _constructor_arguments():
+    """Every keyword argument a public constructor (ViT_B16, ...) takes."""
+    own = inspect.signature(_make_constructor("ViT_B16", "ViT-B_16")).parameters
+    vit = [n for n in _VIT_ARGUMENTS if n not in _RENAMED and n not in own]
+    return (*[n for n in own if n != "kwargs"], "input_tensor", "cache_dir", *vit)
 
 
 ViT_Ti16 = _make_constructor("ViT_Ti16", "ViT-Ti_16")
@@ -494,6 +546,7 @@ R50_ViT_B16 = _make_constructor("R50_ViT_B16", "R50+ViT-B_16")
 R50_ViT_B32 = _make_constructor("R50_ViT_B32", "R50+ViT-B_32")
 R50_ViT_L16 = _make_constructor("R50_ViT_L16", "R50+ViT-L_16")
 R50_ViT_L32 = _make_constructor("R50_ViT_L32", "R50+ViT-L_32")
+_CONSTRUCTOR_ARGUMENTS = _constructor_arguments()
 
 # Public constructor name -> official variant name.
 CONSTRUCTORS = {
