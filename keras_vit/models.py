@@ -362,7 +362,7 @@ _VIT_ARGUMENTS = (
 )
 
 
-def _read_weights(variant, weights, cache_dir=None):
+def _read_weights(variant, weights, cache_dir=None, params=None):
     """What the weights decide about the model (native size, classes, pre-logits), and the
     params of a local file, read once."""
     if weights is None:
@@ -371,10 +371,12 @@ def _read_weights(variant, weights, cache_dir=None):
         raise ValueError(
             f"weights must be None, a registry name or a file path, got {type(weights).__name__}."
         )
-    return weights_lib.read_checkpoint(weights, variant=variant, cache_dir=cache_dir)
+    return weights_lib.read_checkpoint(weights, variant=variant, cache_dir=cache_dir, params=params)
 
 
-def create_model(variant, weights=None, image_size=None, num_classes=None, cache_dir=None, **kwargs):
+def create_model(
+    variant, weights=None, image_size=None, num_classes=None, cache_dir=None, params=None, **kwargs
+):
     """Builds an official variant by name ("ViT-B_16", "R50+ViT-B_16", ...), optionally with weights.
 
     Args:
@@ -389,6 +391,8 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
         num_classes: head size; default: the weights' own count, else 1000. Another count
             than the checkpoint's gets a new zero-initialised head.
         cache_dir: where downloads are cached (default: the Keras cache, under KERAS_HOME).
+        params: the contents of the `weights` file as `keras_vit.weights.read_params` returned
+            them, when the caller has read it already (it is then not read a second time).
         **kwargs: any other ViT argument, overriding the variant's (e.g. dropout_rate).
     """
     if variant not in VARIANTS:
@@ -401,7 +405,7 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
             f"the official weights {weights!r} have learned 1-D position embeddings; build with "
             f"posemb='learned_1d' to load them, or without weights for posemb={kwargs['posemb']!r}."
         )
-    info, params = _read_weights(variant, weights, cache_dir)
+    info, params = _read_weights(variant, weights, cache_dir, params)
     config = dict(VARIANTS[variant])
     for key in ("representation_size", "classifier", "posemb"):
         if info.get(key) is not None:

@@ -64,16 +64,18 @@ def describe(weights, variant=None, cache_dir=None):
     return {key: info[key] for key in _DESCRIBE_KEYS}
 
 
-def read_checkpoint(weights, variant=None, cache_dir=None):
+def read_checkpoint(weights, variant=None, cache_dir=None, params=None):
     """(describe(...)'s dict, with "posemb" for a file, the file's params or None for a registry name).
 
     For building a model and then loading it without reading a large local file twice:
-    pass the params on to `load_weights(..., params=...)`.
+    pass the params on to `load_weights(..., params=...)`. `params`: the file's contents, if
+    already read (`read_params`); the file is then not read again.
     """
     del cache_dir  # registry entries describe themselves; nothing is downloaded
     if _is_registry_name(weights):
         return checkpoints.lookup(weights, variant).describe(), None
-    params = read_params(_checkpoint_path(weights))
+    if params is None:
+        params = read_params(_checkpoint_path(weights))
     found = npz_layout.architecture(params)
     # image_size is None for a table of a non-square grid that the file does not record (a
     # file of an older version): the model's own size then decides, checked when loading.
