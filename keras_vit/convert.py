@@ -11,6 +11,8 @@
 
 Either path may be on any TensorFlow file system (gs://...). The output is written
 atomically; it must not be the input. Bad input exits with status 2 and a one-line message.
+It runs on the Keras backend KERAS_BACKEND selects (the weights are arrays either way), with
+TensorFlow's start-up lines hidden (keras_vit/startup.py).
 """
 
 import argparse
@@ -88,8 +90,6 @@ def main(argv=None):
         "--model", default=None, help="official variant name, e.g. ViT-B_16 (needed for .weights.h5)"
     )
     args = parser.parse_args(argv)
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         print(convert(args.src, args.dst, args.model))
     except (ValueError, ImportError) as err:  # ImportError: a gs:// path without TensorFlow
