@@ -2,6 +2,7 @@
 
 import difflib
 import inspect
+import operator
 import os
 
 import keras
@@ -36,6 +37,17 @@ def check_arguments(given, valid, where, renamed=None):
             close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]}?" if close else f"; valid ones: {', '.join(sorted(valid))}"
         raise TypeError(f"{where} got an unexpected keyword argument {name!r}{hint}")
+
+
+def class_count(value, what):
+    """`value` as an int >= 0 (NumPy integers too); a one-line ValueError for anything else."""
+    try:
+        count = operator.index(value) if not isinstance(value, bool) else -1
+    except TypeError:
+        count = -1
+    if count < 0:
+        raise ValueError(f"{what} must be a whole number >= 0 (0: no head), got {value!r}.")
+    return count
 
 
 def _check_data_format():
@@ -79,6 +91,13 @@ class ViT(keras.Model):
             the constructors pass the weights' own size). Unused for a fixed size.
         posemb: position information: "learned_1d" (official), "learned_2d", "sincos_2d",
             "relative" or "none"; see `keras_vit.position_embeddings`.
+        dtype: a Keras dtype policy for this model ("mixed_bfloat16", "mixed_float16",
+            "bfloat16", a keras.DTypePolicy, ...); default: the global policy. Outputs stay
+            float32; get_config keeps it.
+        name, trainable: as for any Keras model; any other keyword is a TypeError.
+
+    num_classes=0 with include_top=True builds no head (as timm): the output is the pooled
+    representation, as include_top=False with pooling=classifier.
     """
 
     def __init__(
@@ -113,8 +132,7 @@ class ViT(keras.Model):
             raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
         if pooling not in (None, "token", "gap"):
             raise ValueError(f"pooling must be None, 'token' or 'gap', got {pooling!r}.")
-        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
-            raise ValueError(f"num_classes must be a whole number >= 0 (0: no head), got {num_classes!r}.")
+        num_classes = class_count(num_classes, "num_classes")
         if include_top and num_classes == 0:
             # As in timm: no classes, no head; the output is the pooled representation.
             include_top, pooling = False, pooling or classifier
@@ -447,10 +465,8 @@ def _application(
             "the tensor: outputs = model(input_tensor)"
         )
     _check_data_format()
-    if classes is not None and (not isinstance(classes, int) or isinstance(classes, bool) or classes < 0):
-        raise ValueError(
-            f"{function_name}: classes must be a whole number >= 0 (0: no head), got {classes!r}."
-        )
+    if classes is not None:
+        classes = class_count(classes, f"{function_name}: classes")
     image_size, num_channels = None, kwargs.pop("num_channels", 3)
     if input_shape is not None:
         if len(input_shape) != 3 or input_shape[2] is None:
@@ -488,10 +504,14 @@ _DOC = """Instantiates {variant}, optionally with official weights.
             when called, as loading would resize them for a model of that fixed size.
         pooling: see include_top.
         classes: head size; default: the weights' own, else 1000. Another count than the
-            checkpoint's gets a new zero-initialised head.
+            checkpoint's gets a new zero-initialised head. 0: no head (as timm), the output
+            is the pooled representation.
         classifier_activation: activation of the head; None returns logits.
         include_preprocessing: True: the model takes pixels in [0, 255]; False: in [-1, 1].
-        **kwargs: other ViT arguments (dropout_rate, stochastic_depth_rate, name, ...).
+        **kwargs: other ViT arguments (dropout_rate, stochastic_depth_rate, name, ...), and
+            dtype: any Keras dtype policy ("mixed_bfloat16", a keras.DTypePolicy, ...) for
+            this model. An unknown one is a TypeError naming the closest valid one;
+            input_tensor (keras.applications) and channels_first data are refused.
 
     Returns:
         A `keras_vit.ViT` model.

@@ -99,6 +99,7 @@ SMALL = dict(input_shape=(32, 32, 3), num_layers=1)
         (dict(include_top=False, pooling="gap"), (2, 192)),
         (dict(include_top=True, classes=0), (2, 192)),  # timm's num_classes=0: no head
         (dict(include_top=True, classes=4), (2, 4)),
+        (dict(include_top=True, classes=np.int64(4)), (2, 4)),  # a count computed with NumPy
     ],
 )
 def test_include_top_pooling_and_classes(arguments, shape):
