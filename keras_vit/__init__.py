@@ -1,9 +1,21 @@
 """keras-vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3."""
 
+import os
+import sys
+
+from keras_vit import startup  # the standard library only
+
+# Keras imports its backend (TensorFlow's native start-up lines) here, first: a command of the
+# project (python -m keras_vit.predict, trainers.finetune, ...) shows none of them.
+if startup.quiet_start():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", startup.QUIET_LOG_LEVEL)
+with startup.native_stderr_hidden(hide=startup.quiet_start() and "keras" not in sys.modules):
+    import keras  # noqa: F401
+
 # The submodules users call as keras_vit.weights.describe(...) and the like are attributes
 # after a plain `import keras_vit`; none of them imports TensorFlow. Not `convert`: it is run
 # as `python -m keras_vit.convert`, which warns when the package has already imported it.
-from keras_vit import (
+from keras_vit import (  # noqa: E402
     checkpoints,
     fileio,
     hf_export,
@@ -16,8 +28,8 @@ from keras_vit import (
     visualize,
     weights,
 )
-from keras_vit.images import load_image, load_images
-from keras_vit.models import (
+from keras_vit.images import load_image, load_images  # noqa: E402
+from keras_vit.models import (  # noqa: E402
     CONSTRUCTORS,
     VARIANTS,
     R26_ViT_B32,
@@ -39,7 +51,7 @@ from keras_vit.models import (
     ViT_Ti16,
     create_model,
 )
-from keras_vit.preprocessing import decode_predictions, preprocess_input
+from keras_vit.preprocessing import decode_predictions, preprocess_input  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -73,6 +85,7 @@ __all__ = [
     "layers",
     "masked_patches",
     "position_embeddings",
+    "startup",
     "load_image",
     "load_images",
     "preprocess_input",

@@ -17,6 +17,8 @@
 
 Either path may be on any TensorFlow file system (gs://...). The output is written
 atomically; it must not be the input. Bad input exits with status 2 and a one-line message.
+It runs on the Keras backend KERAS_BACKEND selects (the weights are arrays either way), with
+TensorFlow's start-up lines hidden (keras_vit/startup.py).
 """
 
 import argparse
@@ -164,8 +166,6 @@ def main(argv=None):
         help="with --to: upload the folder to this Hub repo",
     )
     args = parser.parse_args(argv)
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         if args.to:
             print(to_hub_format(args.src, args.dst, args.to, args.model, args.labels, args.push_to_hub))

@@ -6,21 +6,22 @@ with `tf.image.resize(method="bilinear")`: half-pixel centres, no antialiasing, 
 pixels in [0, 255], no crop. `resize` computes exactly that in NumPy, so predictions do not
 depend on TensorFlow or the Keras backend, and match what the trainers measured.
 
-JPEGs are decoded with the accurate integer IDCT (Pillow's, and what an exported SavedModel
-uses). The trainers decode with TensorFlow's default fast IDCT, which differs by up to a few
-levels per pixel (measured on scikit-learn's china.jpg: 66% of the values differ, by at most 6 of 255);
-PNG and other lossless formats decode to the same pixels either way.
+JPEGs are decoded with the accurate integer IDCT (Pillow's), as the trainers' pipeline and an
+exported SavedModel decode them (`tf.io.decode_jpeg(dct_method="INTEGER_ACCURATE")`): the same
+pixels. PNG and other lossless formats decode to the same pixels either way.
 
 Files are read with Pillow (JPEG, PNG, GIF, BMP, WebP, TIFF, ...); grayscale, palette, RGBA
-and CMYK images become RGB (alpha dropped, as `tf.io.decode_image(channels=3)` does). The
-pixels are used as stored: an EXIF orientation tag is not applied, as TensorFlow's decoders
-do not apply it either.
+and CMYK images become RGB (alpha dropped, as `tf.io.decode_image(channels=3)` does). An EXIF
+orientation tag is applied (a phone photo taken upright is classified upright), as image
+viewers do; TensorFlow's decoders do not apply it, so datasets of such photos for training are
+best stored upright.
 """
 
 import io
 
 import numpy as np
 import PIL.Image
+import PIL.ImageOps
 
 from keras_vit import fileio
 
@@ -62,7 +63,8 @@ def decode_image(data, name="image"):
     try:
         with PIL.Image.open(io.BytesIO(data)) as image:
             image.seek(0)
-            return np.asarray(image.convert("RGB"), dtype=np.uint8)
+            upright = PIL.ImageOps.exif_transpose(image)
+            return np.asarray(upright.convert("RGB"), dtype=np.uint8)
     except (PIL.UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
         reason = "not an image file Pillow can read" if isinstance(err, PIL.UnidentifiedImageError) else err
         raise ImageError(f"{name}: {reason}; pass a JPEG, PNG, GIF, BMP, WebP or TIFF image") from None

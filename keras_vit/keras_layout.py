@@ -14,13 +14,16 @@ import zipfile
 import h5py  # installed with Keras, which saves its weight files with it
 import numpy as np
 
+from keras_vit import grids
 from keras_vit.errors import CheckpointError, first_line
 from keras_vit.layers import GELU_APPROXIMATE, LAYER_NORM_EPSILON
-from keras_vit.npz_layout import NUMERICS_EPSILON, NUMERICS_GELU_APPROXIMATE
+from keras_vit.npz_layout import NUMERICS_EPSILON, NUMERICS_GELU_APPROXIMATE, POSEMB, POSEMB_GRID
 from keras_vit.position_embeddings import LEARNED_2D_LAYER, OWN_VARIABLES
 
 _TRANSFORMER_SCOPE = ("posembed_input", LEARNED_2D_LAYER, "encoder_norm")
 _KERAS_TO_FLAX = {"gamma": "scale", "beta": "bias"}
+# The attribute of a .weights.h5 file's root that records a non-square grid (npz_layout.POSEMB_GRID).
+_GRID_ATTRIBUTE = "keras_vit_posemb_grid"
 
 
 def official_key(path):
@@ -52,6 +55,7 @@ def export_params(model):
     A model whose LayerNorm epsilon or GELU is not the official one (one loaded from timm or
     transformers) adds them as scalars under `numerics/`, so that the file computes the same
     function when it is loaded again (keras_vit.npz_layout.architecture reads them back).
+    Plus the grid of a learned 1-D position table that is not square (`POSEMB_GRID`).
     """
     params = {key: np.asarray(variable.numpy(), np.float32) for key, variable in model_variables(model)}
     epsilon = getattr(model, "layer_norm_epsilon", LAYER_NORM_EPSILON)
@@ -59,7 +63,26 @@ def export_params(model):
         params[NUMERICS_EPSILON] = np.asarray(epsilon, np.float64)
     if getattr(model, "gelu_approximate", GELU_APPROXIMATE) != GELU_APPROXIMATE:
         params[NUMERICS_GELU_APPROXIMATE] = np.asarray(int(model.gelu_approximate), np.int8)
+    grid = non_square_grid(model)
+    if grid is not None:
+        params[POSEMB_GRID] = np.asarray(grid, np.int32)
     return params
+
+
+def non_square_grid(model):
+    """The (h, w) grid of a model's learned 1-D position table when h != w, else None."""
+    if "posembed_input" not in {layer.name for layer in model.layers}:
+        return None
+    grid = tuple(int(size) for size in model.get_layer("posembed_input").grid_size)
+    return grid if grid[0] != grid[1] else None
+
+
+def record_grid(path, model):
+    """Records a non-square position grid in a .weights.h5 file that `model` just wrote."""
+    grid = non_square_grid(model)
+    if grid is not None:
+        with h5py.File(path, "r+") as f:
+            f.attrs[_GRID_ATTRIBUTE] = np.asarray(grid, np.int32)
 
 
 def _is_norm(layer_name):
@@ -92,8 +115,10 @@ def _walk(group, names, out):
 
 
 def _h5_params(handle, source):
+    grid = None
     try:
         with h5py.File(handle, "r") as f:
+            grid = f.attrs.get(_GRID_ATTRIBUTE)
             by_layer = {}
             for layer_group in f["layers"].values() if "layers" in f else ():
                 _walk(layer_group, [], by_layer)
@@ -110,7 +135,25 @@ def _h5_params(handle, source):
             f"{source}: holds no keras_vit weights (no 'embedding' layer); "
             "pass a file saved from a keras_vit model"
         )
+    if grid is not None:
+        params[POSEMB_GRID] = np.asarray(grid, np.int32)
     return params
+
+
+def _grid_of_config(config):
+    """The non-square grid a saved ViT's learned 1-D position table has, from its arguments."""
+    if config.get("posemb", "learned_1d") != "learned_1d":
+        return None
+    try:
+        grid = grids.stored_grid(
+            config.get("image_size", grids.DEFAULT_IMAGE_SIZE),
+            config["patch_size"],
+            config.get("resnet_layers"),
+            config.get("base_image_size"),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None  # not a config this version wrote; the table's own rows decide
+    return grid if grid[0] != grid[1] else None
 
 
 def read_keras_weights(path):
@@ -129,5 +172,9 @@ def read_keras_weights(path):
                 f"{path}: holds a {config.get('class_name')} model, not a "
                 "keras_vit ViT; pass a file saved from a keras_vit model"
             )
-        return _h5_params(io.BytesIO(weights), path)
+        params = _h5_params(io.BytesIO(weights), path)
+        grid = _grid_of_config(config.get("config", {}))
+        if grid is not None and POSEMB in params:
+            params[POSEMB_GRID] = np.asarray(grid, np.int32)
+        return params
     return _h5_params(path, path)

@@ -310,7 +310,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             **initialisers(2),
         )
         self.out.build((input_shape[0], input_shape[1], self.num_heads, head_dim))
-        self.dropout = keras.layers.Dropout(self.dropout_rate)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def position_bias(self, query):
         """A bias added to the attention logits before the softmax, or None (the plain ViT).
@@ -404,7 +404,7 @@ class MlpBlock(keras.layers.Layer):
         self.dense_0.build(input_shape)
         self.dense_1 = self._dense(input_shape[-1], "Dense_1")
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
-        self.dropout = keras.layers.Dropout(self.dropout_rate)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None):
         if training:
@@ -506,7 +506,7 @@ class EncoderBlock(keras.layers.Layer):
             dtype=policy,
         )
         self.mlp.build(input_shape)
-        self.dropout = keras.layers.Dropout(self.dropout_rate)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def _drop_path(self, branch, training):
         if not training or self.stochastic_depth_rate <= 0:

@@ -1,55 +1,62 @@
 """The Vision Transformer model, its variant table and the public constructors."""
 
+import difflib
+import inspect
+import operator
+import os
+
 import keras
 from keras import ops
 
-from keras_vit import initializers, position_embeddings, preprocessing, resnet
+from keras_vit import grids, initializers, keras_layout, position_embeddings, preprocessing, resnet
 from keras_vit import layers as vit_layers
 from keras_vit import weights as weights_lib
 from keras_vit.variants import VARIANTS
 
-DEFAULT_IMAGE_SIZE = 224
+DEFAULT_IMAGE_SIZE = grids.DEFAULT_IMAGE_SIZE
 DEFAULT_CLASSES = 1000
+# Keras' own arguments of a model, besides the ViT's.
+_KERAS_ARGUMENTS = ("name", "trainable", "dtype")
+
+patch_grid = grids.patch_grid
+_image_size = grids.image_size
 
 
-def _pair(value):
-    if isinstance(value, int):
-        return (value, value)
-    return tuple(int(v) for v in value)
+def check_arguments(given, valid, where, renamed=None):
+    """A TypeError naming the closest valid argument for the first unknown one in `given`.
 
-
-def _image_size(value):
-    """(height, width) of an image size: None (any size) for either or both."""
-    if value is None:
-        return (None, None)
-    if isinstance(value, int):
-        return (value, value)
-    value = tuple(value)
-    if len(value) != 2:
-        raise ValueError(f"image_size must be an int or (height, width), got {value}.")
-    return tuple(None if v is None else int(v) for v in value)
-
-
-def patch_grid(image_size, patch_size, resnet_layers):
-    """The (h, w) patch grid for an image size (None where the size is None).
-
-    Like the official VALID patch convolution, a partial last row or column of patches is
-    dropped (ViT-H/14 at 384 px has a 27 x 27 grid). The hybrid's SAME-padded stem rounds up
-    at each of its stride-2 steps.
+    `renamed`: {an argument of another signature: the one that means it here}.
     """
-    patch = _pair(patch_size)
-    size = list(image_size)
-    if resnet_layers is not None:
-        # Root conv and max pool (stride 2 each), then every stage after the first.
-        for _ in range(resnet.downsamplings(resnet_layers)):
-            size = [None if s is None else -(-s // 2) for s in size]
-    grid = tuple(None if s is None else s // p for s, p in zip(size, patch))
-    if min((g for g in grid if g is not None), default=1) < 1:
+    renamed = renamed or {}
+    for name in given:
+        if name in valid:
+            continue
+        if name in renamed:
+            hint = f"; use {renamed[name]}"
+        else:
+            close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else f"; valid ones: {', '.join(sorted(valid))}"
+        raise TypeError(f"{where} got an unexpected keyword argument {name!r}{hint}")
+
+
+def class_count(value, what):
+    """`value` as an int >= 0 (NumPy integers too); a one-line ValueError for anything else."""
+    try:
+        count = operator.index(value) if not isinstance(value, bool) else -1
+    except TypeError:
+        count = -1
+    if count < 0:
+        raise ValueError(f"{what} must be a whole number >= 0 (0: no head), got {value!r}.")
+    return count
+
+
+def _check_data_format():
+    if keras.config.image_data_format() != "channels_last":
         raise ValueError(
-            f"image size {tuple(image_size)} is smaller than one patch of the token "
-            f"grid (patch size {patch}); use a larger image_size."
+            "keras_vit models take channels_last images (batch, height, width, channels), but "
+            "keras.config.image_data_format() is 'channels_first'; call "
+            "keras.config.set_image_data_format('channels_last') before building the model"
         )
-    return grid
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -90,6 +97,13 @@ class ViT(keras.Model):
             default); False: the exact erf GELU of timm and transformers checkpoints.
         fc_norm: with classifier="gap" only: normalise the pooled token (a LayerNorm named
             "fc_norm") in place of the tokens before pooling (timm's global_pool="avg" models).
+        dtype: a Keras dtype policy for this model ("mixed_bfloat16", "mixed_float16",
+            "bfloat16", a keras.DTypePolicy, ...); default: the global policy. Outputs stay
+            float32; get_config keeps it.
+        name, trainable: as for any Keras model; any other keyword is a TypeError.
+
+    num_classes=0 with include_top=True builds no head (as timm): the output is the pooled
+    representation, as include_top=False with pooling=classifier.
     """
 
     def __init__(
@@ -120,6 +134,8 @@ class ViT(keras.Model):
         fc_norm=False,
         **kwargs,
     ):
+        check_arguments(kwargs, _VIT_ARGUMENTS, "ViT()")
+        _check_data_format()
         position_embeddings.check_posemb(posemb, hidden_size)
         if fc_norm and classifier != "gap":
             raise ValueError(
@@ -129,6 +145,10 @@ class ViT(keras.Model):
             raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
         if pooling not in (None, "token", "gap"):
             raise ValueError(f"pooling must be None, 'token' or 'gap', got {pooling!r}.")
+        num_classes = class_count(num_classes, "num_classes")
+        if include_top and num_classes == 0:
+            # As in timm: no classes, no head; the output is the pooled representation.
+            include_top, pooling = False, pooling or classifier
         if include_top:
             pooling = classifier
         if pooling == "token" and classifier == "gap":
@@ -136,17 +156,12 @@ class ViT(keras.Model):
         image_size = _image_size(image_size)
         grid = patch_grid(image_size, patch_size, resnet_layers)
         dynamic = None in image_size
-        if dynamic:
-            base = _image_size(base_image_size or DEFAULT_IMAGE_SIZE)
-            if None in base:
-                raise ValueError(f"base_image_size must be a size, got {base_image_size}.")
-            # A fixed axis keeps its own size: only the None axes follow the base size.
-            base = tuple(b if s is None else s for s, b in zip(image_size, base))
-            stored_grid = patch_grid(base, patch_size, resnet_layers)
-        else:
-            stored_grid = grid
+        stored_grid = grids.stored_grid(image_size, patch_size, resnet_layers, base_image_size)
         resnet_layers = None if resnet_layers is None else tuple(resnet_layers)
+        # One policy object for every layer: a string, a dict (from a config) or a DTypePolicy.
         policy = kwargs.pop("dtype", None)
+        if policy is not None:
+            policy = keras.dtype_policies.get(policy)
 
         inputs = keras.Input((*image_size, num_channels), name="image")
         x = inputs
@@ -220,6 +235,10 @@ class ViT(keras.Model):
         elif x.dtype != "float32":
             x = keras.layers.Activation("linear", name="output_float32", dtype="float32")(x)
         super().__init__(inputs=inputs, outputs=x, **kwargs)
+        if policy is not None:
+            # Functional models drop the dtype argument; compile() reads the model's policy
+            # (mixed_float16 gets a loss-scaling optimizer).
+            self.dtype_policy = policy
 
         self.image_size = image_size
         self.patch_size = patch_size
@@ -246,6 +265,7 @@ class ViT(keras.Model):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.gelu_approximate = gelu_approximate
         self.fc_norm = fc_norm
+        self.policy_argument = policy
         self._warned_double_scaling = False
 
     def get_config(self):
@@ -276,11 +296,25 @@ class ViT(keras.Model):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
             "fc_norm": self.fc_norm,
+            "dtype": None
+            if self.policy_argument is None
+            else keras.dtype_policies.serialize(self.policy_argument),
         }
 
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+    def save_weights(self, filepath, *args, **kwargs):
+        """keras.Model.save_weights, plus the grid of a non-square learned position table.
+
+        A table of 200 rows could be 10 x 20 or 20 x 10: the file records which, so that it
+        loads into a model of any size (`keras_vit.npz_layout.POSEMB_GRID`).
+        """
+        super().save_weights(filepath, *args, **kwargs)
+        path = os.fspath(filepath)
+        if path.endswith(".weights.h5") and os.path.isfile(path):  # not a sharded or remote save
+            keras_layout.record_grid(path, self)
 
     def token_grid(self, image_size):
         """The (h, w) token grid of images of `image_size` (int or (height, width)).
@@ -361,13 +395,22 @@ class ViT(keras.Model):
         prefix = 1 if self.classifier == "token" else 0
         last = "fc_norm" if self.fc_norm else "encoder_norm"
         tokens = self.get_layer(f"encoderblock_{self.num_layers - 1}" if self.fc_norm else last).output
-        pooled = vit_layers.TokenPooling(self.classifier, prefix, name=f"{self.classifier}_pool")(tokens)
+        pooled = vit_layers.TokenPooling(
+            self.classifier, prefix, name=f"{self.classifier}_pool", dtype=self.policy_argument
+        )(tokens)
         if self.fc_norm:
             pooled = self.get_layer(last)(pooled)  # the model's own layer: shared weights
         return keras.Model(self.input, pooled, name=f"{self.name}_repr")
 
 
-def _read_weights(variant, weights, cache_dir=None):
+# Every keyword argument ViT() takes.
+_VIT_ARGUMENTS = (
+    *[n for n in inspect.signature(ViT.__init__).parameters if n not in ("self", "kwargs")],
+    *_KERAS_ARGUMENTS,
+)
+
+
+def _read_weights(variant, weights, cache_dir=None, params=None):
     """What the weights decide about the model (native size, classes, pre-logits), and the
     params of a local file, read once."""
     if weights is None:
@@ -376,10 +419,12 @@ def _read_weights(variant, weights, cache_dir=None):
         raise ValueError(
             f"weights must be None, a registry name or a file path, got {type(weights).__name__}."
         )
-    return weights_lib.read_checkpoint(weights, variant=variant, cache_dir=cache_dir)
+    return weights_lib.read_checkpoint(weights, variant=variant, cache_dir=cache_dir, params=params)
 
 
-def create_model(variant, weights=None, image_size=None, num_classes=None, cache_dir=None, **kwargs):
+def create_model(
+    variant, weights=None, image_size=None, num_classes=None, cache_dir=None, params=None, **kwargs
+):
     """Builds an official variant by name ("ViT-B_16", "R50+ViT-B_16", ...), optionally with weights.
 
     Args:
@@ -397,16 +442,21 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
         num_classes: head size; default: the weights' own count, else 1000. Another count
             than the checkpoint's gets a new zero-initialised head.
         cache_dir: where downloads are cached (default: the Keras cache, under KERAS_HOME).
+        params: the contents of the `weights` file as `keras_vit.weights.read_params` returned
+            them, when the caller has read it already (it is then not read a second time).
         **kwargs: any other ViT argument, overriding the variant's (e.g. dropout_rate).
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown model {variant!r}; known models: {', '.join(VARIANTS)}.")
+    # Every argument is checked before any weights are read.
+    check_arguments(kwargs, _VIT_ARGUMENTS, "create_model()")
+    _check_data_format()
     if weights in weights_lib.REGISTRY and kwargs.get("posemb", "learned_1d") != "learned_1d":
         raise ValueError(
             f"the official weights {weights!r} have learned 1-D position embeddings; build with "
             f"posemb='learned_1d' to load them, or without weights for posemb={kwargs['posemb']!r}."
         )
-    info, params = _read_weights(variant, weights, cache_dir)
+    info, params = _read_weights(variant, weights, cache_dir, params)
     config = dict(VARIANTS[variant])
     for key in ("representation_size", "classifier", *weights_lib.MODEL_FIELDS):
         if info.get(key) is not None:
@@ -415,7 +465,9 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
     config["image_size"] = image_size or info.get("image_size") or DEFAULT_IMAGE_SIZE
     if None in _image_size(config["image_size"]) and not config.get("base_image_size"):
         config["base_image_size"] = info.get("image_size") or DEFAULT_IMAGE_SIZE
-    config["num_classes"] = num_classes or info.get("num_classes") or DEFAULT_CLASSES
+    if num_classes is None:
+        num_classes = info.get("num_classes") or DEFAULT_CLASSES
+    config["num_classes"] = num_classes
     config.setdefault("name", variant.lower().replace("+", "_").replace("-", "_"))
     model = ViT(**config)
     if weights is not None:
@@ -425,7 +477,12 @@ def create_model(variant, weights=None, image_size=None, num_classes=None, cache
     return model
 
 
+# Arguments of ViT() that the constructors name as keras.applications does.
+_RENAMED = {"image_size": "input_shape", "num_classes": "classes"}
+
+
 def _application(
+    function_name,
     variant,
     include_top,
     weights,
@@ -436,6 +493,15 @@ def _application(
     include_preprocessing,
     **kwargs,
 ):
+    check_arguments(kwargs, _CONSTRUCTOR_ARGUMENTS, f"{function_name}()", _RENAMED)
+    if kwargs.pop("input_tensor", None) is not None:
+        raise ValueError(
+            f"{function_name}: input_tensor is not supported; build the model, then call it on "
+            "the tensor: outputs = model(input_tensor)"
+        )
+    _check_data_format()
+    if classes is not None:
+        classes = class_count(classes, f"{function_name}: classes")
     image_size, num_channels = None, kwargs.pop("num_channels", 3)
     if input_shape is not None:
         if len(input_shape) != 3 or input_shape[2] is None:
@@ -475,10 +541,14 @@ _DOC = """Instantiates {variant}, optionally with official weights.
             when called, as loading would resize them for a model of that fixed size.
         pooling: see include_top.
         classes: head size; default: the weights' own, else 1000. Another count than the
-            checkpoint's gets a new zero-initialised head.
+            checkpoint's gets a new zero-initialised head. 0: no head (as timm), the output
+            is the pooled representation.
         classifier_activation: activation of the head; None returns logits.
         include_preprocessing: True: the model takes pixels in [0, 255]; False: in [-1, 1].
-        **kwargs: other ViT arguments (dropout_rate, stochastic_depth_rate, name, ...).
+        **kwargs: other ViT arguments (dropout_rate, stochastic_depth_rate, name, ...), and
+            dtype: any Keras dtype policy ("mixed_bfloat16", a keras.DTypePolicy, ...) for
+            this model. An unknown one is a TypeError naming the closest valid one;
+            input_tensor (keras.applications) and channels_first data are refused.
 
     Returns:
         A `keras_vit.ViT` model.
@@ -497,6 +567,7 @@ def _make_constructor(function_name, variant):
         **kwargs,
     ):
         return _application(
+            function_name,
             variant,
             include_top,
             weights,
@@ -511,6 +582,13 @@ def _make_constructor(function_name, variant):
     constructor.__name__ = constructor.__qualname__ = function_name
     constructor.__doc__ = _DOC.format(variant=variant)
     return constructor
+
+
+def _constructor_arguments():
+    """Every keyword argument a public constructor (ViT_B16, ...) takes."""
+    own = inspect.signature(_make_constructor("ViT_B16", "ViT-B_16")).parameters
+    vit = [n for n in _VIT_ARGUMENTS if n not in _RENAMED and n not in own]
+    return (*[n for n in own if n != "kwargs"], "input_tensor", "cache_dir", *vit)
 
 
 ViT_Ti16 = _make_constructor("ViT_Ti16", "ViT-Ti_16")
@@ -529,6 +607,7 @@ R50_ViT_B16 = _make_constructor("R50_ViT_B16", "R50+ViT-B_16")
 R50_ViT_B32 = _make_constructor("R50_ViT_B32", "R50+ViT-B_32")
 R50_ViT_L16 = _make_constructor("R50_ViT_L16", "R50+ViT-L_16")
 R50_ViT_L32 = _make_constructor("R50_ViT_L32", "R50+ViT-L_32")
+_CONSTRUCTOR_ARGUMENTS = _constructor_arguments()
 
 # Public constructor name -> official variant name.
 CONSTRUCTORS = {

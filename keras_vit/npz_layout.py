@@ -18,6 +18,10 @@ from keras_vit.errors import CheckpointError, first_line
 from keras_vit.position_embeddings import ATTENTION_LAYER, LEARNED_2D_LAYER
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
+# keras_vit's one addition to the layout: the (h, w) patch grid of a learned 1-D table whose
+# grid is not square, which its row count cannot tell (200 rows: 10 x 20, 20 x 10, 8 x 25...).
+# Official files have square grids and never carry it.
+POSEMB_GRID = "Transformer/posembed_input/grid_size"
 # The position variants' own weights (keras_vit.position_embeddings).
 POSEMB_X = f"Transformer/{LEARNED_2D_LAYER}/pos_embedding_x"
 POSEMB_Y = f"Transformer/{LEARNED_2D_LAYER}/pos_embedding_y"
@@ -135,8 +139,10 @@ def posemb_of(params):
     return None
 
 
-def _stored_grid(params):
+def stored_grid(params):
     """(h, w) of the patch grid the position weights are stored for, or None."""
+    if POSEMB in params and POSEMB_GRID in params:
+        return tuple(int(size) for size in params[POSEMB_GRID])
     if POSEMB in params:
         _, side = split_posemb(params[POSEMB])
         return (side, side) if side else None
@@ -150,7 +156,7 @@ def _stored_grid(params):
 def architecture(params):
     """What a vit_jax-layout dict says about its model (None where it cannot tell)."""
     kernel = params.get("embedding/kernel")
-    grid = _stored_grid(params)
+    grid = stored_grid(params)
     num_layers = 0
     while f"Transformer/encoderblock_{num_layers}/LayerNorm_0/scale" in params:
         num_layers += 1

@@ -14,7 +14,6 @@ In Python: `classify(model, ["cat.jpg"], class_names)`, or
 
 import argparse
 import json
-import os
 import sys
 
 import numpy as np
@@ -75,7 +74,6 @@ def main(argv=None):
     parser.add_argument("--top", type=int, default=5, help="how many classes to print per image")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         if args.top < 1:
             raise ValueError(f"--top must be at least 1, got {args.top}")

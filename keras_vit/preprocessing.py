@@ -25,7 +25,7 @@ class DoubleScalingWarning(UserWarning):
     """Data already scaled to [-1, 1] is about to be scaled again."""
 
 
-def preprocess_input(x):
+def preprocess_input(x, data_format=None):
     """Pixels in [0, 255] to the [-1, 1] the ViT checkpoints were trained on (x / 127.5 - 1).
 
     Only for models built with `include_preprocessing=False`: a default model scales its
@@ -33,7 +33,15 @@ def preprocess_input(x):
     tensor of any backend is converted with keras.ops, keeping its type); integer inputs
     become float32. Warns (`DoubleScalingWarning`) when the input has negative values,
     which pixels never have: it was most likely scaled already.
+
+    `data_format` ("channels_last", "channels_first" or None) is the keras.applications
+    argument: the scaling is the same for every pixel and channel, so both layouts are scaled
+    alike; anything else is refused.
     """
+    if data_format not in (None, "channels_last", "channels_first"):
+        raise ValueError(
+            f"data_format must be None, 'channels_last' or 'channels_first', got {data_format!r}."
+        )
     if isinstance(x, (np.ndarray, list, tuple, int, float)):
         x = np.asarray(x)
         if not np.issubdtype(x.dtype, np.floating):

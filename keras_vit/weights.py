@@ -35,7 +35,7 @@ from keras_vit import (
 from keras_vit.checkpoints import REGISTRY, Checkpoint
 from keras_vit.errors import CheckpointError, first_line
 from keras_vit.keras_layout import export_params
-from keras_vit.npz_layout import POSEMB
+from keras_vit.npz_layout import POSEMB, POSEMB_GRID
 
 __all__ = [
     "REGISTRY",
@@ -59,7 +59,7 @@ _DOWNLOAD_TIMEOUT_S = 60
 _ABANDONED_AFTER_S = 3600
 _DESCRIBE_KEYS = ("image_size", "num_classes", "representation_size", "classifier")
 # Keys a checkpoint may carry that a model legitimately does without.
-_OPTIONAL_KEYS = ("head/kernel", "head/bias", "pre_logits/kernel", "pre_logits/bias", "cls")
+_OPTIONAL_KEYS = ("head/kernel", "head/bias", "pre_logits/kernel", "pre_logits/bias", "cls", POSEMB_GRID)
 # What a checkpoint says about the function its weights compute, beyond their shapes.
 _NUMERICS = {
     "layer_norm_epsilon": npz_layout.NUMERICS_EPSILON,
@@ -79,25 +79,23 @@ def describe(weights, variant=None, cache_dir=None):
     return {key: info[key] for key in _DESCRIBE_KEYS}
 
 
-def read_checkpoint(weights, variant=None, cache_dir=None):
+def read_checkpoint(weights, variant=None, cache_dir=None, params=None):
     """(describe(...)'s dict, with "posemb" for a file, the file's params or None for a registry name).
 
     For building a model and then loading it without reading a large local file twice:
-    pass the params on to `load_weights(..., params=...)`.
+    pass the params on to `load_weights(..., params=...)`. `params`: the file's contents, if
+    already read (`read_params`); the file is then not read again.
     """
     if _is_registry_name(weights):
         return checkpoints.lookup(weights, variant).describe(), None
     class_names = None
-    if is_hugging_face(weights):
+    if params is None and is_hugging_face(weights):
         params, class_names = read_hugging_face(weights, cache_dir)
-    else:
+    elif params is None:
         params = read_params(_checkpoint_path(weights))
     found = npz_layout.architecture(params)
-    if found["image_size"] is None and POSEMB in params:
-        raise CheckpointError(
-            f"{weights}: position embeddings are not a square patch grid; "
-            "it is not a ViT checkpoint keras_vit can read"
-        )
+    # image_size is None for a table of a non-square grid that the file does not record (a
+    # file of an older version): the model's own size then decides, checked when loading.
     # posemb too where the file tells (its position weights); sincos_2d and none store none.
     # fc_norm, the LayerNorm epsilon and the GELU form where they are not the official ones.
     info = {key: found[key] for key in (*_DESCRIBE_KEYS, *MODEL_FIELDS)}
@@ -312,7 +310,7 @@ def assign_params(model, params, source):
             raise CheckpointError(f"{source}: {_missing_hint(key)}")
         value = params[key]
         if key == POSEMB:
-            value = _adapt_posemb(value, model, "cls" in model_keys, source)
+            value = _adapt_posemb(value, model, "cls" in model_keys, source, params.get(POSEMB_GRID))
         elif key.rsplit("/", 1)[-1] in position_embeddings.GRID_AXES:
             value = position_embeddings.resize_grid_weight(key.rsplit("/", 1)[-1], value, shape)
         if tuple(value.shape) != shape:
@@ -382,33 +380,42 @@ def _summary(params):
     return "checkpoint has " + ", ".join(parts)
 
 
-def _adapt_posemb(posemb, model, model_has_cls, source):
-    """The official high-resolution fine-tuning step, plus big_vision's no-class-row layout."""
+def _adapt_posemb(posemb, model, model_has_cls, source, recorded_grid=None):
+    """The official high-resolution fine-tuning step, plus big_vision's no-class-row layout.
+
+    The stored grid: the one the file records (a non-square one), else the model's own when
+    the rows fit it (files of older versions from non-square models), else a square one.
+    """
     grid = tuple(model.get_layer("posembed_input").grid_size)
-    # The model's own grid first: a file saved from a model with a non-square grid stores that
-    # grid's rows, which a square reading would take for another (resized) grid.
-    prefix = posemb.shape[1] - grid[0] * grid[1]
-    stored = grid
+    rows_of = posemb.shape[1]
+    if recorded_grid is not None:
+        stored = tuple(int(size) for size in recorded_grid)
+        prefix = rows_of - stored[0] * stored[1]
+        if prefix not in (0, 1):
+            raise CheckpointError(
+                f"{source}: position embeddings with {rows_of} rows do not fit the "
+                f"{stored[0]}x{stored[1]} patch grid the file records; the file is damaged, save it again"
+            )
+    else:
+        stored, prefix = grid, rows_of - grid[0] * grid[1]
     if prefix not in (0, 1):
         prefix, side = npz_layout.split_posemb(posemb)
         if prefix is None:
             raise CheckpointError(
-                f"{source}: position embeddings with {posemb.shape[1]} rows are neither the "
-                f"model's {grid[0]}x{grid[1]} patch grid nor a square one; it is not a ViT "
-                "checkpoint of this shape"
+                f"{source}: position embeddings with {rows_of} rows are neither the "
+                f"model's {grid[0]}x{grid[1]} patch grid nor a square one; build the model with "
+                "the input_shape the file was saved with"
             )
         stored = (side, side)
     rows = posemb[:, prefix:]
     if stored != grid:
-        side = stored[0]
-        zoom = (grid[0] / side, grid[1] / side, 1)
-        rows = scipy.ndimage.zoom(rows[0].reshape(side, side, -1), zoom, order=1)
+        zoom = (grid[0] / stored[0], grid[1] / stored[1], 1)
+        rows = scipy.ndimage.zoom(rows[0].reshape(*stored, -1), zoom, order=1)
         rows = rows.reshape(1, grid[0] * grid[1], -1)
         logger.info(
             "keras_vit: resized position embeddings from a %dx%d to a %dx%d patch grid "
             "(scipy.ndimage.zoom, order 1, class-token row kept)",
-            side,
-            side,
+            *stored,
             *grid,
         )
     if not model_has_cls:

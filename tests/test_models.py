@@ -252,6 +252,47 @@ def test_mixed_bfloat16_keeps_float32_weights_and_logits():
     np.testing.assert_allclose(np.sum(np.asarray(maps[0], "float32"), axis=-1), 1.0, atol=2e-2)
 
 
+@pytest.mark.parametrize(
+    "policy, compute",
+    [
+        ("mixed_bfloat16", "bfloat16"),
+        ("mixed_float16", "float16"),
+        ("bfloat16", "bfloat16"),
+        (keras.DTypePolicy("mixed_bfloat16"), "bfloat16"),
+    ],
+    ids=["mixed_bfloat16", "mixed_float16", "bfloat16", "DTypePolicy"],
+)
+def test_dtype_argument_runs_trains_saves_and_reloads_under_its_policy(tmp_path, policy, compute):
+    # Only the constructor's dtype: the global policy stays float32. Dropout and drop-path on,
+    # so that every internal layer of the block runs in the step.
+    assert keras.config.dtype_policy().name == "float32"
+    config = dict(image_size=16, dropout_rate=0.1, stochastic_depth_rate=0.1, **{**TINY, "num_layers": 1})
+    model = keras_vit.ViT(dtype=policy, **config)
+    name = keras.dtype_policies.get(policy).name
+    assert model.get_config()["dtype"]["config"]["name"] == name
+    for layer in ("encoderblock_0", "encoder_norm", "embedding"):
+        assert model.get_layer(layer).compute_dtype == compute, layer
+    x = _images((4, 16, 16, 3))
+    assert model(x).dtype == "float32"
+    assert model.get_layer("encoderblock_0").mlp.dropout.compute_dtype == compute
+    # Eager: the same layers and dtypes as a compiled step, without its tracing time.
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", run_eagerly=True)
+    history = model.fit(x, np.array([0, 1, 2, 3]), batch_size=4, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    headless = keras_vit.ViT(dtype=policy, include_top=False, pooling="gap", **config)
+    assert headless(x).dtype == "float32"
+    model.save(tmp_path / "m.keras")
+    again = keras.saving.load_model(tmp_path / "m.keras")
+    assert again.get_layer("encoderblock_0").compute_dtype == compute
+    np.testing.assert_array_equal(again(x), model(x))
+
+
+def test_mixed_float16_argument_gets_loss_scaling_from_compile():
+    model = keras_vit.ViT(image_size=16, dtype="mixed_float16", **TINY)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+
+
 def test_compile_and_fit_learns_a_small_problem():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 64)

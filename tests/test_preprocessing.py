@@ -32,6 +32,20 @@ def test_preprocess_input_maps_pixels_to_minus_one_one():
     np.testing.assert_allclose(np.asarray(tensor), [-1.0, 51 / 127.5 - 1.0, 1.0], rtol=1e-6)
 
 
+def test_preprocess_input_takes_the_keras_applications_data_format():
+    pixels = _pixels()
+    expected = pixels / 127.5 - 1.0
+    for data_format in (None, "channels_last"):
+        np.testing.assert_allclose(preprocess_input(pixels, data_format=data_format), expected)
+    # Channels first: the same scaling on every value, the layout kept.
+    chw = np.transpose(pixels, (0, 3, 1, 2))
+    np.testing.assert_allclose(
+        preprocess_input(chw, data_format="channels_first"), np.transpose(expected, (0, 3, 1, 2))
+    )
+    with pytest.raises(ValueError, match="data_format must be None, 'channels_last' or 'channels_first'"):
+        preprocess_input(pixels, data_format="nhwc")
+
+
 def test_preprocess_input_matches_the_models_rescaling_layer():
     import keras_vit
 

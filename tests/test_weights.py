@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 import reference_numpy
+import scipy.ndimage
 import synthetic_checkpoints as synth
 
 import keras_vit
@@ -277,3 +278,70 @@ def test_constructor_builds_the_checkpoints_model(tmp_path, monkeypatch):
     np.testing.assert_allclose(
         run(model, x), reference_numpy.vit_forward(params, x, num_heads=6), atol=1e-5, rtol=1e-5
     )
+
+
+def _randomised(model, seed=1):
+    # Non-zero everywhere (the head starts at zero, which would hide any difference).
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        variable.assign(rng.normal(0, 0.05, variable.shape).astype(np.float32))
+    return model
+
+
+def _save(model, path):
+    if path.endswith(".npz"):
+        weights.save_npz(model, path)
+    elif path.endswith(".weights.h5"):
+        model.save_weights(path)
+    else:
+        model.save(path)
+
+
+@pytest.mark.parametrize("file_type", [".weights.h5", ".keras", ".npz"])
+@pytest.mark.parametrize("size", [(160, 320), (32, 64)])
+def test_every_file_of_a_non_square_model_loads_into_fixed_and_any_size_models(tmp_path, file_type, size):
+    # 10 x 20 patches: 201 rows, no square grid; 2 x 4: 9 rows, which a square reading takes
+    # for a 3 x 3 grid without a class row. The file tells the grid, not the row count.
+    source = _randomised(keras_vit.ViT_Ti16(input_shape=(*size, 3), classes=5, num_layers=1))
+    path = str(tmp_path / f"m{file_type}")
+    _save(source, path)
+    x = np.random.default_rng(0).uniform(0, 255, (2, *size, 3)).astype(np.float32)
+    expected = run(source, x)
+    for input_shape in ((*size, 3), (None, None, 3)):
+        again = keras_vit.ViT_Ti16(input_shape=input_shape, weights=path, classes=5, num_layers=1)
+        np.testing.assert_array_equal(run(again, x), expected, err_msg=str(input_shape))
+    assert weights.describe(path)["image_size"] == size
+
+
+@pytest.mark.parametrize("file_type", [".weights.h5", ".keras", ".npz"])
+def test_any_size_model_with_a_non_square_base_round_trips(tmp_path, file_type):
+    config = dict(classes=5, num_layers=1, input_shape=(None, None, 3))
+    source = _randomised(keras_vit.ViT_Ti16(base_image_size=(64, 32), **config))
+    path = str(tmp_path / f"m{file_type}")
+    _save(source, path)
+    again = keras_vit.ViT_Ti16(weights=path, **config)
+    assert tuple(again.get_layer("posembed_input").grid_size) == (4, 2)
+    for size in ((64, 32), (48, 80)):
+        x = np.random.default_rng(0).uniform(0, 255, (2, *size, 3)).astype(np.float32)
+        np.testing.assert_array_equal(run(again, x), run(source, x))
+
+
+def test_recorded_non_square_grid_is_resized_as_the_official_rule(tmp_path):
+    source = _randomised(keras_vit.ViT_Ti16(input_shape=(32, 64, 3), classes=5, num_layers=1))
+    path = str(tmp_path / "m.npz")
+    weights.save_npz(source, path)
+    # Transposed: the same 8 patches, another grid; corner-aligned linear zoom per axis.
+    other = keras_vit.ViT_Ti16(input_shape=(64, 32, 3), weights=path, classes=5, num_layers=1)
+    table = source.get_layer("posembed_input").pos_embedding.numpy()
+    rows = scipy.ndimage.zoom(table[0, 1:].reshape(2, 4, -1), (4 / 2, 2 / 4, 1), order=1)
+    resized = other.get_layer("posembed_input").pos_embedding.numpy()
+    np.testing.assert_allclose(resized[0, 1:], rows.reshape(8, -1), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(resized[0, :1], table[0, :1])
+
+
+def test_square_grids_are_never_recorded(tmp_path):
+    # Official files stay exactly the official layout: a square grid is told by its rows.
+    model = keras_vit.ViT_Ti16(input_shape=(32, 32, 3), classes=5, num_layers=1)
+    weights.save_npz(model, tmp_path / "m.npz")
+    with np.load(tmp_path / "m.npz", allow_pickle=False) as data:
+        assert "Transformer/posembed_input/grid_size" not in data.files

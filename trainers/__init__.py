@@ -6,7 +6,7 @@ before anything imports Keras (TensorFlow's import does), while the library itse
 backend.
 
 TensorFlow's start-up lines are hidden unless the command line has --verbose
-(trainers/console.py).
+(keras_vit/startup.py).
 """
 
 import os
@@ -21,15 +21,18 @@ elif sys.modules["keras"].backend.backend() != "tensorflow":
         "KERAS_BACKEND=tensorflow"
     )
 
-from trainers import console  # noqa: E402  (imports nothing from TensorFlow)
+try:
+    # keras_vit, imported here, imports Keras and with it TensorFlow, its start-up lines hidden
+    # unless --verbose (keras_vit/startup.py).
+    from trainers import console  # noqa: E402, I001  (first: it hides the import of TensorFlow)
+    import tensorflow  # noqa: E402, F401
+except ImportError as error:  # the library was installed without the [train] extra
+    if "tensorflow" in sys.modules:
+        raise
+    raise ImportError('the trainers need TensorFlow and TFDS: pip install "keras-vit[train]"') from error
 
 _VERBOSE = console.verbose_requested(sys.argv)
 if not _VERBOSE:
-    # TensorFlow's runtime log lines (XLA service, tf.data notes) below errors stay hidden too.
+    # TensorFlow's runtime log lines (XLA service, tf.data notes) below errors stay hidden too
+    # (already set where keras_vit imported TensorFlow for a command; this covers the rest).
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-try:
-    with console.native_stderr_hidden(hide=not _VERBOSE and "tensorflow" not in sys.modules):
-        import tensorflow  # noqa: F401
-except ImportError as error:  # the library was installed without the [train] extra
-    raise ImportError('the trainers need TensorFlow and TFDS: pip install "keras-vit[train]"') from error

@@ -1,62 +1,23 @@
-"""What the trainers print, and what they keep TensorFlow from printing.
+"""What the trainers print; TensorFlow's start-up lines they hide are keras_vit.startup's.
 
-TensorFlow's native start-up lines (oneDNN, CUDA probing on a CPU-only machine, CPU features)
-are written by its C++ logger to file descriptor 2 before Python can configure anything, and
-TF_CPP_MIN_LOG_LEVEL does not reach the ones logged before absl::InitializeLog. So the import is
-run with descriptor 2 pointed at a temporary file, which is replayed only if the import fails or
-`--verbose` was given. This module imports nothing from TensorFlow: trainers/__init__.py uses
-it before TensorFlow is imported.
+`import trainers` imports keras_vit, which imports Keras and with it TensorFlow with those lines
+hidden (unless --verbose): `verbose_requested` and `native_stderr_hidden` are that module's.
 """
 
-import contextlib
 import logging
-import os
 import sys
-import tempfile
 import time
 
-VERBOSE_FLAG = "--verbose"
-_TRUE = ("", "=true", "=True", "=1")
+from keras_vit.startup import native_stderr_hidden, verbose_requested
 
-
-def verbose_requested(argv):
-    """Whether the command line asks for TensorFlow's own log lines (`--verbose`)."""
-    verbose = False
-    for arg in argv[1:]:
-        if arg == "--":
-            break
-        if arg.startswith(VERBOSE_FLAG):
-            verbose = arg[len(VERBOSE_FLAG) :] in _TRUE
-        elif arg == "--noverbose":
-            verbose = False
-    return verbose
-
-
-@contextlib.contextmanager
-def native_stderr_hidden(hide=True):
-    """Runs the body with file descriptor 2 sent to a temporary file; replays it on an error."""
-    if not hide:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            _restore(saved)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode("utf-8", "replace"))
-            sys.stderr.flush()
-            raise
-        _restore(saved)
-
-
-def _restore(saved):
-    sys.stderr.flush()
-    os.dup2(saved, 2)
-    os.close(saved)
+__all__ = [
+    "Console",
+    "Progress",
+    "duration",
+    "native_stderr_hidden",
+    "show_library_messages",
+    "verbose_requested",
+]
 
 
 class Console:

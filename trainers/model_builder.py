@@ -15,6 +15,8 @@ from trainers.errors import UsageError, first_line
 # big_vision's init_head_bias for sigmoid runs: a new head predicts sigmoid(-10) ~ 4.5e-5 for
 # every class, so the first steps do not spend their gradient pushing thousands of negatives down.
 SIGMOID_HEAD_BIAS = -10.0
+# {path: params} of the one --weights file architecture_from_weights read, until build_model loads it.
+_PARAMS_READ = {}
 
 
 def model_kwargs(config, num_classes):
@@ -60,9 +62,14 @@ def architecture_from_weights(path):
     everything else is an override of the config's variant.
     """
     try:
-        found = npz_layout.architecture(weights_lib.read_checkpoint(path)[1])
+        # read_checkpoint: a Hub name, folder or .safetensors file is converted to vit_jax keys.
+        params = weights_lib.read_checkpoint(path)[1]
     except (ValueError, OSError) as e:
         raise UsageError(f"--weights {path!r}: {first_line(e)}") from None
+    # Kept for build_model, which loads them: a large (or remote) file is read once.
+    _PARAMS_READ.clear()
+    _PARAMS_READ[path] = params
+    found = npz_layout.architecture(params)
     fields = {
         name: found[name] for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
     }
@@ -125,7 +132,8 @@ def build_model(config, num_classes, pre_logits_from_weights=False):
     if pre_logits_from_weights and weights:
         del kwargs["representation_size"]
     try:
-        model = keras_vit.create_model(config.model, weights=weights, **kwargs)
+        params = _PARAMS_READ.pop(weights, None) if weights else None
+        model = keras_vit.create_model(config.model, weights=weights, params=params, **kwargs)
     except (ValueError, OSError) as e:
         raise UsageError(
             f"cannot build {config.model} with --weights={config.weights}: {first_line(e)}"

@@ -108,7 +108,6 @@ def main(argv=None):
     parser.add_argument("--image_size", type=int, default=0, help="resolution (default: the weights' own)")
     parser.add_argument("--num_components", type=int, default=28, help="principal components to draw")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     paths = [p.strip() for p in args.images.split(",") if p.strip()]
     try:
         if not paths:

@@ -126,8 +126,16 @@ def eval_ops(image_size):
 
 
 def decode_image(encoded):
-    """Encoded JPEG/PNG/GIF/BMP bytes -> uint8 (h, w, 3); grayscale and RGBA become RGB."""
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    """Encoded JPEG/PNG/GIF/BMP bytes -> uint8 (h, w, 3); grayscale and RGBA become RGB.
+
+    JPEG with the accurate integer IDCT, the pixels Pillow gives (keras_vit.predict, the
+    exported SavedModel): TensorFlow's default fast IDCT is off by up to a few levels per pixel.
+    """
+    image = tf.cond(
+        tf.io.is_jpeg(encoded),
+        lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE"),
+        lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False),
+    )
     image.set_shape([None, None, 3])
     return image
 
