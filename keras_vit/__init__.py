@@ -1,9 +1,13 @@
-"""keras-vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3."""
+"""keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3.
+
+Distributed as keras-vision-transformer (the package index's keras-vit is another project).
+"""
 
 # The submodules users call as keras_vit.weights.describe(...) and the like are attributes
 # after a plain `import keras_vit`; none of them imports TensorFlow. Not `convert`: it is run
 # as `python -m keras_vit.convert`, which warns when the package has already imported it.
-from keras_vit import (
+from keras_vit import (  # _clash first: it refuses a package mixed with another's files
+    _clash,  # noqa: F401
     checkpoints,
     fileio,
     initializers,

@@ -18,7 +18,7 @@ import os
 import posixpath
 import sys
 
-from keras_vit import fileio, models, npz_layout, weights
+from keras_vit import _clash, fileio, models, npz_layout, weights  # noqa: F401  (_clash first)
 
 USAGE_ERROR = 2
 

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit import initializers, position_embeddings, preprocessing, resnet
+from keras_vit import _clash, initializers, position_embeddings, preprocessing, resnet  # noqa: F401
 from keras_vit import layers as vit_layers
 from keras_vit import weights as weights_lib
 from keras_vit.variants import VARIANTS

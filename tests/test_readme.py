@@ -35,7 +35,7 @@ from trainer_cli import TINY_MODEL, free_ports, make_fake_tfds, read_results
 
 import keras_vit
 from configs import finetune as finetune_config
-from keras_vit import checkpoints, weights
+from keras_vit import _clash, checkpoints, weights
 from trainers import demo, flags, memory
 from trainers.data import tfds_prepare
 from trainers.errors import TrainerError
@@ -60,7 +60,12 @@ COVERAGE = {
     r"^make test\b": "test_make_targets",
     r"^make format\b": "test_make_targets",
     # Install
-    r"^pip install ": Unrunnable("installs from the package registry", "test_pip_installs_name_real_extras"),
+    r"^pip install (?!--force-reinstall)": Unrunnable(
+        "installs from the package registry", "test_pip_installs_name_real_extras"
+    ),
+    r"^pip uninstall -y keras-vit$|^pip install --force-reinstall": Unrunnable(
+        "changes the installed packages", "test_clash_fix_commands"
+    ),
     # Quickstart, scaling, checkpoints, any size, visualize
     r"^import numpy as np\nimport keras_vit": "test_quickstart",
     r"^keras_vit\.ViT_B16\(\n": "test_constructor_signature",
@@ -320,17 +325,25 @@ def test_make_targets():
 
 def test_pip_installs_name_real_extras():
     setup = open(os.path.join(ROOT, "setup.py"), encoding="utf-8").read()
-    assert re.search(r"name=\"keras-vit\"", setup)
-    # Other packages a README command installs beside keras-vit, and why.
+    name = re.search(r"name=\"([^\"]+)\"", setup).group(1)
+    assert name == "keras-vision-transformer"  # not "keras-vit": an unrelated project's name
+    # Other packages a README command installs beside ours, and why.
     others = {"jax[cuda13]": "JAX's CUDA build, for benchmarks.accelerator on a GPU"}
     for item in matching(r"^pip install "):
         _, argv = split_command(item.text)
         target = argv[-1]
-        assert target.split("[")[0] in ("keras-vit", "."), item.describe()
+        assert target.split("[")[0] in (name, "."), item.describe()
         packages = [a for a in argv[2:-1] if not a.startswith("-") and a != target]
         assert set(packages) <= set(others), item.describe()
         for extra in re.findall(r"\[(\w+)\]", target):
             assert re.search(rf"[\"']{extra}[\"']\s*:", setup), f"setup.py has no [{extra}] extra"
+
+
+def test_clash_fix_commands():
+    # The README's fix is the one the clash message prints (tests/test_clash.py triggers it).
+    fix = [item.text for item in matching(r"^pip uninstall -y keras-vit$|^pip install --force-reinstall")]
+    said = _clash.message("/site-packages/keras_vit", ["vit.py"])
+    assert len(fix) == 2 and all(f"`{command}`" in said for command in fix), (fix, said)
 
 
 @pytest.mark.slow

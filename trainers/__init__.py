@@ -1,9 +1,9 @@
-"""The keras-vit trainers: tf.distribute fine-tuning, pre-training and few-shot probes.
+"""The keras_vit trainers: tf.distribute fine-tuning, pre-training and few-shot probes.
 
-They need TensorFlow and TFDS, which `pip install keras-vit` (the library alone) does not bring,
-and they run Keras on its TensorFlow backend whatever KERAS_BACKEND says: they select it here,
-before anything imports Keras (TensorFlow's import does), while the library itself runs on any
-backend.
+They need TensorFlow and TFDS, which `pip install keras-vision-transformer` (the library alone)
+does not bring, and they run Keras on its TensorFlow backend whatever KERAS_BACKEND says: they
+select it here, before anything imports Keras (TensorFlow's import does), while the library
+itself runs on any backend.
 
 TensorFlow's start-up lines are hidden unless the command line has --verbose
 (trainers/console.py).
@@ -32,4 +32,10 @@ try:
     with console.native_stderr_hidden(hide=not _VERBOSE and "tensorflow" not in sys.modules):
         import tensorflow  # noqa: F401
 except ImportError as error:  # the library was installed without the [train] extra
-    raise ImportError('the trainers need TensorFlow and TFDS: pip install "keras-vit[train]"') from error
+    raise ImportError(
+        'the trainers need TensorFlow and TFDS: pip install "keras-vision-transformer[train]"'
+    ) from error
+
+# Before any trainer reaches keras_vit.layers: refuses a keras_vit package mixed with the files
+# of the index's unrelated `keras-vit` (keras_vit/_clash.py).
+from keras_vit import _clash  # noqa: E402, F401
