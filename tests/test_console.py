@@ -56,7 +56,7 @@ def test_a_short_run_prints_a_banner_and_early_progress_and_no_noise(tmp_path):
     # The banner comes first and names what runs.
     banner = "\n".join(lines[:8])
     for fact in (
-        "model:    ViT-Ti_16 (138,954 parameters), 16 px, 17 tokens",
+        "model:    custom ViT: patch 4, width 64, 4 layers, 4 heads (138,954 parameters), 16 px, 17 tokens",
         f"weights: {checkpoint}",
         "data:     digits, 10 classes; train 1,437 (train); eval test 360 (test)",
         "hardware: MirroredStrategy: 1 replica(s)",

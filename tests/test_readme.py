@@ -91,7 +91,7 @@ COVERAGE = {
     r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --weights=gs://": "test_finetune_from_own_npz",
     r"^python -m trainers\.pretrain --dataset=digits --objective=masked_patch": "test_masked_patch_command",
     r"^tensorboard --logdir": Unrunnable("a server that runs until stopped", "test_tensorboard_command"),
-    r"\Amodel: +ViT": "test_console_sample",
+    r"\Amodel: +(ViT|custom ViT)": "test_console_sample",
     r"^finetune: error: --batch_size": "test_trainer_error_samples",
     r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --data_dir=/tmp/fakepets": (
         "test_accum_auto_card_command"
@@ -857,7 +857,7 @@ def test_folder_run(tmp_path, capsys):
 @pytest.mark.slow
 def test_console_sample(tmp_path, capsys):
     """The sample is what the command named just above it prints, line for line, numbers aside."""
-    item = only(r"\Amodel: +ViT")
+    item = only(r"\Amodel: +(ViT|custom ViT)")
     (command,) = re.findall(r"`(python -m trainers\.\w+ [^`]*)`\s+printed", item.before)
     workdir = re.search(r"--workdir=(\S+)", command).group(1)
     code, out, err = run_command(command.replace(workdir, str(tmp_path / "run")), capsys)

@@ -4,6 +4,7 @@ A person starting a week-long run wants to see, before it starts, that it is the
 hardware, batch and schedule they meant; a log read later wants the same facts at its top.
 """
 
+from keras_vit import variants
 from trainers import distribute, memory
 
 
@@ -44,7 +45,7 @@ def lines(
         batch += f" = {accum_steps} micro-batches of {micro} (gradients summed)"
     start = f"from step {start_step}" if start_step else "from the start"
     return [
-        f"model:    {config.model} ({_millions(model.count_params())} parameters), "
+        f"model:    {variants.describe(model)} ({_millions(model.count_params())} parameters), "
         f"{config.image_size} px, {tokens} tokens, weights: {weights}",
         f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({config.train_split}); "
         f"eval {_split_sizes(spec, eval_splits)}",
