@@ -16,6 +16,11 @@ def _millions(n):
     return f"{n / 1e6:.1f}M" if n >= 1e6 else _count(n)
 
 
+def _every(what, steps):
+    """ "eval every 100", or "eval at the end" for 0 (no periodic one, only the final)."""
+    return f"{what} every {steps}" if steps else f"{what} at the end"
+
+
 def _split_sizes(spec, splits):
     parts = []
     for name, split in splits.items():
@@ -53,7 +58,7 @@ def lines(
         f"precision {precision_note}",
         f"batch:    {batch}; {memory_note}",
         f"steps:    {config.total_steps} ({config.warmup_steps} warm-up, {config.optimizer}, base_lr "
-        f"{config.base_lr}), {start}; eval every {config.eval_every or 'end'}, checkpoint every "
-        f"{config.checkpoint_every or 'end'}",
+        f"{config.base_lr}), {start}; {_every('eval', config.eval_every)}, "
+        f"{_every('checkpoint', config.checkpoint_every)}",
         f"workdir:  {config.workdir}",
     ]
