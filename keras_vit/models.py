@@ -112,6 +112,11 @@ class ViT(keras.Model):
         **kwargs,
     ):
         position_embeddings.check_posemb(posemb, hidden_size)
+        if not kwargs.get("name"):
+            # Keras would derive "vi_t" from the class name, which is what its messages would
+            # call the model. Only the model's own name: its layers' names are the weight format.
+            uid = keras.backend.get_uid("vit")
+            kwargs["name"] = "vit" if uid == 1 else f"vit_{uid - 1}"
         if classifier not in ("token", "gap"):
             raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
         if pooling not in (None, "token", "gap"):
