@@ -1,4 +1,5 @@
-"""Packaging for keras-vit: the Vision Transformer library and its tf.distribute trainers."""
+"""Packaging for keras-vision-transformer (import name keras_vit): the Vision Transformer library
+and its tf.distribute trainers."""
 
 from setuptools import find_packages, setup
 
@@ -14,7 +15,7 @@ INSTALL_REQUIRES = [
     "pillow",
 ]
 
-# The trainers and configs (TensorFlow only): pip install "keras-vit[train]".
+# The trainers and configs (TensorFlow only): pip install "keras-vision-transformer[train]".
 # tests/test_packaging.py checks these against what trainers/ and configs/ import.
 TRAIN_REQUIRES = [
     "tensorflow>=2.16",
@@ -40,8 +41,8 @@ EXPORT_REQUIRES = ["tensorflow>=2.16", "tf2onnx", "onnx", "onnxruntime", "ai-edg
 HUB_REQUIRES = ["safetensors", "huggingface_hub"]
 
 # The tests run the trainers too, so they need everything [train] installs. The list is
-# repeated rather than written as "keras-vit[train]": pip resolves such a self-reference only
-# since 21.2 (and an older pip or another installer may fetch keras-vit from the index).
+# repeated rather than written as "keras-vision-transformer[train]": pip resolves such a
+# self-reference only since 21.2 (and an older pip or another installer may fetch it from the index).
 # ruff is pinned: `make test` enforces its formatter's output, which changes between releases.
 # nbclient, nbformat and ipykernel run the colab/ notebooks top to bottom.
 # keras-hub: tests/test_benchmarks.py runs the benchmarks against it (it brings tensorflow-text
@@ -64,8 +65,10 @@ TEST_REQUIRES = [
     "torch",
 ]
 
+# Not "keras-vit": that name on the package index is an unrelated project that also installs a
+# `keras_vit` package (keras_vit/_clash.py refuses the mix of the two).
 setup(
-    name="keras-vit",
+    name="keras-vision-transformer",
     version="0.1.0",
     description="Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3, with "
     "official checkpoints and a tf.distribute trainer.",

@@ -1,6 +1,12 @@
-"""keras-vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3."""
+"""keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3.
 
-import os
+Distributed as keras-vision-transformer (the package index's keras-vit is another project).
+"""
+
+# First, before Keras: refuses a package mixed with the files of the index's unrelated keras-vit.
+from keras_vit import _clash  # noqa: F401, I001
+
+import os  # noqa: I001
 import sys
 
 from keras_vit import startup  # the standard library only

@@ -26,7 +26,18 @@ import os
 import posixpath
 import sys
 
-from keras_vit import fileio, hf_export, hub, labels, models, npz_layout, run_dir, variants, weights
+from keras_vit import (
+    _clash,  # noqa: F401  (first: refuses a package mixed with another's files)
+    fileio,
+    hf_export,
+    hub,
+    labels,
+    models,
+    npz_layout,
+    run_dir,
+    variants,
+    weights,
+)
 
 USAGE_ERROR = 2
 

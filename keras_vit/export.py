@@ -18,7 +18,7 @@ temporary name, run on sample images and compared with the Keras model, and rena
 only if the largest difference of the probabilities is within the format's tolerance: a
 failed check leaves nothing behind. `--eval_dir=DIR` (a sub-folder of images per class, named
 as the class) also measures both models' top-1 accuracy there. Needs TensorFlow, tf2onnx,
-onnxruntime and ai-edge-litert: pip install "keras-vit[export]".
+onnxruntime and ai-edge-litert: pip install "keras-vision-transformer[export]".
 """
 
 import argparse
@@ -32,6 +32,10 @@ import sys
 import tempfile
 import warnings
 
+# Before Keras, whose import starts TensorFlow (and its log lines) on the default backend.
+from keras_vit import _clash  # noqa: F401  (refuses a package mixed with another's files)
+
+# isort: split
 import keras
 import numpy as np
 import PIL.Image

@@ -75,7 +75,7 @@ def _write_safetensors(tmp, tensors):
         import safetensors.numpy
     except ImportError:
         raise CheckpointError(
-            "writing safetensors files needs safetensors: pip install 'keras-vit[hub]'"
+            "writing safetensors files needs safetensors: pip install 'keras-vision-transformer[hub]'"
         ) from None
     contiguous = {name: np.ascontiguousarray(value, np.float32) for name, value in tensors.items()}
     # transformers reads only files that say which framework wrote their layout.

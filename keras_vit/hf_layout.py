@@ -115,7 +115,7 @@ def _safetensors_numpy():
         import safetensors.numpy
     except ImportError:
         raise CheckpointError(
-            "reading Hugging Face checkpoints needs safetensors: pip install 'keras-vit[hub]'"
+            "reading Hugging Face checkpoints needs safetensors: pip install 'keras-vision-transformer[hub]'"
         ) from None
     return safetensors.numpy
 

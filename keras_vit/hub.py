@@ -13,7 +13,7 @@ from keras_vit.errors import CheckpointError, first_line
 from keras_vit.hf_layout import CONFIG_FILE, PREPROCESSOR_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX
 
 PREFIXES = ("hf-hub:", "hf://")
-_INSTALL = "pip install 'keras-vit[hub]'"
+_INSTALL = "pip install 'keras-vision-transformer[hub]'"
 
 
 def is_hub_name(weights):

@@ -8,7 +8,15 @@ import os
 import keras
 from keras import ops
 
-from keras_vit import grids, initializers, keras_layout, position_embeddings, preprocessing, resnet
+from keras_vit import (
+    _clash,  # noqa: F401  (first: refuses a package mixed with another's files)
+    grids,
+    initializers,
+    keras_layout,
+    position_embeddings,
+    preprocessing,
+    resnet,
+)
 from keras_vit import layers as vit_layers
 from keras_vit import weights as weights_lib
 from keras_vit.variants import VARIANTS
@@ -141,6 +149,11 @@ class ViT(keras.Model):
             raise ValueError(
                 "fc_norm=True normalises the mean of the patch tokens; it needs classifier='gap'."
             )
+        if not kwargs.get("name"):
+            # Keras would derive "vi_t" from the class name, which is what its messages would
+            # call the model. Only the model's own name: its layers' names are the weight format.
+            uid = keras.backend.get_uid("vit")
+            kwargs["name"] = "vit" if uid == 1 else f"vit_{uid - 1}"
         if classifier not in ("token", "gap"):
             raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
         if pooling not in (None, "token", "gap"):

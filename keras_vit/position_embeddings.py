@@ -32,7 +32,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit import initializers
+from keras_vit import _clash, initializers  # noqa: F401  (_clash: before layers.py)
 from keras_vit import layers as vit_layers
 
 POSEMB_TYPES = ("learned_1d", "learned_2d", "sincos_2d", "relative", "none")

@@ -11,7 +11,7 @@ probability. TensorFlow is imported only here, when a SavedModel or LiteRT file 
 
 from keras_vit import images
 
-INSTALL_HINT = 'pip install "keras-vit[export]"'
+INSTALL_HINT = 'pip install "keras-vision-transformer[export]"'
 
 
 def tensorflow():

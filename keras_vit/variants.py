@@ -54,3 +54,27 @@ def variant_of(model):
         if all(getattr(model, key, None) == value for key, value in spec.items() if key != "resnet_layers"):
             return name
     return None
+
+
+def describe(model):
+    """What `model` is, in words: its official name, or its shape when it is no official variant.
+
+    "ViT-B_16", "custom ViT: patch 4, width 64, 4 layers, 4 heads", or for a hybrid
+    "custom hybrid: ResNet stages (2, 2) + patch 1, width 64, 2 layers, 2 heads".
+    """
+    name = variant_of(model)
+    if name:
+        return name
+    patch = model.patch_size
+    if not isinstance(patch, int):
+        patch = patch[0] if patch[0] == patch[1] else f"{patch[0]}x{patch[1]}"
+    layers, heads = model.num_layers, model.num_heads
+    shape = (
+        f"patch {patch}, width {model.hidden_size}, {layers} layer{'s' * (layers != 1)}, "
+        f"{heads} head{'s' * (heads != 1)}"
+    )
+    stem = getattr(model, "resnet_layers", None)
+    if stem is None:
+        return f"custom ViT: {shape}"
+    stages = f"ResNet stages {tuple(stem)}" if stem else "ResNet root"
+    return f"custom hybrid: {stages} + {shape}"

@@ -75,5 +75,71 @@ def test_a_resumed_run_says_where_it_starts():
     )
     text = "\n".join(lines)
     assert "from step 600" in text and "XLA on" in text
+    assert "eval every 500, checkpoint every 500" in text
     assert "batch:    64 global = 1 replica(s) x 64;" in text and "micro-batches" not in text
-    assert "(138,954 parameters), 16 px, 17 tokens, weights: random initialisation" in text
+    # The digits shape is no official variant: the banner says what it is, not "ViT-Ti_16".
+    assert (
+        "model:    custom ViT: patch 4, width 64, 4 layers, 4 heads (138,954 parameters), 16 px, "
+        "17 tokens, weights: random initialisation" in text
+    )
+
+
+def test_the_banner_names_the_model_built_not_the_flag():
+    # --model=ViT-B_16 with shape flags builds another model: the banner describes that one.
+    config = finetune.get_config("digits")
+    config.update(dict(workdir="/tmp/d", model="ViT-B_16"))
+    spec = DatasetSpec(name="digits", num_classes=10, num_examples={"train": 1437, "test": 360})
+    common = dict(
+        config=config,
+        spec=spec,
+        strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+        eval_splits={"test": "test"},
+        accum_steps=1,
+        memory_note="",
+        precision_note="float32",
+        jit=False,
+        start_step=0,
+    )
+    tiny = keras_vit.create_model(
+        "ViT-B_16", image_size=32, num_classes=10, patch_size=8, hidden_size=32, num_layers=1, num_heads=2
+    )
+    assert banner.lines(model=tiny, **common)[0].startswith(
+        "model:    custom ViT: patch 8, width 32, 1 layer, 2 heads ("
+    )
+    hybrid = keras_vit.ViT(
+        image_size=32,
+        patch_size=1,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        mlp_dim=64,
+        resnet_layers=(2, 2),
+        num_classes=10,
+    )
+    assert banner.lines(model=hybrid, **common)[0].startswith(
+        "model:    custom hybrid: ResNet stages (2, 2) + patch 1, width 32, 2 layers, 2 heads ("
+    )
+    config.image_size = 32
+    official = keras_vit.create_model("ViT-S_32", image_size=32, num_classes=10)
+    assert banner.lines(model=official, **common)[0].startswith("model:    ViT-S_32 (")
+
+
+def test_zero_means_at_the_end():
+    config = finetune.get_config("digits")
+    config.update(dict(workdir="/tmp/d", eval_every=0, checkpoint_every=0))
+    spec = DatasetSpec(name="digits", num_classes=10, num_examples={"train": 1437, "test": 360})
+    shape = {k: v for k, v in DIGITS_ARCHITECTURE.items() if k != "model"}
+    lines = banner.lines(
+        config=config,
+        spec=spec,
+        strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+        model=keras_vit.create_model("ViT-Ti_16", num_classes=10, **shape),
+        eval_splits={"test": "test"},
+        accum_steps=1,
+        memory_note="",
+        precision_note="float32",
+        jit=False,
+        start_step=0,
+    )
+    assert lines[4].endswith("from the start; eval at the end, checkpoint at the end"), lines[4]
+    assert "every end" not in "\n".join(lines)

@@ -56,7 +56,7 @@ def test_a_short_run_prints_a_banner_and_early_progress_and_no_noise(tmp_path):
     # The banner comes first and names what runs.
     banner = "\n".join(lines[:8])
     for fact in (
-        "model:    ViT-Ti_16 (138,954 parameters), 16 px, 17 tokens",
+        "model:    custom ViT: patch 4, width 64, 4 layers, 4 heads (138,954 parameters), 16 px, 17 tokens",
         f"weights: {checkpoint}",
         "data:     digits, 10 classes; train 1,437 (train); eval test 360 (test)",
         "hardware: MirroredStrategy: 1 replica(s)",
@@ -172,4 +172,23 @@ def test_the_eta_leaves_out_the_compiling_call(capsys):
     first, steady = capsys.readouterr().out.splitlines()
     assert "first call 30.0 s" in first and "ETA" not in first
     # 50 steps left at 0.1 s each: 5 s (30 s of compiling would make it 35 s or more).
-    assert steady.endswith("100.0 img/s (100.0/core)  ETA 0:00:05"), steady
+    # One replica (a CPU's is all its cores): no per-core figure that would be the machine's.
+    assert steady.endswith("100.0 img/s  ETA 0:00:05"), steady
+    assert "core" not in steady and "replica" not in steady
+
+
+def test_several_replicas_show_the_speed_per_replica(capsys):
+    summaries = actions.Summaries.__new__(actions.Summaries)
+    summaries.train = summaries.eval = tf.summary.create_noop_writer()
+    log = actions.LogTraining(
+        summaries,
+        lambda step: np.float32(0.1),
+        total_steps=101,
+        batch_size=40,
+        replicas=4,
+        console=console.Console(),
+    )
+    out = {"loss": 1.0, "grad_norm": 0.5}
+    log(0, 1, out, 30.0)
+    log(1, 51, out, 5.0)
+    assert capsys.readouterr().out.splitlines()[1].endswith("400.0 img/s (100.0/replica)  ETA 0:00:05")

@@ -173,6 +173,27 @@ def test_probes_of_pretrained_npz_use_its_pre_logits(tmp_path):
     assert fewshot.run(config)["3shot_l2_reg"] in linear_probe.L2_SWEEP
 
 
+def test_probes_build_no_head_and_report_none(tmp_path, caplog):
+    # A checkpoint with a 5-class head, probed on 10 classes: the probe fits its own classifier,
+    # so no "new zero-initialised head" (there is none) may be reported.
+    model = tiny_vit()
+    path = str(tmp_path / "model.npz")
+    weights_lib.save_npz(model, path)
+    config = fewshot.get_config("digits")
+    for flag in TINY_FLAGS:
+        name, value = flag[2:].split("=")
+        config[name] = type(config[name])(value)
+    config.update(weights=path, pre_logits=False)
+    with caplog.at_level("INFO", logger="keras_vit"):
+        probe = fewshot.build_feature_model(config, 10)
+    assert "head" not in caplog.text, caplog.text
+    assert "head" not in [layer.name for layer in probe.layers]
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 8, 8, 3)).astype("float32")
+    # The representation is the one a model with the checkpoint's head would give its head.
+    expected = features.representation_model(model)(images)
+    np.testing.assert_allclose(features.representation_model(probe)(images), expected, atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def cifar10_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tfds")

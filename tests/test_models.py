@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -406,3 +407,23 @@ def test_keras_model_agrees_with_a_hand_written_numpy_forward_pass(classifier, r
     x = _images((3, 16, 12, 3), low=-1.0, high=1.0)
     expected = reference_numpy.vit_forward(export_params(model), x, num_heads=3, classifier=classifier)
     np.testing.assert_allclose(model(x), expected, atol=1e-5)
+
+
+def test_a_model_is_named_vit_not_after_its_class():
+    # Keras would call it "vi_t" (from the class name ViT) in its messages and summaries.
+    first = keras_vit.ViT(
+        image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8, num_classes=2
+    )
+    second = keras_vit.ViT(
+        image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8, num_classes=2
+    )
+    assert re.fullmatch(r"vit(_\d+)?", first.name) and re.fullmatch(r"vit_\d+", second.name)
+    assert first.name != second.name
+    named = keras_vit.ViT(
+        image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8, name="mine"
+    )
+    assert named.name == "mine"
+    assert keras_vit.create_model("ViT-Ti_16", image_size=32, num_classes=2).name == "vit_ti_16"
+    # The layers keep their names: they are the weight format.
+    names = [layer.name for layer in first.layers]
+    assert {"embedding", "posembed_input", "encoder_norm", "head"} <= set(names), names

@@ -1,10 +1,12 @@
-"""What `pip install keras-vit` and its extras install, against what the code imports.
+"""What `pip install keras-vision-transformer` and its extras install, against what the code imports.
 
 The requirements come from running setup.py with `setuptools.setup` replaced by a recorder;
 the imports are read from the sources with `ast` (test_import_graph.py), so a new import in
 keras_vit, trainers/ or configs/ without its distribution in setup.py fails here. Then the
 library is used in a fresh interpreter on the JAX backend in which TensorFlow, TFDS and
-scikit-learn cannot be imported, as in an environment that installed keras-vit alone.
+scikit-learn cannot be imported, as in an environment that installed the library alone.
+The distribution name is checked to be the same in setup.py, every install command a user
+copies (README, notebooks, error hints), and never the index's unrelated `keras-vit`.
 """
 
 import importlib.metadata
@@ -55,6 +57,8 @@ DISTRIBUTIONS = {
     "torch": "torch",
     "transformers": "transformers",
 }
+# Ours: the index's "keras-vit" is an unrelated project (keras_vit/_clash.py).
+DISTRIBUTION = "keras-vision-transformer"
 # Keras backends: keras_vit imports one inside a function only when it is the running backend.
 BACKENDS = {"tensorflow", "jax", "torch"}
 # The training stack a JAX or PyTorch user of the library must not get.
@@ -89,7 +93,7 @@ def _names(requirements, extras):
     names = set()
     for text in requirements:
         requirement = Requirement(text)
-        if canonicalize_name(requirement.name) == "keras-vit":
+        if canonicalize_name(requirement.name) == DISTRIBUTION:
             for extra in requirement.extras:
                 names |= _names(extras[extra], extras)
         else:
@@ -154,7 +158,7 @@ def test_the_library_requires_what_keras_vit_imports(requires):
         else:
             assert distribution in available, (
                 f"keras_vit imports {distribution} ({where[0]}) "
-                "but `pip install keras-vit` does not install it"
+                "but `pip install keras-vision-transformer` does not install it"
             )
     assert ("h5py", False) in found and "h5py" in _keras_requirements()  # the table is in use
 
@@ -187,6 +191,42 @@ def test_bench_extra_installs_what_the_benchmarks_import(requires):
     missing = {d: where for (d, _), where in found.items() if d not in available}
     assert not missing, f"benchmarks/ imports what [bench] and [train] do not install: {missing}"
     assert {"keras-hub", "timm", "torch"} <= requires["bench"]
+
+
+def _install_commands():
+    """(where, distribution, extras) of every install command a user copies: README.md's
+    `pip install` lines, the notebooks' PACKAGE, and the hints that errors print."""
+    found = []
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            for target in re.findall(r"pip install (?:-\S+ )*\"?([\w.-]+(?:\[[\w,]+\])?)", line):
+                found.append((f"README.md line {number}", target))
+    for name in sorted(os.listdir(os.path.join(ROOT, "colab"))):
+        with open(os.path.join(ROOT, "colab", name), encoding="utf-8") as f:
+            for target in re.findall(r'PACKAGE = \\"([\w.-]+(?:\[[\w,]+\])?)', f.read()):
+                found.append((f"colab/{name}", target))
+    for module, path in find_modules(ROOT, PACKAGES).items():
+        with open(path, encoding="utf-8") as f:
+            for target in re.findall(r"pip install \\?\"?([\w.-]+\[[\w,]+\])", f.read()):
+                found.append((module, target))
+    commands = []
+    for where, target in found:
+        name, _, extras = target.partition("[")
+        commands.append((where, name, extras.rstrip("]").split(",") if extras else []))
+    return commands
+
+
+def test_every_install_command_names_this_distribution(setup_kwargs):
+    assert setup_kwargs["name"] == DISTRIBUTION
+    ours = [c for c in _install_commands() if canonicalize_name(c[1]) in (DISTRIBUTION, "keras-vit")]
+    # The README's three, the notebooks' four, and the export, plots and train hints at least.
+    assert len(ours) >= 10 and {c[0].split()[0] for c in ours} >= {"README.md", "colab/quickstart.ipynb"}
+    for where, name, extras in ours:
+        assert canonicalize_name(name) == DISTRIBUTION, f"{where} installs {name!r}, not {DISTRIBUTION!r}"
+        for extra in extras:
+            assert extra in setup_kwargs["extras_require"], f"{where}: setup.py has no [{extra}] extra"
+    hints = {where for where, _, extras in ours if extras and not where.startswith(("README", "colab"))}
+    assert {"keras_vit.serving", "keras_vit.visualize.figures", "trainers"} <= hints, hints
 
 
 def test_make_installs_the_train_test_and_plots_extras():

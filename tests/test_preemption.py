@@ -120,3 +120,90 @@ def test_sigterm_to_one_worker_checkpoints_all_at_one_step_and_resumes_exactly(t
     assert resumed["train_loss"] == pytest.approx(uninterrupted["train_loss"], rel=1e-6)
     assert resumed["eval"]["test"]["loss"] == pytest.approx(uninterrupted["eval"]["test"]["loss"], rel=1e-6)
     assert resumed["eval"]["test"]["accuracy"] == uninterrupted["eval"]["test"]["accuracy"]
+
+
+# Ctrl-C: one process, the digits run above without the cluster, and loop calls of 2 steps.
+ONE_PROCESS = [a for a in RUN if not a.startswith(("--strategy", "--total_steps"))] + ["--total_steps=200"]
+INTERRUPTED = re.compile(
+    r"^interrupted \(Ctrl-C\): saved a checkpoint at step (\d+); rerun the same command to resume\.$", re.M
+)
+
+
+def _start_and_wait_for_training(tmp_path, workdir, name):
+    log = tmp_path / f"{name}.log"
+    proc = start_cli("finetune", ONE_PROCESS + [f"--workdir={workdir}"], log_path=str(log))
+    deadline = time.time() + 240
+    while "/200  loss" not in log.read_text():  # the first loop call is done: training is under way
+        if time.time() > deadline or proc.poll() is not None:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(log.read_text()[-3000:])
+        time.sleep(0.05)
+    return proc, log
+
+
+def test_one_process_ctrl_c_is_acknowledged_at_once_and_marks_the_run_interrupted():
+    strategy = distribute.create_strategy("cpu", cpu_devices=1)
+    saves = []
+    before = signal.getsignal(signal.SIGINT)
+    with preemption.Preemption(strategy, lambda: saves.append(1)) as preempted:
+        assert signal.getsignal(signal.SIGINT) is not before  # else the signal below ends pytest
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+        assert preempted.saved_checkpoint() and saves == [1] and preempted.interrupted
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_says_how_to_resume_and_the_rerun_matches_an_uninterrupted_run(tmp_path):
+    reference = str(tmp_path / "reference")
+    proc = start_cli("finetune", ONE_PROCESS + [f"--workdir={reference}"], log_path=str(tmp_path / "ref.log"))
+    assert proc.wait(timeout=300) == 0, (tmp_path / "ref.log").read_text()[-3000:]
+
+    workdir = str(tmp_path / "run")
+    proc, log = _start_and_wait_for_training(tmp_path, workdir, "interrupted")
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=60)
+    seconds = time.time() - sent
+    out = log.read_text()
+    # Exit 130 like any interrupted command, promptly: the save is at the next loop boundary.
+    assert code == 130 and seconds < 30, (code, seconds, out[-3000:])
+    assert "Ctrl-C: saving a checkpoint at the next step boundary" in out
+    (step,) = [int(s) for s in INTERRUPTED.findall(out)]
+    assert 0 < step < 200 and checkpoint_steps(workdir) == [step]
+    assert not os.path.exists(os.path.join(workdir, "results.json"))
+    assert "Traceback" not in out and out.rstrip().endswith("finetune: interrupted")
+
+    resumed_log = tmp_path / "resumed.log"
+    proc = start_cli("finetune", ONE_PROCESS + [f"--workdir={workdir}"], log_path=str(resumed_log))
+    assert proc.wait(timeout=300) == 0, resumed_log.read_text()[-3000:]
+    assert f"at step {step}." in resumed_log.read_text()
+    resumed, uninterrupted = read_results(workdir), read_results(reference)
+    assert resumed["steps"] == uninterrupted["steps"] == 200
+    assert resumed["train_loss"] == uninterrupted["train_loss"]
+    assert resumed["eval"]["test"] == uninterrupted["eval"]["test"]
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path):
+    # Loop calls of 1500 steps (seconds): the first Ctrl-C lands inside one, and is acknowledged
+    # at once (not at its end); the second ends the process before that call returns.
+    args = [a for a in ONE_PROCESS if not a.startswith(("--steps_per_loop", "--total_steps"))]
+    args += ["--steps_per_loop=1500", "--total_steps=3000"]
+    log = tmp_path / "twice.log"
+    proc = start_cli("finetune", args + [f"--workdir={tmp_path / 'run'}"], log_path=str(log))
+    deadline = time.time() + 240
+    while "step 1/3000" not in log.read_text():  # the 1-step first call is done; a long one runs
+        assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    while "Ctrl-C: saving a checkpoint" not in log.read_text():
+        assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    out = log.read_text()
+    assert "Ctrl-C again: stopped without saving" in out and not INTERRUPTED.search(out), out[-3000:]
+    # Acknowledged inside the long loop call, not at its end; and stopped before the call ended.
+    assert "step 1500/3000" not in out and checkpoint_steps(tmp_path / "run") == []

@@ -2,10 +2,12 @@
 
 import importlib.util
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from trainer_cli import FAKE_TFDS, run_cli
+from trainer_cli import FAKE_TFDS, ROOT, run_cli
 
 from trainers import data, prepare
 
@@ -33,12 +35,47 @@ def test_imagenet2012_from_a_manual_dir(tmp_path):
     assert again.returncode == 0 and "was already prepared" in again.stdout
 
 
-def test_no_network_is_one_line_naming_the_command(capsys, tmp_path):
+def test_no_network_is_one_line_saying_what_to_do(capsys, tmp_path):
     code = prepare.main(["prepare", "--dataset=cifar10", f"--data_dir={tmp_path / 'tfds'}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("prepare: error: cifar10 is not prepared")
-    assert "python -m trainers.prepare --dataset=cifar10 --data_dir=DIR" in err[0]
+    # Not "run python -m trainers.prepare": that is the command that just failed.
+    assert "trainers.prepare" not in err[0]
+    assert "run this command on a machine with network (with --data_dir=DIR there), then copy " in err[0]
+    assert f"DIR/cifar10 into {tmp_path / 'tfds'}" in err[0]
     assert not os.path.exists(tmp_path / "tfds")  # nothing half-prepared left behind
+
+
+@pytest.mark.parametrize(
+    "module, args, advice",
+    [
+        ("prepare", ["--dataset=cifar10"], "run this command on a machine with network"),
+        (
+            "finetune",
+            ["--dataset=cifar10", "--workdir=WORKDIR"],
+            "python -m trainers.prepare --dataset=cifar10",
+        ),
+    ],
+)
+def test_a_data_dir_without_the_dataset_prints_the_error_alone(tmp_path, module, args, advice):
+    # TFDS warns "Variant folder ... has no dataset_info.json" looking into such a data_dir; a
+    # user must see the one line that says what to do, nothing above it.
+    args = [a.replace("WORKDIR", str(tmp_path / "run")) for a in args]
+    # As a user runs it: TF_CPP_MIN_LOG_LEVEL and KERAS_BACKEND left to the trainers.
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
+    env["PYTHONPATH"] = ROOT
+    proc = subprocess.run(
+        [sys.executable, "-m", f"trainers.{module}", *args, f"--data_dir={tmp_path / 'tfds'}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"{module}: error: cifar10 is not prepared in {tmp_path / 'tfds'}")
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert advice in proc.stderr
 
 
 @pytest.mark.parametrize(

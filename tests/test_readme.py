@@ -32,11 +32,11 @@ import readme_blocks
 import synthetic_checkpoints as synth
 import tensorflow_datasets as tfds
 from readme_blocks import ROOT, split_command
-from trainer_cli import TINY_MODEL, free_ports, make_fake_tfds, read_results
+from trainer_cli import FAKE_TFDS, TINY_MODEL, free_ports, make_fake_tfds, read_results
 
 import keras_vit
 from configs import finetune as finetune_config
-from keras_vit import checkpoints, weights
+from keras_vit import _clash, checkpoints, weights
 from trainers import demo, flags, memory
 from trainers.data import tfds_prepare
 from trainers.errors import TrainerError
@@ -60,8 +60,15 @@ COVERAGE = {
     r"^make demo\b": "test_make_targets",
     r"^make test\b": "test_make_targets",
     r"^make format\b": "test_make_targets",
+    # First hour on a CPU: every command of the block runs, in order, at tiny size
+    r"runs/cpu\b": "test_first_hour_commands",
     # Install
-    r"^pip install ": Unrunnable("installs from the package registry", "test_pip_installs_name_real_extras"),
+    r"^pip install (?!--force-reinstall)": Unrunnable(
+        "installs from the package registry", "test_pip_installs_name_real_extras"
+    ),
+    r"^pip uninstall -y keras-vit$|^pip install --force-reinstall": Unrunnable(
+        "changes the installed packages", "test_clash_fix_commands"
+    ),
     # Quickstart, scaling, checkpoints, any size, visualize
     r"^import numpy as np\nimport keras_vit": "test_quickstart",
     r"^keras_vit\.ViT_B16\(\n": "test_constructor_signature",
@@ -74,7 +81,7 @@ COVERAGE = {
     r"^/data/ckpt\.npz: does not fit": "test_weights_error_samples",
     r"input_shape=\(None, None, 3\)\)\nmodel\(images_384\)": "test_any_size_block",
     r"^from keras_vit import visualize": "test_visualize_block",
-    r"^python -m keras_vit\.visualize ": "test_visualize_commands",
+    r"^python -m keras_vit\.visualize (?!.*runs/cpu)": "test_visualize_commands",
     r"^python -m trainers\.pretrain --dataset=digits --workdir=/tmp/vis_pre": "test_visualize_commands",
     # Training
     r"^from configs import finetune as finetune_config\n(?![\s\S]*strategy=\"tpu\")": (
@@ -88,8 +95,10 @@ COVERAGE = {
     r"^from configs import finetune as finetune_config\n[\s\S]*strategy=\"tpu\"": "test_colab_tpu_block",
     r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --weights=gs://": "test_finetune_from_own_npz",
     r"^python -m trainers\.pretrain --dataset=digits --objective=masked_patch": "test_masked_patch_command",
-    r"^tensorboard --logdir": Unrunnable("a server that runs until stopped", "test_tensorboard_command"),
-    r"\Amodel: +ViT": "test_console_sample",
+    r"^tensorboard --logdir(?!=runs/cpu)": Unrunnable(
+        "a server that runs until stopped", "test_tensorboard_command"
+    ),
+    r"\Amodel: +(ViT|custom ViT)": "test_console_sample",
     r"^finetune: error: --batch_size": "test_trainer_error_samples",
     r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --data_dir=/tmp/fakepets": (
         "test_accum_auto_card_command"
@@ -119,7 +128,7 @@ COVERAGE = {
     r"^PATH/train/cat/x\.jpg": "test_multilabel_folder_sample",
     r"^from trainers import data, distribute": "test_data_python_api",
     r"^TF_CONFIG=": "test_two_workers_block",
-    r"^python -m trainers\.fewshot ": "test_fewshot_commands",
+    r"^python -m trainers\.fewshot (?!.*runs/cpu)": "test_fewshot_commands",
     r"^from trainers\.evaluators\.fewshot import FewShotEvaluator": "test_fewshot_evaluator_block",
     r"^upstream: ViT pre-trained on digits 0-4": "test_demo_table_sample",
     r"^python -m benchmarks\.(inference|train|input_pipeline|scaling|accelerator|op_profile|report)\b": (
@@ -128,7 +137,7 @@ COVERAGE = {
     r"^\.venv/bin/python -m pytest ": "test_pytest_commands",
     r"^keras_vit/ +the library": "test_layout_block",
     # Deploy
-    r"^python -m keras_vit\.predict ": "test_deploy_predict_blocks",
+    r"^python -m keras_vit\.predict (?!.*runs/cpu)": "test_deploy_predict_blocks",
     r"^import keras_vit\nfrom keras_vit import predict, run_dir": "test_deploy_predict_blocks",
     r"^\$ python -m keras_vit\.predict three\.png": "test_deploy_predict_sample",
     r"^python -m keras_vit\.export OUT --format=FORMAT --workdir": "test_deploy_export_blocks",
@@ -152,7 +161,13 @@ ITEMS = readme_blocks.items()
 
 
 def matching(pattern):
-    found = [item for item in ITEMS if re.search(pattern, item.text, re.MULTILINE)]
+    # The first-hour commands (runs/cpu/...) have their own test: other patterns skip them.
+    found = [
+        item
+        for item in ITEMS
+        if re.search(pattern, item.text, re.MULTILINE)
+        and ("runs/cpu" in pattern or "runs/cpu" not in item.text)
+    ]
     assert found, f"no README item matches {pattern!r} any more"
     return found
 
@@ -306,6 +321,66 @@ def trainer_config(command, replacements=None):
 # --- Two commands, Install, Tests, Layout ----------------------------------------------------
 
 
+@pytest.mark.slow
+def test_first_hour_commands(tmp_path, capsys, monkeypatch):
+    """The block runs top to bottom as written, with fewer steps and a smaller stand-in."""
+    from keras_vit import export as export_cli
+    from keras_vit import predict as predict_cli
+    from keras_vit.visualize import __main__ as visualize_cli
+
+    items = matching(r"runs/cpu\b")
+    assert {i.heading for i in items} == {"First hour on a CPU"} and len(items) == 8
+    prose = items[0].before
+    assert "expect an accelerator" in prose and "official" in prose and "ImageNet-21k weights" in prose
+    stand_ins = {
+        "runs/cpu": str(tmp_path / "cpu"),
+        "../shared/tools/fake_tfds.py": FAKE_TFDS,
+        "docs/inputs/": os.path.join(ROOT, "docs", "inputs", ""),
+    }
+    shorter = {  # flags appended to each command (the last value of a flag wins)
+        "trainers.finetune --dataset=digits": ["--total_steps=20", "--warmup_steps=2", "--steps_per_loop=10"],
+        "trainers.finetune --dataset=oxford_iiit_pet": [
+            "--total_steps=4",
+            "--warmup_steps=1",
+            "--steps_per_loop=2",
+        ],
+        "fake_tfds.py": ["--per_class", "1", "--test_per_class", "1"],
+    }
+    workdir = tmp_path / "cpu"
+    for item in items:
+        command = replaced(item.text, stand_ins, strict=False)
+        extra = next((flags for key, flags in shorter.items() if key in item.text), [])
+        _, argv = split_command(command)
+        if argv[0] == "tensorboard":
+            executable = shutil.which("tensorboard", path=os.path.dirname(sys.executable))
+            proc = subprocess.run(
+                [executable, *argv[1:], "--inspect"], capture_output=True, text=True, timeout=120
+            )
+            assert proc.returncode == 0 and "loss" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+        elif argv[1] != "-m":  # the stand-in maker, a script
+            proc = subprocess.run(
+                [sys.executable, *argv[1:], *extra], capture_output=True, text=True, timeout=300
+            )
+            assert proc.returncode == 0, item.describe() + proc.stderr[-2000:]
+        elif argv[2].startswith("trainers."):
+            code, _, err = run_command(command, capsys, extra=extra)
+            assert code == 0, item.describe() + err
+        else:
+            cli = {"keras_vit.predict": predict_cli, "keras_vit.export": export_cli}.get(
+                argv[2], visualize_cli
+            )
+            capsys.readouterr()
+            assert cli.main(argv[3:]) == 0, item.describe() + capsys.readouterr().err
+            out = capsys.readouterr().out
+            if argv[2] == "keras_vit.predict":
+                assert "digit_0.png:" in out and "digit_1.png:" in out, out
+    assert read_results(workdir / "digits")["steps"] == 20
+    assert read_results(workdir / "pets")["steps"] == 4
+    assert "25shot_accuracy" in read_results(workdir / "digits_fewshot")
+    assert os.path.getsize(workdir / "digits.onnx") > 0
+    assert sum(name.endswith(".png") for name in os.listdir(workdir / "digits_figures")) == 4
+
+
 def test_make_targets():
     expected = {
         "make demo": ["-m trainers.demo --workdir=runs/demo"],
@@ -323,17 +398,25 @@ def test_make_targets():
 
 def test_pip_installs_name_real_extras():
     setup = open(os.path.join(ROOT, "setup.py"), encoding="utf-8").read()
-    assert re.search(r"name=\"keras-vit\"", setup)
-    # Other packages a README command installs beside keras-vit, and why.
+    name = re.search(r"name=\"([^\"]+)\"", setup).group(1)
+    assert name == "keras-vision-transformer"  # not "keras-vit": an unrelated project's name
+    # Other packages a README command installs beside ours, and why.
     others = {"jax[cuda13]": "JAX's CUDA build, for benchmarks.accelerator on a GPU"}
     for item in matching(r"^pip install "):
         _, argv = split_command(item.text)
         target = argv[-1]
-        assert target.split("[")[0] in ("keras-vit", "."), item.describe()
+        assert target.split("[")[0] in (name, "."), item.describe()
         packages = [a for a in argv[2:-1] if not a.startswith("-") and a != target]
         assert set(packages) <= set(others), item.describe()
         for extra in re.findall(r"\[(\w+)\]", target):
             assert re.search(rf"[\"']{extra}[\"']\s*:", setup), f"setup.py has no [{extra}] extra"
+
+
+def test_clash_fix_commands():
+    # The README's fix is the one the clash message prints (tests/test_clash.py triggers it).
+    fix = [item.text for item in matching(r"^pip uninstall -y keras-vit$|^pip install --force-reinstall")]
+    said = _clash.message("/site-packages/keras_vit", ["vit.py"])
+    assert len(fix) == 2 and all(f"`{command}`" in said for command in fix), (fix, said)
 
 
 @pytest.mark.slow
@@ -904,7 +987,7 @@ def test_folder_run(tmp_path, capsys):
 @pytest.mark.slow
 def test_console_sample(tmp_path, capsys):
     """The sample is what the command named just above it prints, line for line, numbers aside."""
-    item = only(r"\Amodel: +ViT")
+    item = only(r"\Amodel: +(ViT|custom ViT)")
     (command,) = re.findall(r"`(python -m trainers\.\w+ [^`]*)`\s+printed", item.before)
     workdir = re.search(r"--workdir=(\S+)", command).group(1)
     code, out, err = run_command(command.replace(workdir, str(tmp_path / "run")), capsys)

@@ -1,9 +1,9 @@
-"""The keras-vit trainers: tf.distribute fine-tuning, pre-training and few-shot probes.
+"""The keras_vit trainers: tf.distribute fine-tuning, pre-training and few-shot probes.
 
-They need TensorFlow and TFDS, which `pip install keras-vit` (the library alone) does not bring,
-and they run Keras on its TensorFlow backend whatever KERAS_BACKEND says: they select it here,
-before anything imports Keras (TensorFlow's import does), while the library itself runs on any
-backend.
+They need TensorFlow and TFDS, which `pip install keras-vision-transformer` (the library alone)
+does not bring, and they run Keras on its TensorFlow backend whatever KERAS_BACKEND says: they
+select it here, before anything imports Keras (TensorFlow's import does), while the library
+itself runs on any backend.
 
 TensorFlow's start-up lines are hidden unless the command line has --verbose
 (keras_vit/startup.py).
@@ -29,10 +29,16 @@ try:
 except ImportError as error:  # the library was installed without the [train] extra
     if "tensorflow" in sys.modules:
         raise
-    raise ImportError('the trainers need TensorFlow and TFDS: pip install "keras-vit[train]"') from error
+    raise ImportError(
+        'the trainers need TensorFlow and TFDS: pip install "keras-vision-transformer[train]"'
+    ) from error
 
 _VERBOSE = console.verbose_requested(sys.argv)
 if not _VERBOSE:
     # TensorFlow's runtime log lines (XLA service, tf.data notes) below errors stay hidden too
     # (already set where keras_vit imported TensorFlow for a command; this covers the rest).
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# Before any trainer reaches keras_vit.layers: refuses a keras_vit package mixed with the files
+# of the index's unrelated `keras-vit` (keras_vit/_clash.py).
+from keras_vit import _clash  # noqa: E402, F401

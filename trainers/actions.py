@@ -72,7 +72,13 @@ class LogTraining:
             self.steady_steps += step - start
             self.steady_seconds += seconds
             eta = (self.total_steps - step) * self.steady_seconds / self.steady_steps
-            line += f"  {images_per_s:.1f} img/s ({per_core:.1f}/core)  ETA {duration(eta)}"
+            # Per replica only where there are several: a CPU's one replica spans all its cores,
+            # so a "per core" figure there would be the whole machine's.
+            if self.replicas > 1:
+                line += f"  {images_per_s:.1f} img/s ({per_core:.1f}/replica)"
+            else:
+                line += f"  {images_per_s:.1f} img/s"
+            line += f"  ETA {duration(eta)}"
         self.console.print(line)
 
 

@@ -4,6 +4,7 @@ A person starting a week-long run wants to see, before it starts, that it is the
 hardware, batch and schedule they meant; a log read later wants the same facts at its top.
 """
 
+from keras_vit import variants
 from trainers import distribute, memory
 
 
@@ -13,6 +14,11 @@ def _count(n):
 
 def _millions(n):
     return f"{n / 1e6:.1f}M" if n >= 1e6 else _count(n)
+
+
+def _every(what, steps):
+    """ "eval every 100", or "eval at the end" for 0 (no periodic one, only the final)."""
+    return f"{what} every {steps}" if steps else f"{what} at the end"
 
 
 def _split_sizes(spec, splits):
@@ -44,7 +50,7 @@ def lines(
         batch += f" = {accum_steps} micro-batches of {micro} (gradients summed)"
     start = f"from step {start_step}" if start_step else "from the start"
     return [
-        f"model:    {config.model} ({_millions(model.count_params())} parameters), "
+        f"model:    {variants.describe(model)} ({_millions(model.count_params())} parameters), "
         f"{config.image_size} px, {tokens} tokens, weights: {weights}",
         f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({config.train_split}); "
         f"eval {_split_sizes(spec, eval_splits)}",
@@ -52,7 +58,7 @@ def lines(
         f"precision {precision_note}",
         f"batch:    {batch}; {memory_note}",
         f"steps:    {config.total_steps} ({config.warmup_steps} warm-up, {config.optimizer}, base_lr "
-        f"{config.base_lr}), {start}; eval every {config.eval_every or 'end'}, checkpoint every "
-        f"{config.checkpoint_every or 'end'}",
+        f"{config.base_lr}), {start}; {_every('eval', config.eval_every)}, "
+        f"{_every('checkpoint', config.checkpoint_every)}",
         f"workdir:  {config.workdir}",
     ]

@@ -1,7 +1,9 @@
 """The trainers' command line: flags -> run(config), every error one line on stderr.
 
 Exit codes: 0 done (or stopped by SIGTERM after saving a checkpoint), 2 bad input, 1 the run
-failed (e.g. the loss diverged), 130 interrupted: each error's `exit_code` (trainers/errors.py).
+failed (e.g. the loss diverged), 130 interrupted (Ctrl-C; during training, after saving a
+checkpoint at the next step boundary, trainers/preemption.py): each error's `exit_code`
+(trainers/errors.py).
 """
 
 import sys

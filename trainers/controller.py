@@ -36,7 +36,8 @@ class Controller:
     def train(self, iterator, step):
         """Trains from `step` to the end; returns the step reached and whether a preemption stopped it."""
         total = self.total_steps
-        # SIGTERM: every worker saves the same step at a loop boundary and the run returns.
+        # SIGTERM or Ctrl-C: every worker saves the same step at a loop boundary and the run returns
+        # (Ctrl-C: raises KeyboardInterrupt after the save, so the command ends as interrupted).
         with preemption.Preemption(self.strategy, self.checkpoints.save) as preempted:
             while step < total:
                 end = self.next_boundary(step)
@@ -56,10 +57,13 @@ class Controller:
                     if action.every and step % action.every == 0 and step < total:
                         action(step, out, seconds)
                 if step < total and preempted.saved_checkpoint():
+                    signal_name = "Ctrl-C" if preempted.interrupted else "SIGTERM"
                     print(
-                        f"preempted (SIGTERM): saved a checkpoint at step {step}; "
-                        "rerun the same command to resume.",
+                        f"{'interrupted' if preempted.interrupted else 'preempted'} ({signal_name}): "
+                        f"saved a checkpoint at step {step}; rerun the same command to resume.",
                         flush=True,
                     )
+                    if preempted.interrupted:
+                        raise KeyboardInterrupt
                     return step, True
         return step, False

@@ -54,7 +54,9 @@ def build_feature_model(config, num_classes):
     if config.model == PIXELS:
         return PIXELS
     keras.utils.set_random_seed(config.seed)
-    return build_model(config, num_classes, pre_logits_from_weights=not config.pre_logits)
+    # No head: the probe fits its own, so the model's would only be a zero-initialised layer
+    # that loading reports and nothing uses.
+    return build_model(config, num_classes, pre_logits_from_weights=not config.pre_logits, include_top=False)
 
 
 def run(config):

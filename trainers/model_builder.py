@@ -110,12 +110,14 @@ def weights_arg(config):
     return None if config.weights.lower() in ("", "none") else config.weights
 
 
-def build_model(config, num_classes, pre_logits_from_weights=False):
+def build_model(config, num_classes, pre_logits_from_weights=False, include_top=True):
     """The model for this config.
 
     pre_logits_from_weights: the weights file decides whether the model has a pre-logits
     layer (few-shot probes keep a pre-training run's representation); otherwise
     --pre_logits does (fine-tuning drops the checkpoint's, as vit_jax does).
+    include_top: False builds no head (a frozen feature model): its output is the pooled
+    representation, and loading says nothing about a head.
     """
     weights = weights_arg(config)
     if is_weights_file(weights) and not fileio.exists(weights):
@@ -131,6 +133,8 @@ def build_model(config, num_classes, pre_logits_from_weights=False):
     kwargs = model_kwargs(config, num_classes)
     if pre_logits_from_weights and weights:
         del kwargs["representation_size"]
+    if not include_top:
+        kwargs.update(include_top=False, pooling=kwargs["classifier"])
     try:
         params = _PARAMS_READ.pop(weights, None) if weights else None
         model = keras_vit.create_model(config.model, weights=weights, params=params, **kwargs)
@@ -138,6 +142,8 @@ def build_model(config, num_classes, pre_logits_from_weights=False):
         raise UsageError(
             f"cannot build {config.model} with --weights={config.weights}: {first_line(e)}"
         ) from None
+    if not include_top:
+        return model
     if weights and config.get("new_head", False):
         # The paper's fine-tuning always starts from a zero head, also when the checkpoint's
         # head happens to have the right number of classes.

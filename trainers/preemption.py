@@ -1,7 +1,14 @@
-"""SIGTERM (a preempted VM, a scheduler): save a checkpoint at a loop boundary and stop the run.
+"""SIGTERM (a preempted VM, a scheduler) or Ctrl-C (SIGINT): save a checkpoint at a loop boundary
+and stop the run.
 
 One process (--strategy=cpu, gpu, tpu, or multi_worker with one worker): the signal sets a flag, and
-at the next loop boundary the run saves and stops.
+at the next loop boundary the run saves and stops. SIGTERM then ends the command with status 0 (a
+scheduler's stop is a normal end); Ctrl-C with 130, as an interrupted command does, after the same
+save. A Python signal handler runs only when the main thread is back in Python, i.e. after the
+compiled loop call under way; so a thread woken by signal.set_wakeup_fd sees each Ctrl-C as it
+arrives: the first is acknowledged at once, and a second ends the process at once (status 130)
+without saving. In an interactive session (IPython, a notebook kernel) there is no such thread and
+the second interrupt goes to the session's own handler, so it does not kill the kernel.
 
 Several worker processes (--strategy=multi_worker): a signal often reaches only some workers, and a
 worker that stopped alone would leave the others waiting forever in the next all-reduce. There,
@@ -10,37 +17,52 @@ cluster's coordination service the boundary to save at (the one after the next l
 every worker has read it, and then every worker saves that same step and stops.
 """
 
+import os
 import signal
+import socket
+import sys
 import tempfile
+import threading
 
 import tensorflow as tf
 
 
 class Preemption:
-    """Watches for SIGTERM during one run's training loop (a context manager).
+    """Watches for SIGTERM and SIGINT during one run's training loop (a context manager).
 
     `save()` writes this worker's checkpoint of the current step (the chief's real one, or a non-chief
-    worker's temporary copy). Call `saved_checkpoint()` at every loop boundary, on every worker.
+    worker's temporary copy). Call `saved_checkpoint()` at every loop boundary, on every worker;
+    `interrupted` says whether the signal was Ctrl-C (SIGINT) rather than SIGTERM.
     """
 
     def __init__(self, strategy, save):
         self.save = save
         self.signalled = False
-        self._previous = None
+        self.interrupted = False
+        self._previous = {}
+        self._watcher = None
         self._cluster = _cluster_handler(strategy) if _worker_count(strategy) > 1 else None
 
     def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
-        except ValueError:  # not the main thread (e.g. a notebook's worker thread): no handler
-            self._previous = None
+        for signum, handler in ((signal.SIGTERM, self._on_sigterm), (signal.SIGINT, self._on_sigint)):
+            try:
+                self._previous[signum] = signal.signal(signum, handler)
+            except ValueError:  # not the main thread (e.g. a notebook's worker thread): no handler
+                pass
+        if signal.SIGINT in self._previous and not _interactive():
+            self._watcher = _InterruptWatcher()
         if self._cluster is not None:
             self._cluster.run = self
         return self
 
     def __exit__(self, *exc_info):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
+        for signum, previous in self._previous.items():
+            if previous is not None:
+                signal.signal(signum, previous)
+        self._previous = {}
         if self._cluster is not None:
             self._cluster.run = None
         return False
@@ -48,6 +70,12 @@ class Preemption:
     def _on_sigterm(self, signum, frame):
         # Only a flag: the save happens in the main loop, between compiled loop calls.
         self.signalled = True
+
+    def _on_sigint(self, signum, frame):
+        self.signalled = self.interrupted = True
+        if self._watcher is None:  # interactive: say it here, and leave a second one to the session
+            _acknowledge()
+            signal.signal(signal.SIGINT, self._previous.get(signal.SIGINT) or signal.default_int_handler)
 
     def saved_checkpoint(self):
         """True once this run has saved the checkpoint of the current step because of a SIGTERM (here
@@ -57,6 +85,72 @@ class Preemption:
                 self.save()
             return self.signalled
         return self._cluster.saved_checkpoint()
+
+
+def _interactive():
+    """In `python -i`, or inside a running IPython shell or notebook kernel (the IPython package
+    alone is no sign: other libraries import it when it is installed)."""
+    ipython = sys.modules.get("IPython")
+    running = getattr(ipython, "get_ipython", lambda: None)() is not None if ipython else False
+    return bool(sys.flags.interactive) or running
+
+
+def _acknowledge():
+    print(
+        "\nCtrl-C: saving a checkpoint at the next step boundary, then stopping "
+        "(Ctrl-C again stops at once, without saving)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+_STOP = 0  # no signal has number 0: the byte that tells the watcher to end
+
+
+class _InterruptWatcher:
+    """Counts SIGINTs the moment they arrive, while the main thread may be inside a compiled call.
+
+    Python's C-level handler writes each signal's number to the wakeup socket at once; this
+    thread reads it (the main thread releases the GIL while TensorFlow runs).
+    """
+
+    def __init__(self):
+        self._read, self._write = socket.socketpair()
+        self._write.setblocking(False)
+        self._previous_fd = signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
+        self._count = 0
+        self._thread = threading.Thread(target=self._watch, name="interrupt-watcher", daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while True:
+            try:
+                received = self._read.recv(64)
+            except OSError:  # closed
+                return
+            if not received or _STOP in received:
+                return
+            for signum in received:
+                if signum == signal.SIGINT:
+                    self._count += 1
+                    if self._count == 1:
+                        _acknowledge()
+                    else:
+                        print("Ctrl-C again: stopped without saving", file=sys.stderr, flush=True)
+                        sys.stdout.flush()
+                        os._exit(130)
+
+    def close(self):
+        signal.set_wakeup_fd(self._previous_fd)
+        # Wake the thread and let it end before its socket closes (a recv blocked on a closed
+        # descriptor would not return, and the number could be reused by another file).
+        try:
+            self._write.send(bytes([_STOP]))
+        except OSError:
+            pass
+        self._thread.join(timeout=5)
+        self._write.close()
+        self._read.close()
 
 
 def _worker_count(strategy):

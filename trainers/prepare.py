@@ -15,7 +15,7 @@ from absl import flags
 
 from configs.fields import FIELDS
 from trainers import cli
-from trainers.data.tfds_prepare import ensure_prepared, open_tfds_builder
+from trainers.data.tfds_prepare import ensure_prepared, is_prepared, open_tfds_builder
 from trainers.errors import UsageError
 
 
@@ -24,8 +24,8 @@ def prepare(dataset, data_dir=None, manual_dir=None):
     if not dataset:
         raise UsageError("--dataset is required (a TFDS name, e.g. oxford_iiit_pet).")
     builder = open_tfds_builder(dataset, data_dir)
-    prepared_before = builder.is_prepared()
-    ensure_prepared(builder, dataset, manual_dir)
+    prepared_before = is_prepared(builder)
+    ensure_prepared(builder, dataset, manual_dir, in_prepare=True)
     return builder.data_dir, prepared_before
 
 

@@ -10,6 +10,8 @@
 
 import numpy as np
 
+# Before analysis.py imports Keras: `python -m keras_vit.visualize` runs this file first.
+from keras_vit import _clash  # noqa: F401  (refuses a package mixed with another's files)
 from keras_vit.visualize.analysis import (
     RESIDUAL_WEIGHT,
     attention_rollout,

@@ -17,7 +17,8 @@ def _figure(width, height):
         from matplotlib.figure import Figure
     except ImportError:
         raise ImportError(
-            'drawing figures needs matplotlib: pip install "keras-vit[plots]" (or pip install matplotlib)'
+            "drawing figures needs matplotlib: "
+            'pip install "keras-vision-transformer[plots]" (or pip install matplotlib)'
         ) from None
     # Whole pixels (the renderer truncates, so a hair over): the PNG is exactly this size.
     size = [(round(inches * DPI) + 1e-3) / DPI for inches in (width, height)]

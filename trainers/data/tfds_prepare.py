@@ -7,6 +7,8 @@ only ever marks a version prepared by renaming a finished directory, and the fol
 created are removed.
 """
 
+import contextlib
+import logging as std_logging
 import os
 import shutil
 import socket
@@ -22,10 +24,33 @@ _PROBE_HOST = "storage.googleapis.com"
 _PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
+@contextlib.contextmanager
+def _quiet_probe():
+    """Holds back absl WARNINGs while TFDS looks for a prepared version.
+
+    Looking into a data_dir that does not hold the dataset yet, TFDS warns "Variant folder ...
+    has no dataset_info.json": the state our own one-line error (or the preparation) then deals
+    with, so the warning would only print a confusing line above it.
+    """
+    logger = std_logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(std_logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def is_prepared(builder):
+    with _quiet_probe():
+        return builder.is_prepared()
+
+
 def open_tfds_builder(dataset, data_dir):
     """The tfds builder for `dataset` (maybe not prepared yet), or DatasetError for an unknown name."""
     try:
-        builder = tfds.builder(dataset, data_dir=data_dir)
+        with _quiet_probe():
+            builder = tfds.builder(dataset, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
         raise DatasetError(
             f"unknown dataset {dataset!r}: use a TFDS image classification dataset "
@@ -37,10 +62,13 @@ def open_tfds_builder(dataset, data_dir):
     return builder
 
 
-def ensure_prepared(builder, dataset, manual_dir):
-    """Prepares `builder` if needed (download, or the manual files), or DatasetError saying how to."""
-    if not builder.is_prepared():
-        _prepare(builder, dataset, manual_dir)
+def ensure_prepared(builder, dataset, manual_dir, in_prepare=False):
+    """Prepares `builder` if needed (download, or the manual files), or DatasetError saying how to.
+
+    in_prepare: called by `python -m trainers.prepare`, so the advice does not say to run it.
+    """
+    if not is_prepared(builder):
+        _prepare(builder, dataset, manual_dir, in_prepare)
 
 
 def _root(builder):
@@ -48,15 +76,25 @@ def _root(builder):
     return builder.data_dir[: -len(builder.info.full_name)].rstrip("/") or "/"
 
 
-def _how_to_prepare(builder, dataset, root):
+def _how_to_prepare(builder, dataset, root, in_prepare=False):
     if builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
-        return (
+        by_hand = (
             f"download its files by hand (see https://www.tensorflow.org/datasets/catalog/"
             f"{builder.name}; for imagenet2012: ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar), "
             f"put them in a folder "
-            f"and pass --manual_dir=FOLDER (default {root}/downloads/manual), or run "
+            f"and pass --manual_dir=FOLDER (default {root}/downloads/manual)"
+        )
+        if in_prepare:
+            return by_hand
+        return (
+            f"{by_hand}, or run "
             f"`python -m trainers.prepare --dataset={dataset} --manual_dir=FOLDER --data_dir={root}` "
             f"and pass --data_dir={root}"
+        )
+    if in_prepare:
+        return (
+            f"run this command on a machine with network (with --data_dir=DIR there), then copy "
+            f"DIR/{builder.name} into {root}"
         )
     return (
         f"prepare it on a machine with network with `python -m trainers.prepare --dataset={dataset} "
@@ -83,9 +121,9 @@ def _network_available(timeout=5.0):
     return bool(result and result[0])
 
 
-def _prepare(builder, dataset, manual_dir):
+def _prepare(builder, dataset, manual_dir, in_prepare=False):
     root = _root(builder)
-    how = _how_to_prepare(builder, dataset, root)
+    how = _how_to_prepare(builder, dataset, root, in_prepare)
     where = f"{dataset} is not prepared in {root}"
     if not builder.MANUAL_DOWNLOAD_INSTRUCTIONS and not _network_available():
         # TFDS would retry the download for minutes before giving up.
