@@ -42,10 +42,12 @@ EXPORT_REQUIRES = ["tensorflow>=2.16", "tf2onnx", "onnx", "onnxruntime", "ai-edg
 # nbclient, nbformat and ipykernel run the colab/ notebooks top to bottom.
 # keras-hub: tests/test_benchmarks.py runs the benchmarks against it (it brings tensorflow-text
 # of the installed TensorFlow's release).
+# jax and torch: the library's parity tests run on all three Keras backends (tests/backends.py).
 TEST_REQUIRES = [
     "pytest",
     "pytest-timeout",
     "jax[cpu]",
+    "torch",
     "ruff==0.17.6",
     "nbclient",
     "nbformat",
