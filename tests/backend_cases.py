@@ -16,12 +16,14 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
 
 import keras_vit
 from keras_vit import visualize, weights
+from keras_vit.preprocessing import DoubleScalingWarning, decode_predictions, preprocess_input
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The official-layout fixture and the logits an independent implementation gives for it
@@ -86,6 +88,8 @@ def models():
     }
     for posemb in OTHER_POSEMBS:
         built[posemb] = keras_vit.ViT(classifier_activation=None, posemb=posemb, **ANY_SIZE)
+    # Pixels in, ImageNet-1k probabilities out: what preprocess_input and decode_predictions serve.
+    built["imagenet"] = keras_vit.ViT(image_size=16, **dict(TINY, num_classes=1000))
     return built
 
 
@@ -136,6 +140,7 @@ def compute(directory, written=None):
         out[f"{posemb}/logits"] = _numpy(_load(directory, posemb)(pixels))
         out[f"{posemb}/maps"] = np.stack([_numpy(m) for m in _load(directory, posemb).attention_maps(pixels)])
     out.update(_fixture_logits())
+    out.update(_preprocessing(directory, x["pixels_16x16"]))
     out.update(_after_one_training_step(directory, x))
     out.update(_mixed_bfloat16(directory, pixels))
     if keras.backend.backend() == "jax":
@@ -153,6 +158,23 @@ def _fixture_logits():
     weights.load_weights(model, os.path.join(FIXTURES, "tiny_vit_vit_jax_layout.npz"))
     reference = np.load(os.path.join(FIXTURES, "tiny_vit_reference_outputs.npz"), allow_pickle=False)
     return {f"fixture/logits_{size}": _numpy(model(reference[f"x_{size}_nhwc"])) for size in (32, 64)}
+
+
+def _preprocessing(directory, pixels):
+    """preprocess_input on a tensor of this backend, the warning for scaled images, and
+    decode_predictions of the model's output tensor."""
+    model = _load(directory, "imagenet")
+    scaled = preprocess_input(keras.ops.convert_to_tensor(pixels))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DoubleScalingWarning)
+        model(scaled)
+    decoded = decode_predictions(model(pixels), top=3)
+    return {
+        "preprocessing/scaled": _numpy(scaled),
+        "preprocessing/warned": np.array([w.category is DoubleScalingWarning for w in caught]),
+        "preprocessing/decoded_ids": np.array([[wnid for wnid, _, _ in row] for row in decoded]),
+        "preprocessing/decoded_scores": np.array([[s for _, _, s in row] for row in decoded], np.float32),
+    }
 
 
 def _after_one_training_step(directory, x):

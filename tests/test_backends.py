@@ -104,12 +104,24 @@ def test_every_output_equals_tensorflows(backend, outputs):
     got, expected = outputs(backend), outputs("tensorflow")
     assert set(expected) <= set(got)
     for name, value in expected.items():
-        if value.dtype.kind in "US":  # a dtype's name
-            assert got[name] == value, name
+        if value.dtype.kind in "USb":  # names, flags
+            np.testing.assert_array_equal(got[name], value, err_msg=name)
         else:
             np.testing.assert_allclose(got[name], value, atol=ATOL.get(name, 1e-5), rtol=0, err_msg=name)
     # The step trained: its logits moved from the saved model's.
     assert np.abs(got["train/logits"] - got["token/logits"]).max() > 1e-3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scaled_images_warn_and_predictions_decode(backend, cases, outputs):
+    got = outputs(backend)
+    np.testing.assert_allclose(
+        got["preprocessing/scaled"], _inputs(cases)["pixels_16x16"] / 127.5 - 1, atol=1e-6
+    )
+    assert got["preprocessing/warned"].tolist() == [True]  # once, for the images scaled twice
+    scores = got["preprocessing/decoded_scores"]
+    assert scores.shape == (2, 3) and (np.diff(scores, axis=1) <= 0).all()  # best first
+    assert all(wnid.startswith("n") for wnid in got["preprocessing/decoded_ids"].ravel())
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
