@@ -76,8 +76,9 @@ setup(
         "plots": ["matplotlib"],
         # The peers benchmarks/ measures against in the same run: keras-hub (same Keras) and
         # timm on PyTorch (timm brings torchvision); JAX runs the Keras contestants on a GPU
-        # (benchmarks.accelerator; there, install JAX's CUDA build).
-        "bench": ["keras-hub", "timm", "torch", "jax"],
+        # (benchmarks.accelerator; there, install JAX's CUDA build). keras_vit itself also runs
+        # on Keras' PyTorch backend and, exported to ONNX (tf2onnx, onnx), on ONNX Runtime.
+        "bench": ["keras-hub", "timm", "torch", "jax", "tf2onnx", "onnx", "onnxruntime"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",
