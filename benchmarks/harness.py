@@ -31,7 +31,8 @@ PEER_MODULES = {"keras-hub": ("keras_hub",), "timm": ("timm", "torch")}
 
 class Contestant:
     """`name` as the table shows it; `build()` -> step, called once, before any timing;
-    `framework` ("tf" or "torch"): whose matmul peak its FLOP/s are compared with."""
+    `framework` ("tf", "jax", "torch" or "onnxruntime"): whose matmul peak its FLOP/s are compared
+    with (none is measured for ONNX Runtime)."""
 
     def __init__(self, name, build, ours=False, framework="tf"):
         self.name, self.build, self.ours, self.framework = name, build, ours, framework
