@@ -153,11 +153,17 @@ def compute(directory, written=None):
 
 
 def _fixture_logits():
-    """The official-layout file loaded into a model of any size, run at 32 and 64 px."""
+    """The official-layout file loaded into a model of any size, run at 32 and 64 px, and into a
+    64 px model (the loader resizes the position embeddings once)."""
+    path = os.path.join(FIXTURES, "tiny_vit_vit_jax_layout.npz")
     model = keras_vit.ViT(**FIXTURE_MODEL)
-    weights.load_weights(model, os.path.join(FIXTURES, "tiny_vit_vit_jax_layout.npz"))
+    weights.load_weights(model, path)
     reference = np.load(os.path.join(FIXTURES, "tiny_vit_reference_outputs.npz"), allow_pickle=False)
-    return {f"fixture/logits_{size}": _numpy(model(reference[f"x_{size}_nhwc"])) for size in (32, 64)}
+    out = {f"fixture/logits_{size}": _numpy(model(reference[f"x_{size}_nhwc"])) for size in (32, 64)}
+    fixed = keras_vit.ViT(**dict(FIXTURE_MODEL, image_size=64))
+    weights.load_weights(fixed, path)
+    out["fixture/fixed_64"] = _numpy(fixed(reference["x_64_nhwc"]))
+    return out
 
 
 def _preprocessing(directory, pixels):
