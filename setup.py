@@ -48,6 +48,7 @@ HUB_REQUIRES = ["safetensors", "huggingface_hub"]
 # keras-hub: tests/test_benchmarks.py runs the benchmarks against it (it brings tensorflow-text
 # of the installed TensorFlow's release).
 # optax: tests/test_optimizers.py holds the trainers' SGD against optax's own update.
+# jax and torch: the library's parity tests run on all three Keras backends (tests/test_backends.py).
 TEST_REQUIRES = [
     "pytest",
     "pytest-timeout",
@@ -89,8 +90,9 @@ setup(
         "plots": ["matplotlib"],
         # The peers benchmarks/ measures against in the same run: keras-hub (same Keras) and
         # timm on PyTorch (timm brings torchvision); JAX runs the Keras contestants on a GPU
-        # (benchmarks.accelerator; there, install JAX's CUDA build).
-        "bench": ["keras-hub", "timm", "torch", "jax"],
+        # (benchmarks.accelerator; there, install JAX's CUDA build). keras_vit itself also runs
+        # on Keras' PyTorch backend and, exported to ONNX (tf2onnx, onnx), on ONNX Runtime.
+        "bench": ["keras-hub", "timm", "torch", "jax", "tf2onnx", "onnx", "onnxruntime"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

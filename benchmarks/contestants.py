@@ -1,8 +1,11 @@
-"""The same ViT built by each contestant: keras_vit, keras-hub (same Keras) and timm (PyTorch).
+"""The same ViT built by each contestant: keras_vit, keras-hub (same Keras) and timm (PyTorch),
+and keras_vit exported to ONNX by its own export for ONNX Runtime.
 
 Every builder takes one shape (benchmarks.flops.shape: a variant with overrides) and returns a
-classifier with that many classes, fed images in [-1, 1]; the frameworks are imported inside,
-so a child process measuring timm's memory never loads TensorFlow and the reverse.
+classifier with that many classes, fed images in [-1, 1] (the ONNX export: pixels); the
+frameworks are imported inside, so a child process measuring timm's memory never loads
+TensorFlow and the reverse. keras_vit_model builds on whatever backend Keras runs on here
+(benchmarks.inference runs it on the PyTorch backend in a child process).
 """
 
 import importlib.util
@@ -16,29 +19,48 @@ import sys
 # (CHILD_FRAMEWORK), PyTorch stays out and timm runs in its own process.
 CHILD_FRAMEWORK = "VIT_BENCHMARK_FRAMEWORK"
 TORCH_FIRST = (
-    importlib.util.find_spec("timm") is not None
+    importlib.util.find_spec("torch") is not None
     and "tensorflow" not in sys.modules
     and os.environ.get(CHILD_FRAMEWORK) != "tf"
 )
 if TORCH_FIRST:
-    import timm  # noqa: F401
     import torch._dynamo  # noqa: F401  (loads triton)
+
+    if importlib.util.find_spec("timm") is not None:
+        import timm  # noqa: F401
 
 
 def keras_vit_model(shape, image_size, num_classes, **kwargs):
+    """keras_vit's classifier of `shape`: images in [-1, 1], logits out (unless `kwargs` say)."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import keras_vit
 
     dims = {k: shape[k] for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")}
-    return keras_vit.create_model(
-        "ViT-B_16",
-        image_size=image_size,
-        num_classes=num_classes,
-        include_preprocessing=False,
-        classifier_activation=None,
-        **dims,
-        **kwargs,
+    config = dict(include_preprocessing=False, classifier_activation=None, **dims)
+    config.update(kwargs)
+    return keras_vit.create_model("ViT-B_16", image_size=image_size, num_classes=num_classes, **config)
+
+
+def keras_vit_onnx(shape, image_size, num_classes, path):
+    """Writes keras_vit's classifier of `shape` to `path` with keras_vit's own ONNX export (what
+    `python -m keras_vit.export --format=onnx` writes, checked there against the Keras model).
+    An export takes pixels in [0, 255] and returns probabilities: the model scales its input
+    and ends in a softmax, two element-wise steps more than the other contestants."""
+    from keras_vit import export
+
+    model = keras_vit_model(
+        shape, image_size, num_classes, include_preprocessing=True, classifier_activation="softmax"
     )
+    export.export(model, path, "onnx", overwrite=True)
+
+
+def onnx_session(path):
+    """An ONNX Runtime session on the CPU with every core, as torch.set_num_threads gives PyTorch."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = os.cpu_count() or 1
+    return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
 def keras_hub_model(shape, image_size, num_classes):

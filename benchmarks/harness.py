@@ -7,6 +7,7 @@ contestant once in turn, so a change of load on a shared machine hits all of the
 
 import argparse
 import datetime
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -15,6 +16,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from keras_vit import fileio
@@ -22,14 +24,15 @@ from keras_vit import fileio
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "docs", "benchmarks")
 # The distributions whose versions a result records (the ones installed).
-VERSIONS = ("tensorflow", "keras", "keras-hub", "torch", "timm", "jax")
+VERSIONS = ("tensorflow", "keras", "keras-hub", "torch", "timm", "jax", "onnxruntime", "tf2onnx")
 # Peer name -> the modules it needs.
 PEER_MODULES = {"keras-hub": ("keras_hub",), "timm": ("timm", "torch")}
 
 
 class Contestant:
     """`name` as the table shows it; `build()` -> step, called once, before any timing;
-    `framework` ("tf" or "torch"): whose matmul peak its FLOP/s are compared with."""
+    `framework` ("tf", "jax", "torch" or "onnxruntime"): whose matmul peak its FLOP/s are compared
+    with (none is measured for ONNX Runtime)."""
 
     def __init__(self, name, build, ours=False, framework="tf"):
         self.name, self.build, self.ours, self.framework = name, build, ours, framework
@@ -70,8 +73,94 @@ def interleave(contestants, repeats, min_seconds=0.5, warmup=1):
     times = {c.name: [] for c in contestants}
     for _ in range(repeats):
         for c in contestants:
-            times[c.name].append(time_step(c.step, min_seconds))
+            timed = c.step.time if isinstance(c.step, ChildStep) else functools.partial(time_step, c.step)
+            times[c.name].append(timed(min_seconds))
+    for c in contestants:
+        if isinstance(c.step, ChildStep):
+            c.step.close()  # its model's memory back before the next case
     return times
+
+
+# --- contestants in a child process -----------------------------------------------------------
+
+_REPLY = "benchmark-reply: "
+
+
+class ChildServer:
+    """A child process `python -m module --serve` that builds steps and times them on request.
+
+    For a contestant that cannot run in this process: Keras fixes its backend per process, so
+    keras_vit on the PyTorch backend runs beside a TensorFlow parent this way. One child serves
+    every case of a run (a process start with its imports costs seconds). Requests and replies
+    are JSON lines; the child exits when this process closes its stdin (or exits)."""
+
+    def __init__(self, module, env=None):
+        self.module, self.env = module, env
+        self.proc = None
+        self._log = None
+
+    def request(self, **message):
+        if self.proc is None or self.proc.poll() is not None:
+            self._log = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads could fill and block
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", self.module, "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                text=True,
+                env=child_env(self.env),
+                cwd=ROOT,
+            )
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith(_REPLY):
+                return json.loads(line[len(_REPLY) :])
+        self._log.seek(0)
+        tail = (self._log.read().strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"{self.module} --serve exited {self.proc.wait()}: {tail}")
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait()
+            self.proc = None
+
+
+class ChildStep:
+    """A step built and run in a ChildServer's process. Calling it runs one step there;
+    `time(min_seconds)` times a round there (time_step), so the pipe is not in the timing."""
+
+    def __init__(self, server, *args):
+        self.server = server
+        self.id = server.request(op="build", args=list(args))["id"]
+
+    def __call__(self):
+        self.server.request(op="step", id=self.id)
+
+    def time(self, min_seconds):
+        return self.server.request(op="time", id=self.id, min_seconds=min_seconds)["seconds"]
+
+    def close(self):
+        self.server.request(op="drop", id=self.id)
+
+
+def serve(build):
+    """The child's side of ChildServer: `build(*args)` -> step, for each request on stdin."""
+    steps = {}
+    for line in sys.stdin:
+        message = json.loads(line)
+        reply = {}
+        if message["op"] == "build":
+            reply["id"] = len(steps) + 1
+            steps[reply["id"]] = build(*message["args"])
+        elif message["op"] == "step":
+            steps[message["id"]]()
+        elif message["op"] == "time":
+            reply["seconds"] = time_step(steps[message["id"]], message["min_seconds"])
+        elif message["op"] == "drop":
+            del steps[message["id"]]
+        print(_REPLY + json.dumps(reply), flush=True)
 
 
 def median(values):
@@ -97,12 +186,17 @@ def _status_mb(field):
     raise OSError(f"/proc/self/status has no {field}")
 
 
-def run_child(module, argv, env=None):
-    """Runs `python -m module argv` and returns the JSON object its last output line holds."""
+def child_env(env=None):
+    """This process's environment with `env` over it, for a child that imports the repository."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     env["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+    return env
+
+
+def run_child(module, argv, env=None):
+    """Runs `python -m module argv` and returns the JSON object its last output line holds."""
     proc = subprocess.run(
-        [sys.executable, "-m", module, *argv], capture_output=True, text=True, env=env, cwd=ROOT
+        [sys.executable, "-m", module, *argv], capture_output=True, text=True, env=child_env(env), cwd=ROOT
     )
     lines = proc.stdout.strip().splitlines()
     if proc.returncode or not lines:

@@ -6,13 +6,22 @@ faster on CPU), timm eager and under torch.compile, all under
 torch.inference_mode. bfloat16: Keras' mixed_bfloat16 policy, timm's weights cast with
 .bfloat16(). Peak resident memory is measured for one case, each contestant in its own process.
 
+keras_vit itself also runs where a user may deploy it on a CPU (--runtimes): on Keras' PyTorch
+backend (eager, under torch.inference_mode, in a child process, since Keras fixes its backend per
+process; its rounds still take turns with the others), and exported to ONNX by keras_vit's own
+export, on ONNX Runtime (float32 only: the export is float32).
+
     pip install -e ".[bench]"
     python -m benchmarks.inference
     python -m benchmarks.inference --cases=ViT-Ti_16:224 --batch_sizes=8 --dtypes=float32 --repeats=3
 """
 
+import atexit
+import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -25,12 +34,20 @@ from benchmarks import flops, harness, peak  # noqa: E402
 
 NUM_CLASSES = 1000
 OURS = "keras_vit TF+XLA"
+# keras_vit on the other runtimes --runtimes names.
+ON_TORCH, ON_ONNX = "keras_vit-torch", "keras_vit-onnxruntime"
 NAMES = {
     "keras_vit": OURS,
+    ON_TORCH: "keras_vit PyTorch",
+    ON_ONNX: "keras_vit ONNX Runtime",
     "keras-hub": "keras-hub TF+XLA",
     "timm-eager": "timm eager",
     "timm-compile": "timm torch.compile",
 }
+# --runtimes value -> (its kind, the modules it needs).
+RUNTIMES = {"torch": (ON_TORCH, ("torch",)), "onnxruntime": (ON_ONNX, ("onnxruntime", "tf2onnx", "onnx"))}
+# The child process that runs keras_vit on Keras' PyTorch backend (harness.ChildServer).
+TORCH_CHILD_ENV = {"KERAS_BACKEND": "torch", contestants.CHILD_FRAMEWORK: "torch"}
 
 
 def parse_cases(text):
@@ -54,6 +71,23 @@ def parse_sizes_and_dtypes(batch_sizes, dtypes):
     return [int(b) for b in batch_sizes.split(",")], chosen
 
 
+def parse_runtimes(text):
+    """--runtimes -> (kinds, notes): the runtimes' kinds that can run here, a note for each that cannot."""
+    chosen = [r.strip() for r in text.split(",") if r.strip() and r.strip() != "none"]
+    unknown = sorted(set(chosen) - set(RUNTIMES))
+    if unknown:
+        raise SystemExit(f"error: unknown runtime {unknown[0]!r}: choose from {', '.join(RUNTIMES)} or none")
+    kinds_, notes = [], []
+    for runtime in chosen:
+        kind, modules = RUNTIMES[runtime]
+        absent = [m for m in modules if harness.importlib.util.find_spec(m) is None]
+        if absent:
+            notes.append(f'{NAMES[kind]} skipped: {", ".join(absent)} missing: pip install -e ".[bench]"')
+        else:
+            kinds_.append(kind)
+    return kinds_, notes
+
+
 def check_variant(variant):
     if variant not in flops.keras_vit.VARIANTS or variant.startswith("R"):
         raise SystemExit(f"error: unknown or hybrid variant {variant!r}: use a plain ViT, e.g. ViT-B_16")
@@ -72,6 +106,60 @@ def keras_uses_xla(dtype):
     """XLA for float32 only: its CPU backend has no bfloat16 matmul kernels, and ran the bfloat16
     step at half the speed of TensorFlow's own oneDNN kernels here."""
     return dtype != "bfloat16"
+
+
+def keras_torch_step(shape, image_size, batch, dtype):
+    """keras_vit on Keras' PyTorch backend (this process must run on it), eager, no autograd."""
+    import keras
+    import torch
+
+    assert keras.backend.backend() == "torch", keras.backend.backend()
+    contestants.set_torch_threads()
+    model = contestants.keras_model("keras_vit", shape, image_size, NUM_CLASSES, dtype)
+    images = keras.ops.convert_to_tensor(_images(batch, image_size))
+
+    def step():
+        with torch.inference_mode():
+            return keras.ops.convert_to_numpy(model(images, training=False))
+
+    return step
+
+
+_TORCH_SERVER = harness.ChildServer("benchmarks.inference", TORCH_CHILD_ENV)
+atexit.register(_TORCH_SERVER.close)
+_ONNX_FILES = {}
+
+
+def onnx_file(shape, image_size):
+    """The ONNX export of the classifier of `shape` at `image_size`, written once per run."""
+    key = (json.dumps(shape, sort_keys=True), image_size)
+    if key not in _ONNX_FILES:
+        directory = tempfile.mkdtemp(prefix="keras_vit-benchmark-")
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
+        path = os.path.join(directory, "model.onnx")
+        contestants.keras_vit_onnx(shape, image_size, NUM_CLASSES, path)
+        _ONNX_FILES[key] = path
+    return _ONNX_FILES[key]
+
+
+def onnx_step(path, image_size, batch):
+    """The exported model on ONNX Runtime; it takes pixels, so the same images, unscaled."""
+    session = contestants.onnx_session(path)
+    name = session.get_inputs()[0].name
+    pixels = (_images(batch, image_size) + 1.0) * 127.5
+    return lambda: session.run(None, {name: pixels})[0]
+
+
+def runs_in(kind, dtype):
+    """Whether contestant `kind` has a `dtype` mode (the ONNX export is float32 only)."""
+    return kind != ON_ONNX or dtype == "float32"
+
+
+def framework_of(kind, keras="tf"):
+    """Whose matmul peak a contestant's FLOP/s are compared with (none measured for ONNX Runtime)."""
+    if kind.startswith("timm") or kind == ON_TORCH:
+        return "torch"
+    return "onnxruntime" if kind == ON_ONNX else keras
 
 
 def contestant_name(kind, dtype):
@@ -104,14 +192,27 @@ def _images(batch, image_size):
 
 
 def build(kind, shape, image_size, batch, dtype):
-    """A step of contestant `kind` (a key of NAMES)."""
+    """A step of contestant `kind` (a key of NAMES); keras_vit on PyTorch's backend runs in the
+    child process that serves it."""
+    if kind == ON_TORCH:
+        return harness.ChildStep(_TORCH_SERVER, kind, shape, image_size, batch, dtype)
+    if kind == ON_ONNX:
+        return onnx_step(onnx_file(shape, image_size), image_size, batch)
+    return local_step(kind, shape, image_size, batch, dtype)
+
+
+def local_step(kind, shape, image_size, batch, dtype):
+    """A step of contestant `kind` built in this process."""
     if kind.startswith("timm"):
         return timm_step(kind, shape, image_size, batch, dtype)
+    if kind == ON_TORCH:
+        return keras_torch_step(shape, image_size, batch, dtype)
     return keras_step(kind, shape, image_size, batch, dtype)
 
 
-def kinds(peers, timm_modes):
-    chosen = ["keras_vit"] + [p for p in peers if p == "keras-hub"]
+def kinds(peers, timm_modes, runtimes=()):
+    """Contestant kinds in table order: keras_vit, keras_vit on `runtimes`' kinds, the peers."""
+    chosen = ["keras_vit", *runtimes] + [p for p in peers if p == "keras-hub"]
     if "timm" in peers:
         chosen += [f"timm-{m}" for m in timm_modes]
     return chosen
@@ -137,9 +238,10 @@ def measure_cases(
                         # bound now: the loops move on before interleave calls it
                         lambda k=k, s=shape, i=image_size, b=batch, d=dtype: build_step(k, s, i, b, d),
                         ours=k == "keras_vit",
-                        framework="torch" if k.startswith("timm") else keras,
+                        framework=framework_of(k, keras),
                     )
                     for k in kinds_
+                    if runs_in(k, dtype)
                 ]
                 times = harness.interleave(entrants, args.repeats, args.min_seconds)
                 case = f"{variant} {image_size} px b{batch} {dtype}"
@@ -204,19 +306,24 @@ MEMORY_COLUMNS = (
 
 
 def child(argv):
-    """In a child process: build one contestant, run a few steps, print the peak memory as JSON."""
-    import json
-
-    kind, variant, image_size, batch, dtype, num_layers = argv
+    """In a child process: build one contestant, run a few steps, print the peak memory as JSON.
+    The ONNX contestant gets its exported file's path as a last argument."""
+    kind, variant, image_size, batch, dtype, num_layers, *onnx_path = argv
     # The framework's own memory is not the model's: import it before the baseline.
     if kind.startswith("timm"):
         import timm  # noqa: F401
     elif kind == "keras-hub":
         import keras_hub  # noqa: F401
+    elif kind == ON_ONNX:
+        import onnxruntime  # noqa: F401
     else:
         import keras_vit  # noqa: F401
     base = harness.rss_mb()
-    step = build(kind, flops.shape(variant, num_layers=int(num_layers)), int(image_size), int(batch), dtype)
+    if kind == ON_ONNX:
+        step = onnx_step(onnx_path[0], int(image_size), int(batch))
+    else:
+        shape = flops.shape(variant, num_layers=int(num_layers))
+        step = local_step(kind, shape, int(image_size), int(batch), dtype)
     for _ in range(3):
         step()
     print(json.dumps({"peak_mb": harness.peak_rss_mb(), "above_imports_mb": harness.peak_rss_mb() - base}))
@@ -228,14 +335,15 @@ def memory_rows(module, case, kinds_, num_layers):
     rows = []
     for kind in kinds_:
         # Each process loads one framework: Keras on PyTorch's backend keeps TensorFlow out of timm's.
-        framework = "torch" if kind.startswith("timm") else "tf"
+        framework = "torch" if framework_of(kind) == "torch" else "tf"
         env = {
             contestants.CHILD_FRAMEWORK: framework,
             "KERAS_BACKEND": "torch" if framework == "torch" else "tensorflow",
         }
-        got = harness.run_child(
-            module, ["--child", kind, variant, size, batch, "float32", str(num_layers or 0)], env
-        )
+        argv = ["--child", kind, variant, size, batch, "float32", str(num_layers or 0)]
+        if kind == ON_ONNX:  # exported here, so the child's peak is the runtime's alone
+            argv.append(onnx_file(flops.shape(variant, num_layers=num_layers), int(size)))
+        got = harness.run_child(module, argv, env)
         rows.append(
             {"case": f"{variant} {size} px b{batch} float32", "contestant": NAMES.get(kind, kind), **got}
         )
@@ -258,9 +366,16 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--child"]:
         return child(argv[1:])
+    if argv[:1] == ["--serve"]:
+        return harness.serve(local_step)
     start = time.perf_counter()
     p = harness.parser(__doc__.splitlines()[0], "inference")
     p.add_argument("--cases", default="ViT-Ti_16:224,ViT-B_16:224,ViT-B_16:384", help="VARIANT:SIZE,...")
+    p.add_argument(
+        "--runtimes",
+        default="torch,onnxruntime",
+        help="keras_vit also on: torch (Keras' PyTorch backend), onnxruntime (its ONNX export), or none",
+    )
     add_flags(p)
     args = p.parse_args(argv)
     data = run_inference(args, argv, "inference", parse_cases(args.cases))
@@ -271,11 +386,17 @@ def run_inference(args, argv, name, cases):
     chosen = harness.peers(args.peers)
     notes = [n for n in map(harness.missing_peer, chosen) if n]
     chosen = [p for p in chosen if not harness.missing_peer(p)]
-    kinds_ = kinds(chosen, [m.strip() for m in args.timm_modes.split(",") if m.strip()])
+    runtimes, runtime_notes = parse_runtimes(args.runtimes)
+    notes += runtime_notes
+    kinds_ = kinds(chosen, [m.strip() for m in args.timm_modes.split(",") if m.strip()], runtimes)
     batch_sizes, dtypes = parse_sizes_and_dtypes(args.batch_sizes, args.dtypes)
     for variant, _ in cases:
         check_variant(variant)
-    frameworks = ["tf"] + (["torch"] if "timm" in chosen else [])
+    if ON_ONNX in kinds_ and set(dtypes) - {"float32"}:
+        notes.append(f"{NAMES[ON_ONNX]} runs float32 only: keras_vit's ONNX export is float32")
+    # PyTorch's matmul peak where PyTorch could load before TensorFlow (benchmarks/contestants.py).
+    uses_torch = "timm" in chosen or ON_TORCH in kinds_
+    frameworks = ["tf"] + (["torch"] if uses_torch and "torch" in sys.modules else [])
     rates = peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
     overrides = {"num_layers": args.num_layers}
     settings = {
@@ -285,6 +406,7 @@ def run_inference(args, argv, name, cases):
         "repeats": args.repeats,
         "num_layers": args.num_layers or None,
         "matmul_size": args.matmul_size,
+        "runtimes": [NAMES[k] for k in runtimes] or None,
     }
     data = harness.result(name, argv, settings)
     data["notes"] += notes

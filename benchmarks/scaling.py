@@ -65,6 +65,7 @@ def main(argv=None):
     p.add_argument("--plot", default="", help="the PNG (default: the JSON's path with .png)")
     args = p.parse_args(argv)
     args.batch_sizes, args.dtypes, args.memory_case = str(args.batch_size), "float32", "none"
+    args.runtimes = "none"  # keras_vit's own runtimes are compared by benchmarks.inference
     if not all(s.strip().isdigit() for s in args.sizes.split(",")):
         p.error(f"--sizes={args.sizes}: give image sizes in pixels, e.g. 224,384,512")
     cases = [(args.variant, int(s)) for s in args.sizes.split(",")]

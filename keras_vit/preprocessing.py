@@ -140,7 +140,9 @@ def decode_predictions(preds, top=5):
     Returns one list per row of (wordnet id, class name, score) tuples, like
     keras.applications.imagenet_utils.decode_predictions.
     """
-    preds = np.asarray(preds)
+    # A tensor of any backend: a PyTorch one that requires grad (a model's output on Keras'
+    # PyTorch backend) refuses np.asarray.
+    preds = np.asarray(keras.ops.convert_to_numpy(preds))
     if preds.ndim != 2 or preds.shape[1] != NUM_IMAGENET_CLASSES:
         raise ValueError(
             f"decode_predictions expects a batch of ImageNet-1k scores of shape "

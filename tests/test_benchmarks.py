@@ -1,8 +1,9 @@
 """The benchmark suite at a tiny size: each benchmark runs, measures its peers, writes its JSON;
 the FLOP count against a hand count; the README's Performance region against the JSON.
 
-Keras contestants run in this process (a one-block ViT at 32 px, one repeat); timm runs in a
-child process, where PyTorch can load before TensorFlow (benchmarks/contestants.py).
+Keras contestants run in this process (a one-block ViT at 32 px, one repeat); timm and keras_vit
+on Keras' PyTorch backend run in child processes, where PyTorch can load before TensorFlow
+(benchmarks/contestants.py).
 """
 
 import json
@@ -107,6 +108,7 @@ def results(tmp_path_factory):
             "--batch_sizes=2",
             "--dtypes=bfloat16",  # float32 runs in the tests below
             "--memory_case=none",
+            "--runtimes=none",  # keras_vit's other runtimes: a test below
             f"--out={out}/inference.json",
             *common,
         ]
@@ -276,6 +278,7 @@ def test_a_missing_peer_is_a_note_and_the_run_goes_on(tmp_path, monkeypatch, cap
             "--dtypes=float32",
             "--memory_case=none",
             "--peers=keras-hub",
+            "--runtimes=none",
             f"--out={tmp_path}/i.json",
             *TINY,
         ]
@@ -287,15 +290,17 @@ def test_a_missing_peer_is_a_note_and_the_run_goes_on(tmp_path, monkeypatch, cap
 
 
 @pytest.mark.slow
-def test_timm_and_memory_in_their_own_processes(tmp_path):
-    """As a command: timm eager beside keras_vit where installed, and each one's peak memory
-    measured in a child process of its own."""
+def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
+    """As a command: keras_vit on Keras' PyTorch backend (a child process serving its steps) and
+    its ONNX export on ONNX Runtime, and timm eager where installed, beside keras_vit on
+    TensorFlow; each one's peak memory measured in a child process of its own."""
     # Not pytest.importorskip: importing timm into this process, after TensorFlow, crashes it.
     with_timm = all(harness.importlib.util.find_spec(m) is not None for m in ("torch", "timm"))
     env = {k: v for k, v in os.environ.items() if k != "VIT_BENCHMARK_FRAMEWORK"}
-    argv = ["--cases=ViT-Ti_16:32", "--batch_sizes=2", "--dtypes=float32", "--timm_modes=eager"]
+    argv = ["--cases=ViT-Ti_16:32", "--batch_sizes=2", "--dtypes=float32,bfloat16", "--timm_modes=eager"]
     argv += [
         f"--peers={'timm' if with_timm else 'none'}",
+        "--runtimes=torch,onnxruntime",
         "--memory_case=ViT-Ti_16:32:2",
         f"--out={tmp_path}/i.json",
     ]
@@ -305,13 +310,29 @@ def test_timm_and_memory_in_their_own_processes(tmp_path):
         capture_output=True,
         cwd=ROOT,
         env=env,
+        timeout=900,
     )
     data = _read(tmp_path / "i.json")
-    names = ["keras_vit TF+XLA", "timm eager"] if with_timm else ["keras_vit TF+XLA"]
-    assert [r["contestant"] for r in _rows(data)] == names
+    names = ["keras_vit TF+XLA", "keras_vit PyTorch", "keras_vit ONNX Runtime"]
+    names += ["timm eager"] if with_timm else []
+    rows = _rows(data)
+    assert [(r["contestant"], r["dtype"]) for r in rows] == [(name, "float32") for name in names] + [
+        ("keras_vit TF", "bfloat16"),
+        ("keras_vit PyTorch", "bfloat16"),  # the export is float32 only: said in a note
+    ] + ([("timm eager", "bfloat16")] if with_timm else [])
+    assert "keras_vit ONNX Runtime runs float32 only: keras_vit's ONNX export is float32" in data["notes"]
+    ours = rows[0]
+    for row in rows[1 : len(names)]:
+        assert row["images_per_s"] > 0
+        assert row["ours_over_this"] == pytest.approx(ours["images_per_s"] / row["images_per_s"])
+    torch_row, onnx_row = rows[1], rows[2]
+    # PyTorch loaded before TensorFlow in that process, so its matmul peak is there; ONNX
+    # Runtime has no peak of its own.
+    assert {"torch float32", "torch bfloat16"} <= set(data["matmul_peak_flops"])
+    assert torch_row["framework"] == "torch" and torch_row["fraction_of_peak"] > 0
+    assert onnx_row["fraction_of_peak"] is None
+    assert data["settings"]["runtimes"] == ["keras_vit PyTorch", "keras_vit ONNX Runtime"]
     assert [r["contestant"] for r in _rows(data, 1)] == names
-    if with_timm:
-        assert {"torch float32", "torch bfloat16"} <= set(data["matmul_peak_flops"])
     for row in _rows(data, 1):
         # Each child's own peak: a process with TensorFlow and PyTorch both loaded holds more.
         assert 0 < row["above_imports_mb"] < row["peak_mb"] < harness.peak_rss_mb() + 2000, row
@@ -324,6 +345,26 @@ def test_bad_flags_are_one_line_errors(capsys):
         inference.main(["--cases=ViT-Ti_16:32", "--peers=pytorch"])
     with pytest.raises(SystemExit, match="--dtypes=float16: choose float32 and/or bfloat16"):
         inference.main(["--cases=ViT-Ti_16:32", "--dtypes=float16", "--peers=none"])
+    with pytest.raises(SystemExit, match="unknown runtime 'tflite': choose from torch, onnxruntime or none"):
+        inference.main(["--cases=ViT-Ti_16:32", "--peers=none", "--runtimes=tflite"])
+
+
+def test_keras_vit_on_pytorch_runs_in_a_child_that_times_its_rounds():
+    """The PyTorch-backend contestant from this (TensorFlow) process: its steps are built, run
+    and timed in the child that serves them, one child for every case."""
+    shape = flops.shape("ViT-Ti_16", num_layers=1)
+    had_torch = "torch" in sys.modules
+    server = harness.ChildServer("benchmarks.inference", inference.TORCH_CHILD_ENV)
+    try:
+        steps = [harness.ChildStep(server, inference.ON_TORCH, shape, 32, b, "float32") for b in (1, 2)]
+        first = server.proc.pid
+        steps[0]()
+        assert all(s.time(0.01) > 0 for s in steps)
+        steps[0].close()
+        assert steps[1].time(0.01) > 0 and server.proc.pid == first  # the same child throughout
+    finally:
+        server.close()
+    assert ("torch" in sys.modules) == had_torch  # PyTorch was not loaded here for it
 
 
 # --- the README's region --------------------------------------------------------------------

@@ -3,13 +3,11 @@
 A fixed-size model gets its position embeddings from the checkpoint loader (scipy.ndimage.zoom
 on the grid); a model of no fixed size resizes its stored ones at call time. The two must
 agree, on non-square grids too (10 x 20 would go wrong if a grid were transposed), under XLA,
-on the JAX backend, and after saving.
+and after saving (on JAX and PyTorch too: tests/test_backends.py).
 """
 
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -198,57 +196,6 @@ def test_predict_on_batches_of_different_sizes(dynamic):
     for size in ((160, 320), (64, 48), (160, 320)):
         x = _pixels(size, seed=10, n=3)
         np.testing.assert_allclose(model.predict(x, verbose=0), model(x), atol=1e-5, rtol=0)
-
-
-JAX_SCRIPT = """
-import json, sys
-import jax
-import numpy as np
-import keras
-import keras_vit
-assert keras.backend.backend() == "jax"
-model = keras_vit.ViT.from_config(json.load(open(sys.argv[1])))
-model.load_weights(sys.argv[2])
-x = np.load(sys.argv[3], allow_pickle=False)["x"]
-
-@jax.jit
-def forward(trainable, non_trainable, images):
-    return model.stateless_call(trainable, non_trainable, images, training=False)[0]
-
-jitted = forward([v.value for v in model.trainable_variables],
-                 [v.value for v in model.non_trainable_variables], x)
-np.savez(sys.argv[4], jit=np.asarray(jitted), eager=np.asarray(model(x)))
-"""
-
-
-def test_jax_jit_equals_tensorflow_eager(dynamic, tmp_path):
-    model, _ = dynamic
-    x = _pixels((160, 320), seed=11)
-    config, weights_file, inputs = tmp_path / "c.json", tmp_path / "m.weights.h5", tmp_path / "x.npz"
-    config.write_text(json.dumps(model.get_config()))
-    model.save_weights(str(weights_file))
-    np.savez(inputs, x=x)
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            JAX_SCRIPT,
-            str(config),
-            str(weights_file),
-            str(inputs),
-            str(tmp_path / "jax.npz"),
-        ],
-        check=True,
-        env=env,
-        cwd=root,
-        timeout=300,
-    )
-    result = np.load(tmp_path / "jax.npz")
-    expected = np.asarray(model(x))
-    np.testing.assert_allclose(result["jit"], expected, atol=1e-5, rtol=0)
-    np.testing.assert_allclose(result["eager"], expected, atol=1e-5, rtol=0)
 
 
 def test_config_and_keras_file_round_trip(dynamic, tmp_path):

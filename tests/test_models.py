@@ -1,10 +1,7 @@
-"""Tests of keras_vit.models: variants, shapes, saving, attention maps, precision, backends."""
+"""Tests of keras_vit.models: variants, shapes, saving, attention maps, precision (the other
+backends: tests/test_backends.py)."""
 
-import json
-import os
 import re
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -316,53 +313,6 @@ def test_unknown_weights_value_is_a_clear_error():
 def test_unknown_variant_lists_the_known_ones():
     with pytest.raises(ValueError, match="known models: ViT-Ti_16"):
         keras_vit.create_model("ViT-X_99")
-
-
-JAX_SCRIPT = """
-import json, sys
-import numpy as np
-import keras
-import keras_vit
-assert keras.backend.backend() == "jax"
-config = json.load(open(sys.argv[1]))
-model = keras_vit.ViT.from_config(config)
-model.load_weights(sys.argv[2])
-x = np.load(sys.argv[3], allow_pickle=False)["x"]
-np.save(sys.argv[4], np.asarray(model(x)))
-np.save(sys.argv[5], np.asarray(model.attention_maps(x)[-1]))
-"""
-
-
-@pytest.mark.parametrize("hybrid", [False, True])
-@pytest.mark.slow
-def test_tensorflow_and_jax_give_the_same_outputs(tmp_path, hybrid):
-    extra = dict(resnet_layers=(1, 1), resnet_width=0.5, patch_size=1) if hybrid else {}
-    model = _randomise(keras_vit.ViT(image_size=32, classifier_activation=None, **{**TINY, **extra}))
-    x = _images((2, 32, 32, 3))
-    config, weights, inputs = tmp_path / "c.json", tmp_path / "m.weights.h5", tmp_path / "x.npz"
-    config.write_text(json.dumps(model.get_config()))
-    model.save_weights(str(weights))
-    np.savez(inputs, x=x)
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            JAX_SCRIPT,
-            str(config),
-            str(weights),
-            str(inputs),
-            str(tmp_path / "jax.npy"),
-            str(tmp_path / "maps.npy"),
-        ],
-        check=True,
-        env=env,
-        cwd=root,
-        timeout=300,
-    )
-    np.testing.assert_allclose(np.load(tmp_path / "jax.npy"), model(x), atol=1e-5)
-    np.testing.assert_allclose(np.load(tmp_path / "maps.npy"), model.attention_maps(x)[-1], atol=1e-5)
 
 
 def test_functional_graph_has_stable_layer_names():

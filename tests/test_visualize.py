@@ -21,9 +21,6 @@ def _all_attend_to(token, tokens, batch=1, heads=2):
     return probs
 
 
-_TINY_SHAPE = dict(patch_size=4, hidden_size=12, num_layers=2, num_heads=2, mlp_dim=8)
-
-
 def _tiny(**kwargs):
     config = dict(image_size=16, patch_size=4, hidden_size=12, num_layers=2, num_heads=2, mlp_dim=8)
     config.update(kwargs)
@@ -232,43 +229,3 @@ def test_each_figure_renders_a_png_of_its_size_that_is_not_blank(draw):
     size, spread, colours = _png_size_and_spread(figure)
     assert size == _expected_size(figure)
     assert spread > 10 and colours > 50
-
-
-_ON_JAX = """
-import sys
-import numpy as np
-import keras, keras_vit
-from keras_vit import visualize
-assert keras.backend.backend() == "jax"
-shape = dict(patch_size=4, hidden_size=12, num_layers=2, num_heads=2, mlp_dim=8)
-model = keras_vit.create_model(
-    "ViT-Ti_16", weights=sys.argv[1], image_size=(None, None), base_image_size=16, num_classes=3, **shape
-)
-numbers = visualize.analyse(model, np.load(sys.argv[2]), num_components=4)
-np.savez(sys.argv[3], **numbers)
-"""
-
-
-@pytest.mark.slow
-def test_the_analysis_is_the_same_on_jax(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    from keras_vit import weights
-
-    model = keras_vit.create_model(
-        "ViT-Ti_16", image_size=(None, None), base_image_size=16, num_classes=3, **dict(_TINY_SHAPE)
-    )
-    weights.save_npz(model, str(tmp_path / "w.npz"))
-    images = np.random.default_rng(0).uniform(0, 255, (2, 12, 20, 3)).astype("float32")
-    np.save(tmp_path / "images.npy", images)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": root}
-    args = [str(tmp_path / name) for name in ("w.npz", "images.npy", "jax.npz")]
-    subprocess.run([sys.executable, "-c", _ON_JAX, *args], env=env, check=True, timeout=300)
-    on_jax = np.load(tmp_path / "jax.npz")
-    on_tensorflow = visualize.analyse(model, images, num_components=4)
-    assert sorted(on_jax.files) == sorted(on_tensorflow)
-    for key, value in on_tensorflow.items():
-        np.testing.assert_allclose(on_jax[key], value, atol=2e-4, err_msg=key)

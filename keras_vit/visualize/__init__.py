@@ -22,6 +22,7 @@ from keras_vit.visualize.analysis import (
     position_embedding_similarity,
     prefix_tokens,
     principal_components,
+    to_numpy,
     token_stride,
 )
 from keras_vit.visualize.figures import (
@@ -44,7 +45,7 @@ def analyse(model, images, num_components=28):
     images = np.asarray(images)
     grid = model.token_grid(images.shape[1:3])
     prefix = prefix_tokens(model)
-    maps = [np.asarray(m) for m in model.attention_maps(images)]
+    maps = [to_numpy(m) for m in model.attention_maps(images)]
     numbers = {
         "rollout": attention_rollout(maps, grid, prefix),
         "attention_distance": mean_attention_distance(maps, grid, token_stride(model), prefix),

@@ -11,6 +11,7 @@
 Patches are in row-major order everywhere: token `prefix + r * w + c` is grid cell (r, c).
 """
 
+import keras
 import numpy as np
 
 from keras_vit import resnet
@@ -20,6 +21,15 @@ RESIDUAL_WEIGHT = 0.5  # rollout's 0.5 * A + 0.5 * I: the residual branch weighs
 
 def _pair(value):
     return (value, value) if np.isscalar(value) else tuple(value)
+
+
+def to_numpy(value, dtype=np.float64):
+    """`value` (a NumPy array, or a tensor or variable of any Keras backend) as a NumPy array.
+
+    Not np.asarray alone: a PyTorch tensor that requires grad (a model's output on Keras'
+    PyTorch backend) refuses it, and so does a bfloat16 one.
+    """
+    return np.asarray(keras.ops.convert_to_numpy(value), dtype)
 
 
 def attention_rollout(attention_maps, grid_size, num_prefix_tokens=1, residual_weight=RESIDUAL_WEIGHT):
@@ -39,7 +49,7 @@ def attention_rollout(attention_maps, grid_size, num_prefix_tokens=1, residual_w
     height, width = _pair(grid_size)
     joint = None
     for probs in attention_maps:
-        probs = np.asarray(probs, np.float64).mean(axis=1)
+        probs = to_numpy(probs).mean(axis=1)
         tokens = probs.shape[-1]
         if tokens != num_prefix_tokens + height * width:
             raise ValueError(
@@ -75,7 +85,7 @@ def mean_attention_distance(attention_maps, grid_size, patch_size, num_prefix_to
     distance = np.linalg.norm(centres[:, None, :] - centres[None, :, :], axis=-1)
     result = []
     for probs in attention_maps:
-        patches = np.asarray(probs, np.float64)[:, :, num_prefix_tokens:, num_prefix_tokens:]
+        patches = to_numpy(probs)[:, :, num_prefix_tokens:, num_prefix_tokens:]
         if patches.shape[-1] != len(centres):
             raise ValueError(
                 f"attention over {patches.shape[-1]} patches does not fit a grid of {len(centres)}"
@@ -88,7 +98,7 @@ def mean_attention_distance(attention_maps, grid_size, patch_size, num_prefix_to
 def embedding_similarity(embeddings, grid_size):
     """(h, w, h, w) cosine similarity of (h * w, D) row-major patch embeddings."""
     height, width = _pair(grid_size)
-    embeddings = np.asarray(embeddings, np.float64)
+    embeddings = to_numpy(embeddings)
     if embeddings.shape[0] != height * width:
         raise ValueError(f"{embeddings.shape[0]} embeddings do not fill a {height} x {width} grid")
     unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=-1, keepdims=True), 1e-12)
@@ -111,11 +121,11 @@ def position_embedding_similarity(model, grid_size=None):
     if posemb != "learned_1d":
         layer = next(layer for layer in model.layers if hasattr(layer, "patch_embeddings"))
         grid = tuple(int(v) for v in (layer.grid_size if grid_size is None else _pair(grid_size)))
-        return embedding_similarity(np.asarray(layer.patch_embeddings(grid)), grid)
+        return embedding_similarity(layer.patch_embeddings(grid), grid)
     layer = model.get_layer("posembed_input")
     grid = layer.grid_size if grid_size is None else _pair(grid_size)
     posemb = layer.pos_embedding if tuple(grid) == tuple(layer.grid_size) else layer.resize(grid)
-    posemb = np.asarray(posemb)[0, layer.num_prefix_tokens :]
+    posemb = to_numpy(posemb)[0, layer.num_prefix_tokens :]
     return embedding_similarity(posemb, grid)
 
 
@@ -125,7 +135,7 @@ def principal_components(filters, num_components):
     Each component's sign is chosen so its largest-magnitude entry is positive (SVD leaves it
     arbitrary, and a figure should not flip between runs).
     """
-    filters = np.asarray(filters, np.float64)
+    filters = to_numpy(filters)
     centred = filters - filters.mean(axis=0)
     _, singular, vectors = np.linalg.svd(centred, full_matrices=False)
     variance = singular**2
@@ -146,7 +156,7 @@ def patch_embedding_components(model, num_components=28):
             "the hybrid's patch embedding filters ResNet features, not pixels: its filters have "
             "no RGB picture; use a plain ViT"
         )
-    kernel = np.asarray(model.get_layer("embedding").kernel, np.float64)
+    kernel = to_numpy(model.get_layer("embedding").kernel)
     patch_h, patch_w, channels, hidden = kernel.shape
     filters = kernel.reshape(patch_h * patch_w * channels, hidden).T
     components, ratio = principal_components(filters, min(num_components, *filters.shape))
