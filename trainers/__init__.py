@@ -21,7 +21,12 @@ elif sys.modules["keras"].backend.backend() != "tensorflow":
         "KERAS_BACKEND=tensorflow"
     )
 
-from trainers import console  # noqa: E402  (imports nothing from TensorFlow)
+from trainers import console, reproducible  # noqa: E402  (import nothing from TensorFlow)
+
+if reproducible.is_pinned_command(getattr(sys, "orig_argv", ())):
+    # The demo's table is the same on every x86-64 CPU only with these set before TensorFlow
+    # loads (trainers/reproducible.py).
+    reproducible.pin_environment()
 
 _VERBOSE = console.verbose_requested(sys.argv)
 if not _VERBOSE:

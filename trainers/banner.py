@@ -4,7 +4,7 @@ A person starting a week-long run wants to see, before it starts, that it is the
 hardware, batch and schedule they meant; a log read later wants the same facts at its top.
 """
 
-from trainers import distribute, memory
+from trainers import distribute, memory, reproducible
 
 
 def _count(n):
@@ -24,6 +24,13 @@ def _split_sizes(spec, splits):
             count = "?"
         parts.append(f"{name} {count} ({split})")
     return ", ".join(parts)
+
+
+def _threads(config):
+    """A run that sets --cpu_threads asks for the same rounding on any CPU: whether the
+    process's CPU kernels are pinned too (trainers/reproducible.py) belongs beside it."""
+    threads = config.get("cpu_threads", 0)
+    return f"; {threads} CPU threads, kernels {reproducible.describe()}" if threads else ""
 
 
 def lines(
@@ -49,7 +56,7 @@ def lines(
         f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({config.train_split}); "
         f"eval {_split_sizes(spec, eval_splits)}",
         f"hardware: {distribute.describe(strategy)}; XLA {'on' if jit else 'off'}; "
-        f"precision {precision_note}",
+        f"precision {precision_note}{_threads(config)}",
         f"batch:    {batch}; {memory_note}",
         f"steps:    {config.total_steps} ({config.warmup_steps} warm-up, {config.optimizer}, base_lr "
         f"{config.base_lr}), {start}; eval every {config.eval_every or 'end'}, checkpoint every "
