@@ -15,6 +15,10 @@ Every stage is a run of the trainers users run (trainers.pretrain, trainers.fine
 trainers.fewshot, through their run(config)), each in its own WORKDIR/<stage> with its
 TensorBoard logs. The table is printed and WORKDIR/results.json gets every number.
 Re-running the same command resumes (finished stages are not redone).
+Every stage pins what makes float32 CPU runs round differently on different machines (PINNED,
+and trainers/reproducible.py for the CPU kernels), so the table is the same on any x86-64 CPU
+with AVX2 and the same library versions. --small is a smoke test: it checks that every stage
+runs, and its table says so.
 """
 
 import datetime
@@ -42,9 +46,10 @@ FEW_PER_CLASS = 10
 
 # The digits presets' model (configs/__init__.py).
 ARCHITECTURE = DIGITS_ARCHITECTURE
-# Step budgets (batch 64), measured to fit the 10-minute `make demo` on 2 CPU cores.
+# Step budgets (batch 64), chosen to fit `make demo` into minutes on 2 CPU cores (the README
+# has the measured time).
 FULL = dict(pretrain_steps=1500, finetune_steps=800, few_finetune_steps=200, seeds=5)
-# --small: the whole pipeline end to end in well under a minute of training.
+# --small, the smoke test: every stage runs, with a few steps each.
 SMALL = dict(pretrain_steps=40, finetune_steps=20, few_finetune_steps=10, seeds=2)
 
 
@@ -200,7 +205,7 @@ def table(results, settings, seconds):
         return f"{results[key]:>7.3f} ± {std:.3f}" if std is not None else f"{results[key]:>13.3f}"
 
     head = (
-        f"{'downstream: digits 5-9':<44}"
+        f"{'test accuracy on digits 5-9':<44}"
         + "".join(f"{f'{k}-shot':>13}" for k in SHOTS)
         + f"{f'{FEW_PER_CLASS}/class':>13}{'all images':>13}"
     )
@@ -242,7 +247,7 @@ def table(results, settings, seconds):
             if train
             else [" " * 13] * 2
         )
-        lines.append(f"{label:<44}" + "".join(cells))
+        lines.append((f"{label:<44}" + "".join(cells)).rstrip())
     lines += [
         "",
         f"probes: mean ± std over {settings['seeds']} draws of the k examples per class; "
@@ -379,7 +384,10 @@ def _flags():
         "workdir", "runs/demo", "where every stage's run, the logs and results.json go", flag_values=values
     )
     flags.DEFINE_bool(
-        "small", False, "a tiny step budget: checks the whole pipeline in about a minute", flag_values=values
+        "small",
+        False,
+        "a smoke test: a few steps per stage, to check that every stage runs",
+        flag_values=values,
     )
     budget = {
         "pretrain_steps": "upstream steps",
