@@ -159,11 +159,12 @@ def _loop(steps):
 
 
 TRAINERS = {"pretrain": pretrain, "finetune": finetune, "fewshot": fewshot}
-# A stage's time in training steps, for the overall ETA: in the measured runs a training stage
-# took about this many steps' time besides its steps (start-up, evaluations, the checkpoint,
-# the pre-training's probes), and a probe stage about PROBE_COST_STEPS.
-STAGE_COST_STEPS = 300
-PROBE_COST_STEPS = 100
+# A stage's time in training steps, for the overall ETA, fitted to the measured full and --small
+# runs: a training stage took about STAGE_COST_STEPS steps' time besides its steps (start-up,
+# compiling, evaluations, the checkpoint), and a set of probes (a probe stage, or one of the
+# pre-training's few-shot evaluations) about PROBE_COST_STEPS.
+STAGE_COST_STEPS = 80
+PROBE_COST_STEPS = 25
 
 
 def run_stage(trainer, config):
@@ -172,7 +173,10 @@ def run_stage(trainer, config):
 
 def _cost(trainer, config):
     """A stage's expected share of the demo's time, in training steps."""
-    return PROBE_COST_STEPS if trainer == "fewshot" else STAGE_COST_STEPS + config.total_steps
+    if trainer == "fewshot":
+        return PROBE_COST_STEPS
+    probes = config.total_steps // config.fewshot_every if config.fewshot_datasets else 0
+    return STAGE_COST_STEPS + config.total_steps + probes * PROBE_COST_STEPS
 
 
 def collect(stage_results):
