@@ -80,6 +80,9 @@ def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys, monk
     with open(os.path.join(workdir, "fewshot", "results.json")) as f:
         probe = json.load(f)
     assert probe["weights"].endswith(os.path.join("pretrain", "model.npz")) and probe["feature_dim"] == 64
+    # The table's test-set sizes: the probes score the split the fine-tuning runs evaluate on.
+    assert probe["test_examples"] == results["downstream/test_images"] == 180
+    assert results["upstream/test_images"] == 180
     # The self-supervised run trained without labels, logged its own metric, and its probe and
     # fine-tunes started from its model.npz.
     with open(os.path.join(workdir, "pretrain_masked_patch", "config.json")) as f:
