@@ -23,8 +23,8 @@ block sizes oneDNN and Eigen derive from the size of the CPU's caches.
 import os
 
 ENVIRONMENT = {"TF_ENABLE_ONEDNN_OPTS": "0", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-# Two threads: what the 2-core machine that measured the demo starts anyway, and no slower
-# where there are fewer cores than threads.
+# Two: what TensorFlow starts on the 2-core machine the demo's step budgets were measured on
+# (1 thread took about twice as long there).
 CPU_THREADS = 2
 MODULE = "trainers.demo"
 
