@@ -174,6 +174,11 @@ FIELDS = {
     "strategy": Field("auto", "auto, tpu, gpu, cpu or multi_worker (TF_CONFIG)", STRATEGIES),
     "tpu": Field("", "TPU name or 'local' (TPU VM) for --strategy=tpu"),
     "cpu_devices": Field(1, "split the CPU into N logical devices (multi-replica testing)"),
+    "cpu_threads": Field(
+        0,
+        "threads of TensorFlow's CPU kernels (0 = one per core); sums are split by the count, so "
+        "numbers repeat across machines only at the same count (the demo uses 2)",
+    ),
     "mixed_precision": Field(
         "auto",
         "compute dtype: auto (bfloat16 where it measured faster: TPUs, GPUs of compute capability "
@@ -230,6 +235,7 @@ COMMON = (
     "strategy",
     "tpu",
     "cpu_devices",
+    "cpu_threads",
     "verbose",
 )
 # Fields of the two training trainers (fine-tuning and pre-training).

@@ -1,12 +1,17 @@
-"""trainers.demo: the whole `make demo` pipeline at a tiny step budget, end to end, in-process."""
+"""trainers.demo: the whole `make demo` pipeline at a tiny step budget, end to end, in-process;
+one stage as the command it is; the README's table against the committed results.json."""
 
 import json
 import os
+import re
+import subprocess
 
 import pytest
-from trainer_cli import scalar_tags
+from trainer_cli import ROOT, command, read_results, scalar_tags
+from trainer_cli import _env as cli_env
 
-from trainers import demo, validation
+from benchmarks import report
+from trainers import demo, reproducible, validation
 
 STAGES = (
     "pretrain",
@@ -24,13 +29,25 @@ STAGES = (
 )
 # Each stage evaluates (and probes, and checkpoints) once, at its last step: _every(4) == 4.
 SMALL = dict(pretrain_steps=4, finetune_steps=4, few_finetune_steps=2, seeds=2)
+# This process's TensorFlow may have started its runtime already (other tests), with a thread
+# count of its own: the stages take it as it is. The pinned count is checked by
+# test_a_stage_runs_pinned_as_its_command_with_nothing_on_stderr.
+IN_PROCESS = dict(demo.PINNED, cpu_threads=0)
 
 
 @pytest.mark.slow
 def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys, monkeypatch):
     workdir = str(tmp_path / "demo")
-    results = demo.run(workdir, small=True, **SMALL)
+    results = demo.run(workdir, small=True, pinned=IN_PROCESS, **SMALL)
     out = capsys.readouterr().out
+
+    # Where the run is: every stage counted, an overall ETA after each, the smoke test named.
+    n = len(STAGES)
+    for k, stage in enumerate(STAGES, 1):
+        assert f"=== [{k}/{n}] {stage}: python -m trainers." in out, stage
+        assert re.search(rf"=== \[{k}/{n}\] {stage} done in \d+ s; \d+:\d\d:\d\d so far, ", out), stage
+    assert len(re.findall(r"about \d+:\d\d:\d\d left ===", out)) == n - 1
+    assert out.count("SMOKE TEST (--small)") == 1 and "demo, smoke test (--small)" in out
 
     expected = {
         "pretrain/test_accuracy",
@@ -63,6 +80,9 @@ def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys, monk
     with open(os.path.join(workdir, "fewshot", "results.json")) as f:
         probe = json.load(f)
     assert probe["weights"].endswith(os.path.join("pretrain", "model.npz")) and probe["feature_dim"] == 64
+    # The table's test-set sizes: the probes score the split the fine-tuning runs evaluate on.
+    assert probe["test_examples"] == results["downstream/test_images"] == 180
+    assert results["upstream/test_images"] == 180
     # The self-supervised run trained without labels, logged its own metric, and its probe and
     # fine-tunes started from its model.npz.
     with open(os.path.join(workdir, "pretrain_masked_patch", "config.json")) as f:
@@ -101,13 +121,69 @@ def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys, monk
 
     run_stage = demo.run_stage
     monkeypatch.setattr(demo, "run_stage", rerun_stage)
-    again = demo.run(workdir, small=True, **SMALL)
+    again = demo.run(workdir, small=True, pinned=IN_PROCESS, **SMALL)
     out = capsys.readouterr().out
     for stage in ("pretrain", "pretrain_masked_patch"):
         assert f"{os.path.join(workdir, stage, 'checkpoints', 'ckpt-4')} at step 4." in out, stage
     assert {k: v for k, v in again.items() if k != "wall_time_s"} == {
         k: v for k, v in results.items() if k != "wall_time_s"
     }
+
+
+def test_stages_pin_what_varies_by_machine(tmp_path):
+    for name, (trainer, config) in demo.stage_configs(str(tmp_path), **SMALL).items():
+        assert config.cpu_threads == reproducible.CPU_THREADS, name
+        if trainer != "fewshot":  # the few-shot trainer computes in float32 without XLA anyway
+            assert (config.mixed_precision, config.jit_compile) == ("none", "false"), name
+
+
+def test_a_stage_runs_pinned_as_its_command_with_nothing_on_stderr(tmp_path):
+    """The demo's last stage as `python -m trainers.finetune` with its config's flags, in the
+    environment `python -m trainers.demo` sets: its banner names the pins, stderr stays empty."""
+    _, config = demo.stage_configs(str(tmp_path / "demo"), **SMALL)["scratch_10per_class"]
+    flags = [
+        f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
+        for name, value in config.items()
+    ]
+    env = dict(cli_env(), **reproducible.ENVIRONMENT)
+    del env["TF_CPP_MIN_LOG_LEVEL"]  # as a user runs it: the trainers hide TensorFlow's own lines
+    proc = subprocess.run(
+        command("finetune", [*flags, "--total_steps=2"]),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr == ""
+    hardware = next(line for line in proc.stdout.splitlines() if line.startswith("hardware:"))
+    assert "XLA off; precision float32; 2 CPU threads, kernels pinned (TF_ENABLE_ONEDNN_OPTS=0" in hardware
+    assert read_results(config.workdir)["eval"]["test"]["examples"] == 180
+
+
+def test_the_readme_table_is_the_committed_full_run(tmp_path):
+    with open(report.README, encoding="utf-8") as f:
+        readme = f.read()
+    region = report.region(readme, report.DEMO_BEGIN, report.DEMO_END)
+    assert region == report.demo_markdown().strip(), "run python -m benchmarks.report --write"
+    results = read_results(os.path.dirname(report.DEMO_RESULTS))
+    # It is `make demo`'s command, run with every stage pinned.
+    assert results["settings"] == dict(demo.FULL, small=False)
+    assert "```bash\npython -m trainers.demo --workdir=runs/demo\n```" in region
+    assert results["cpu_kernels"].startswith("pinned (") and "SMOKE TEST" not in region
+    assert f"total {results['wall_time_s'] / 60:.1f} min" in region
+    # The region has each task's test-set size and chance level.
+    assert "digits 0-4, 180 test images, 5 classes (chance 0.200)" in region
+    assert "digits 5-9, 180 test images, 5 classes (chance 0.200)" in region
+
+    # Another number in the results makes the README stale.
+    results["scratch/test_accuracy"] = 0.5
+    changed = tmp_path / "results.json"
+    changed.write_text(json.dumps(results), encoding="utf-8")
+    assert report.main(["--check", f"--demo_results={changed}"]) == 1
+    assert report.main(["--check"]) == 0
+    assert os.path.commonpath([report.DEMO_RESULTS, ROOT]) == ROOT
 
 
 def test_other_settings_on_the_same_workdir_are_refused(tmp_path, capsys):

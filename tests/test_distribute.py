@@ -50,6 +50,39 @@ def test_more_cpu_devices_than_tensorflow_started_with():
     assert "--cpu_devices=3 but TensorFlow already started with 2 CPU device(s)" in one_line(e)
 
 
+CPU_THREADS_SCRIPT = """
+import tensorflow as tf
+from trainers import distribute
+distribute.create_strategy("cpu", cpu_threads=3)
+print(tf.config.threading.get_intra_op_parallelism_threads())
+distribute.create_strategy("cpu", cpu_threads=3)  # a second run in the same process
+try:
+    distribute.create_strategy("cpu", cpu_threads=4)
+except distribute.StrategyError as e:
+    print(e)
+"""
+
+
+def test_cpu_threads_are_set_before_the_runtime_starts_and_checked_after():
+    proc = subprocess.run(
+        [sys.executable, "-c", CPU_THREADS_SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    threads, error = proc.stdout.strip().splitlines()
+    assert threads == "3"
+    assert error == (
+        "--cpu_threads=4 but TensorFlow already started with 3 threads: set it in the process's "
+        "first run, or leave it at 0"
+    )
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_cpu_threads_must_be_a_count(bad):
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy("cpu", cpu_threads=bad)
+    assert one_line(e) == f"--cpu_threads must be 0 (one per core) or a positive integer, got {bad!r}"
+
+
 def test_no_tpu():
     with pytest.raises(distribute.StrategyError) as e:
         distribute.create_strategy("tpu")

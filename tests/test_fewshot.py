@@ -2,11 +2,15 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
 import pytest
-from trainer_cli import make_fake_tfds, read_results, run_cli, scalar_tags
+import tensorflow as tf
+from trainer_cli import ROOT, make_fake_tfds, read_results, run_cli, scalar_tags
+from trainer_cli import _env as cli_env
 
 import keras_vit
 from keras_vit import weights as weights_lib
@@ -90,6 +94,45 @@ def test_evaluator_on_pixels_reports_every_shot_above_chance():
     assert results["fewshot/digits_5-9/10shot_accuracy"] > 0.8
     # Features are cached; a second call gives the same numbers.
     assert evaluator.run(fewshot.PIXELS) == results
+
+
+def test_pixel_features_are_the_flattened_images(tmp_path):
+    spec = data.get_spec("digits:5-9")
+    x, y = fewshot.extract_features(fewshot.PIXELS, spec, "test", image_size=8, batch_size=64)
+    input_fn = data.make_input_fn(spec, "test", image_size=8, global_batch_size=64, training=False)
+    images, labels = [], []
+    for batch_images, batch_labels, weights in input_fn(tf.distribute.InputContext()):
+        keep = weights.numpy() > 0
+        images.append(batch_images.numpy()[keep])
+        labels.append(batch_labels.numpy()[keep])
+    np.testing.assert_array_equal(x, np.concatenate(images).reshape(len(x), 8 * 8 * 3))
+    np.testing.assert_array_equal(y, np.concatenate(labels))
+
+
+# The demo's probes in one process: four models, then the raw pixels.
+PROBES_IN_ONE_PROCESS = """
+from trainers import fewshot
+import keras, keras_vit
+evaluator = fewshot.FewShotEvaluator("digits:5-9", image_size=8, batch_size=512, shots=(1,), seeds=1)
+for seed in range(4):
+    keras.utils.set_random_seed(seed)
+    evaluator.run(keras_vit.ViT(**{tiny}, num_classes=5))
+evaluator.run(fewshot.PIXELS)
+"""
+
+
+def test_probing_several_models_in_one_process_keeps_stderr_clean():
+    """Each model's features need a compiled step of their own; the raw pixels need none. Once a
+    process has compiled the same code five times in a few calls, TensorFlow warns on stderr
+    that it is "retracing" (the demo's pixel probe did, after a pre-training run and three probes)."""
+    script = PROBES_IN_ONE_PROCESS.format(tiny=TINY)
+    env = cli_env()
+    del env["TF_CPP_MIN_LOG_LEVEL"]  # as a user runs it: the trainers hide TensorFlow's own lines
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr == "", proc.stderr[-2000:]
 
 
 def test_evaluator_follows_a_model_that_keeps_training():

@@ -21,6 +21,13 @@ elif sys.modules["keras"].backend.backend() != "tensorflow":
         "KERAS_BACKEND=tensorflow"
     )
 
+from trainers import reproducible  # noqa: E402  (the standard library only)
+
+if reproducible.is_pinned_command(getattr(sys, "orig_argv", ())):
+    # The demo's table is the same on every x86-64 CPU only with these set before TensorFlow
+    # loads (trainers/reproducible.py).
+    reproducible.pin_environment()
+
 try:
     # keras_vit, imported here, imports Keras and with it TensorFlow, its start-up lines hidden
     # unless --verbose (keras_vit/startup.py).

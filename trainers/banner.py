@@ -5,7 +5,7 @@ hardware, batch and schedule they meant; a log read later wants the same facts a
 """
 
 from keras_vit import variants
-from trainers import distribute, memory
+from trainers import distribute, memory, reproducible
 
 
 def _count(n):
@@ -32,6 +32,13 @@ def _split_sizes(spec, splits):
     return ", ".join(parts)
 
 
+def _threads(config):
+    """A run that sets --cpu_threads asks for the same rounding on any CPU: whether the
+    process's CPU kernels are pinned too (trainers/reproducible.py) belongs beside it."""
+    threads = config.get("cpu_threads", 0)
+    return f"; {threads} CPU threads, kernels {reproducible.describe()}" if threads else ""
+
+
 def lines(
     *, config, spec, strategy, model, eval_splits, accum_steps, memory_note, precision_note, jit, start_step
 ):
@@ -55,7 +62,7 @@ def lines(
         f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({config.train_split}); "
         f"eval {_split_sizes(spec, eval_splits)}",
         f"hardware: {distribute.describe(strategy)}; XLA {'on' if jit else 'off'}; "
-        f"precision {precision_note}",
+        f"precision {precision_note}{_threads(config)}",
         f"batch:    {batch}; {memory_note}",
         f"steps:    {config.total_steps} ({config.warmup_steps} warm-up, {config.optimizer}, base_lr "
         f"{config.base_lr}), {start}; {_every('eval', config.eval_every)}, "

@@ -15,9 +15,17 @@ Every stage is a run of the trainers users run (trainers.pretrain, trainers.fine
 trainers.fewshot, through their run(config)), each in its own WORKDIR/<stage> with its
 TensorBoard logs. The table is printed and WORKDIR/results.json gets every number.
 Re-running the same command resumes (finished stages are not redone).
+Every stage pins what makes float32 CPU runs round differently on different machines (PINNED,
+and trainers/reproducible.py for the CPU kernels), so the table is the same on any x86-64 CPU
+with AVX2 and the same library versions. --small is a smoke test: it checks that every stage
+runs, and its table says so.
 """
 
+import datetime
+import importlib.metadata
 import json
+import os
+import platform
 import sys
 import time
 
@@ -28,23 +36,33 @@ from configs import fewshot as fewshot_config
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
 from keras_vit import fileio
-from trainers import cli, fewshot, finetune, pretrain
+from trainers import cli, console, fewshot, finetune, pretrain, reproducible
 from trainers.errors import UsageError
 
 UPSTREAM, DOWNSTREAM = "digits:0-4", "digits:5-9"
+UPSTREAM_CLASSES, DOWNSTREAM_CLASSES = range(0, 5), range(5, 10)
 SHOTS = (1, 5, 10)
 FEW_PER_CLASS = 10
 
 # The digits presets' model (configs/__init__.py).
 ARCHITECTURE = DIGITS_ARCHITECTURE
-# Step budgets (batch 64), measured to fit the 10-minute `make demo` on 2 CPU cores.
+# Step budgets (batch 64), chosen to fit `make demo` into minutes on 2 CPU cores (the README
+# has the measured time).
 FULL = dict(pretrain_steps=1500, finetune_steps=800, few_finetune_steps=200, seeds=5)
-# --small: the whole pipeline end to end in well under a minute of training.
+# --small, the smoke test: every stage runs, with a few steps each.
 SMALL = dict(pretrain_steps=40, finetune_steps=20, few_finetune_steps=10, seeds=2)
 
 
-def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps, seeds, jit_compile="false"):
-    """{stage name: (trainer module name, config)} in the order they run."""
+# What the stages pin so the table is the same on any x86-64 CPU (trainers/reproducible.py):
+# float32 whatever the CPU's instruction set (--mixed_precision=auto would pick by it), no XLA,
+# and a fixed number of kernel threads. The process pins the CPU kernels themselves.
+PINNED = dict(mixed_precision="none", jit_compile="false", cpu_threads=reproducible.CPU_THREADS)
+
+
+def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps, seeds, pinned=None):
+    """{stage name: (trainer module name, config)} in the order they run. `pinned`: PINNED's
+    fields (default PINNED; the few-shot trainer takes only cpu_threads, it runs in float32)."""
+    pinned = dict(PINNED if pinned is None else pinned)
     pretrained = fileio.join(workdir, "pretrain", "model.npz")
     masked_pretrained = fileio.join(workdir, "pretrain_masked_patch", "model.npz")
     stages = {}
@@ -67,7 +85,7 @@ def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps
         fewshot_every=_every(pretrain_steps),
         fewshot_shots=",".join(map(str, SHOTS)),
         fewshot_seeds=seeds,
-        jit_compile=jit_compile,
+        **pinned,
     )
     stages["pretrain"] = ("pretrain", pre)
 
@@ -96,6 +114,7 @@ def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps
             pre_logits=weights == "none",
             shots=",".join(map(str, SHOTS)),
             seeds=seeds,
+            cpu_threads=pinned["cpu_threads"],
         )
         if model == "pixels":
             fs.update(model="pixels", image_size=8)  # the scans' own 8x8 pixels, no resampling
@@ -123,7 +142,7 @@ def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps
             steps_per_loop=_loop(steps),
             eval_every=_every(steps),
             checkpoint_every=_every(steps),
-            jit_compile=jit_compile,
+            **pinned,
         )
         stages[name] = ("finetune", ft)
     return stages
@@ -140,14 +159,28 @@ def _loop(steps):
 
 
 TRAINERS = {"pretrain": pretrain, "finetune": finetune, "fewshot": fewshot}
+# A stage's time in training steps, for the overall ETA, fitted to the measured full and --small
+# runs: a training stage took about STAGE_COST_STEPS steps' time besides its steps (start-up,
+# compiling, evaluations, the checkpoint), and a set of probes (a probe stage, or one of the
+# pre-training's few-shot evaluations) about PROBE_COST_STEPS.
+STAGE_COST_STEPS = 80
+PROBE_COST_STEPS = 25
 
 
 def run_stage(trainer, config):
     return TRAINERS[trainer].run(config)
 
 
+def _cost(trainer, config):
+    """A stage's expected share of the demo's time, in training steps."""
+    if trainer == "fewshot":
+        return PROBE_COST_STEPS
+    probes = config.total_steps // config.fewshot_every if config.fewshot_datasets else 0
+    return STAGE_COST_STEPS + config.total_steps + probes * PROBE_COST_STEPS
+
+
 def collect(stage_results):
-    """The demo's results.json: stage/metric -> number."""
+    """The demo's numbers: stage/metric -> number, and the size and chance level of each task."""
     results = {}
     for name, result in stage_results.items():
         if name.startswith("fewshot"):
@@ -158,6 +191,9 @@ def collect(stage_results):
             results[f"{name}/test_masked_patch_accuracy"] = result["eval"]["test"]["masked_patch_accuracy"]
         else:
             results[f"{name}/test_accuracy"] = result["eval"]["test"]["accuracy"]
+    results["upstream/test_images"] = stage_results["pretrain"]["eval"]["test"]["examples"]
+    # The probes score the same split (digits 5-9's test split) as the fine-tuning runs.
+    results["downstream/test_images"] = stage_results["scratch"]["eval"]["test"]["examples"]
     return results
 
 
@@ -171,7 +207,7 @@ def table(results, settings, seconds):
         return f"{results[key]:>7.3f} ± {std:.3f}" if std is not None else f"{results[key]:>13.3f}"
 
     head = (
-        f"{'downstream: digits 5-9':<44}"
+        f"{'test accuracy on digits 5-9':<44}"
         + "".join(f"{f'{k}-shot':>13}" for k in SHOTS)
         + f"{f'{FEW_PER_CLASS}/class':>13}{'all images':>13}"
     )
@@ -186,10 +222,22 @@ def table(results, settings, seconds):
     ]
     upstream = results["pretrain/test_accuracy"]
     masked = results["pretrain_masked_patch/test_masked_patch_accuracy"]
-    lines = [
-        f"upstream: ViT pre-trained on digits 0-4, test accuracy {upstream:.3f}",
-        f"upstream: the same ViT pre-trained on digits 0-4 by masked patch prediction (no labels), "
-        f"test masked-patch accuracy {masked:.3f}",
+    chance = 1 / len(UPSTREAM_CLASSES)
+    lines = []
+    if settings.get("small"):
+        lines += [
+            "SMOKE TEST (--small): a few steps per stage; the numbers check the pipeline, not the method",
+            "",
+        ]
+    lines += [
+        f"upstream: digits 0-4, {results['upstream/test_images']} test images, "
+        f"{len(UPSTREAM_CLASSES)} classes (chance {chance:.3f})",
+        f"  ViT pre-trained with the labels: test accuracy {upstream:.3f}",
+        f"  the same ViT pre-trained by masked patch prediction (no labels): test masked-patch accuracy "
+        f"{masked:.3f}",
+        f"downstream: digits 5-9, {results['downstream/test_images']} test images, "
+        f"{len(DOWNSTREAM_CLASSES)} classes (chance {1 / len(DOWNSTREAM_CLASSES):.3f}); "
+        f"one test image is {1 / results['downstream/test_images']:.3f}",
         "",
         head,
         "-" * len(head),
@@ -201,7 +249,7 @@ def table(results, settings, seconds):
             if train
             else [" " * 13] * 2
         )
-        lines.append(f"{label:<44}" + "".join(cells))
+        lines.append((f"{label:<44}" + "".join(cells)).rstrip())
     lines += [
         "",
         f"probes: mean ± std over {settings['seeds']} draws of the k examples per class; "
@@ -212,28 +260,95 @@ def table(results, settings, seconds):
     return "\n".join(lines)
 
 
-def run(workdir, *, small=False, **overrides):
-    """Runs every stage (resuming finished ones), writes WORKDIR/results.json, returns it."""
+def command(settings):
+    """The command line that runs the demo with `settings` (a results.json's)."""
+    argv = ["python -m trainers.demo --workdir=runs/demo"]
+    preset = SMALL if settings.get("small") else FULL
+    if settings.get("small"):
+        argv.append("--small")
+    argv += [f"--{name}={settings[name]}" for name in preset if settings[name] != preset[name]]
+    return " ".join(argv)
+
+
+def markdown(results):
+    """The README's demo region from a results.json the demo wrote (benchmarks/report.py --write)."""
+    machine = results["machine"]
+    versions = ", ".join(f"{name} {version}" for name, version in sorted(machine["versions"].items()))
+    return "\n".join(
+        [
+            "```bash",
+            command(results["settings"]),
+            "```",
+            "",
+            f"Measured {machine['date']} on {machine['cpu']} ({machine['cores']} cores), Python "
+            f"{machine['python']}, {versions}; CPU kernels {results['cpu_kernels']}.",
+            "",
+            "```",
+            table(results, results["settings"], results["wall_time_s"]),
+            "```",
+        ]
+    )
+
+
+def _machine():
+    """Where the run computed: the README says it beside the table."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.partition(":")[2].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:  # not Linux
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "versions": {name: importlib.metadata.version(name) for name in ("tensorflow", "keras")},
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+    }
+
+
+def run(workdir, *, small=False, pinned=None, **overrides):
+    """Runs every stage (resuming finished ones), writes WORKDIR/results.json, returns it.
+    `pinned`: the stages' pinned fields (default PINNED)."""
     settings = dict(SMALL if small else FULL)
     settings.update({k: v for k, v in overrides.items() if v is not None})
     for name, value in settings.items():
         if int(value) <= 0:
             raise UsageError(f"--{name} must be positive, got {value}.")
     _check_workdir(workdir, settings)
-    start = time.time()
+    stages = stage_configs(workdir, **settings, pinned=pinned)
+    kernels = reproducible.describe()
+    label = "smoke test (--small): a few steps per stage" if small else "full run"
+    print(f"demo, {label}: {len(stages)} stages; CPU kernels {kernels}", flush=True)
+    costs = {name: _cost(trainer, config) for name, (trainer, config) in stages.items()}
+    start, done = time.time(), 0
     stage_results = {}
-    for name, (trainer, config) in stage_configs(workdir, **settings).items():
-        print(f"\n=== {name}: python -m trainers.{trainer} (workdir {config.workdir}) ===", flush=True)
+    for k, (name, (trainer, config)) in enumerate(stages.items(), 1):
+        count = f"[{k}/{len(stages)}]"
+        print(
+            f"\n=== {count} {name}: python -m trainers.{trainer} (workdir {config.workdir}) ===", flush=True
+        )
         tick = time.time()
         stage_results[name] = run_stage(trainer, config)
-        print(f"=== {name} done in {time.time() - tick:.0f} s ===", flush=True)
+        done += costs[name]
+        elapsed = time.time() - start
+        left = elapsed / done * (sum(costs.values()) - done)
+        eta = f"about {console.duration(left)} left" if k < len(stages) else "all stages done"
+        print(
+            f"=== {count} {name} done in {time.time() - tick:.0f} s; "
+            f"{console.duration(elapsed)} so far, {eta} ===",
+            flush=True,
+        )
     results = collect(stage_results)
     seconds = time.time() - start
     results["wall_time_s"] = round(seconds, 1)
+    results["settings"] = dict(settings, small=bool(small))
+    results["cpu_kernels"] = kernels
+    results["machine"] = _machine()
     fileio.write_atomic(
         fileio.join(workdir, "results.json"), json.dumps(results, indent=2, sort_keys=True) + "\n"
     )
-    print("\n" + table(results, settings, seconds))
+    print("\n" + table(results, results["settings"], seconds))
     print(
         f"\nresults: {fileio.join(workdir, 'results.json')}\nTensorBoard: tensorboard --logdir {workdir}",
         flush=True,
@@ -271,7 +386,10 @@ def _flags():
         "workdir", "runs/demo", "where every stage's run, the logs and results.json go", flag_values=values
     )
     flags.DEFINE_bool(
-        "small", False, "a tiny step budget: checks the whole pipeline in about a minute", flag_values=values
+        "small",
+        False,
+        "a smoke test: a few steps per stage, to check that every stage runs",
+        flag_values=values,
     )
     budget = {
         "pretrain_steps": "upstream steps",

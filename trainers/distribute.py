@@ -19,13 +19,15 @@ from trainers.errors import StrategyError
 
 
 def create_strategy(
-    strategy: str = "auto", tpu: str | None = None, cpu_devices: int = 1
+    strategy: str = "auto", tpu: str | None = None, cpu_devices: int = 1, cpu_threads: int = 0
 ) -> tf.distribute.Strategy:
-    """auto: a TPU if --tpu is given or one is attached, else all local GPUs, else the CPU."""
+    """auto: a TPU if --tpu is given or one is attached, else all local GPUs, else the CPU.
+    `cpu_threads`: the intra-op threads of the CPU kernels (0: TensorFlow's default)."""
     if strategy not in STRATEGIES:
         raise StrategyError(f"unknown --strategy={strategy!r}: use one of {', '.join(STRATEGIES)}")
     if not isinstance(cpu_devices, int) or isinstance(cpu_devices, bool) or cpu_devices < 1:
         raise StrategyError(f"--cpu_devices must be a positive integer, got {cpu_devices!r}")
+    _set_cpu_threads(cpu_threads)
     if strategy == "auto":
         if tpu or _local_tpu_attached():
             strategy = "tpu"
@@ -100,6 +102,23 @@ def _tpu_strategy(tpu):
         raise StrategyError(
             f"no TPU found (--tpu={name}: {reason}): on a TPU VM use --tpu=local, for a TPU "
             f"node its name; elsewhere use --strategy=gpu, cpu or auto"
+        ) from None
+
+
+def _set_cpu_threads(count):
+    """Sets the intra-op thread count before TensorFlow starts its runtime; once started, the
+    count it runs with must be the one asked for (a second run in the same process)."""
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise StrategyError(f"--cpu_threads must be 0 (one per core) or a positive integer, got {count!r}")
+    if count == 0 or tf.config.threading.get_intra_op_parallelism_threads() == count:
+        return
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(count)
+    except RuntimeError:
+        raise StrategyError(
+            f"--cpu_threads={count} but TensorFlow already started with "
+            f"{tf.config.threading.get_intra_op_parallelism_threads() or 'one per core'} threads: "
+            "set it in the process's first run, or leave it at 0"
         ) from None
 
 

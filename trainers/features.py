@@ -58,13 +58,17 @@ class FeatureExtractor:
         """`console`: a trainers.console.Console that shows the extraction's progress."""
         self.strategy = strategy or tf.distribute.get_strategy()
         self.console = console
+        self._step = None
         if isinstance(model, str):
             if model != PIXELS:
                 raise IncompatibleModelError(f"unknown feature mode {model!r}; pass a model or {PIXELS!r}")
-            self._forward = lambda images: tf.reshape(images, [tf.shape(images)[0], -1])
-        else:
-            represent = representation_model(model)
-            self._forward = lambda images: represent(images, training=False)
+            # Raw pixels need no device and no compiled step: each is one more tf.function traced
+            # from the same code, and TensorFlow warns on stderr about "retracing" once a
+            # process has traced it five times in a few calls (a pre-training run and the
+            # probes of four models, as in the demo).
+            return
+        represent = representation_model(model)
+        self._forward = lambda images: represent(images, training=False)
 
         def replica_step(images, labels, weights):
             return tf.cast(self._forward(images), tf.float32), labels, weights
@@ -88,13 +92,20 @@ class FeatureExtractor:
         input_fn = data.make_input_fn(
             spec, split, image_size=image_size, global_batch_size=batch_size, training=False
         )
-        dataset = data.distribute(self.strategy, input_fn)
+        if self._step is None:  # pixels: the global batches, on the host
+            dataset = input_fn(tf.distribute.InputContext())
+        else:
+            dataset = data.distribute(self.strategy, input_fn)
         features, labels = [], []
         progress = None
         if self.console is not None:
             progress = Progress(self.console, f"features of {spec.name} {split}", spec.num_examples[split])
         for batch in dataset:
-            f, y, w = (t.numpy() for t in self._step(batch))
+            if self._step is None:
+                images, y, w = (t.numpy() for t in batch)
+                f = images.reshape(len(images), -1).astype(np.float32)
+            else:
+                f, y, w = (t.numpy() for t in self._step(batch))
             keep = w > 0
             features.append(f[keep])
             labels.append(y[keep])

@@ -63,7 +63,10 @@ def run(config):
     """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict."""
     validate(config)
     strategy = distribute.create_strategy(
-        config.strategy, tpu=config.tpu or None, cpu_devices=config.cpu_devices or 1
+        config.strategy,
+        tpu=config.tpu or None,
+        cpu_devices=config.cpu_devices or 1,
+        cpu_threads=config.get("cpu_threads", 0),
     )
     if config.batch_size % strategy.num_replicas_in_sync:
         raise UsageError(

@@ -52,7 +52,10 @@ def run(config):
     validate_training(config)
     eval_splits = parse_eval_splits(config.eval_splits)
     strategy = distribute.create_strategy(
-        config.strategy, tpu=config.tpu or None, cpu_devices=config.cpu_devices or 1
+        config.strategy,
+        tpu=config.tpu or None,
+        cpu_devices=config.cpu_devices or 1,
+        cpu_threads=config.get("cpu_threads", 0),
     )
     check_replicas(config, strategy.num_replicas_in_sync)
     spec = data.get_spec(

@@ -98,6 +98,7 @@ RERUN_FREE_FIELDS = frozenset(
         "strategy",
         "tpu",
         "cpu_devices",
+        "cpu_threads",
         "jit_compile",
         "verbose",
         # The same update, split differently to fit other hardware.
