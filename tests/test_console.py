@@ -155,17 +155,22 @@ def test_progress_prints_every_interval_with_rate_and_eta(capsys):
     assert capsys.readouterr().out == "  features of digits test: 360/360 images, 180 img/s (0:00:02)\n"
 
 
-def test_the_eta_leaves_out_the_compiling_call(capsys):
+def _log_training(*, batch_size, replicas):
+    """LogTraining of a 101-step run at a learning rate of 0.1, its summaries written nowhere."""
     summaries = actions.Summaries.__new__(actions.Summaries)
     summaries.train = summaries.eval = tf.summary.create_noop_writer()
-    log = actions.LogTraining(
+    return actions.LogTraining(
         summaries,
         lambda step: np.float32(0.1),
         total_steps=101,
-        batch_size=10,
-        replicas=1,
+        batch_size=batch_size,
+        replicas=replicas,
         console=console.Console(),
     )
+
+
+def test_the_eta_leaves_out_the_compiling_call(capsys):
+    log = _log_training(batch_size=10, replicas=1)
     out = {"loss": 1.0, "grad_norm": 0.5}
     log(0, 1, out, 30.0)  # the first call: 30 s of tracing and compiling
     log(1, 51, out, 5.0)  # steady: 0.1 s per step
@@ -178,16 +183,7 @@ def test_the_eta_leaves_out_the_compiling_call(capsys):
 
 
 def test_several_replicas_show_the_speed_per_replica(capsys):
-    summaries = actions.Summaries.__new__(actions.Summaries)
-    summaries.train = summaries.eval = tf.summary.create_noop_writer()
-    log = actions.LogTraining(
-        summaries,
-        lambda step: np.float32(0.1),
-        total_steps=101,
-        batch_size=40,
-        replicas=4,
-        console=console.Console(),
-    )
+    log = _log_training(batch_size=40, replicas=4)
     out = {"loss": 1.0, "grad_norm": 0.5}
     log(0, 1, out, 30.0)
     log(1, 51, out, 5.0)
