@@ -29,9 +29,12 @@ if reproducible.is_pinned_command(getattr(sys, "orig_argv", ())):
     reproducible.pin_environment()
 
 try:
-    # keras_vit, imported here, imports Keras and with it TensorFlow, its start-up lines hidden
-    # unless --verbose (keras_vit/startup.py).
-    from trainers import console  # noqa: E402, I001  (first: it hides the import of TensorFlow)
+    # First, before TensorFlow loads: refuses (SystemExit, one line) a keras_vit package mixed
+    # with the files of the index's unrelated `keras-vit` (keras_vit/_clash.py). Our keras_vit
+    # imports Keras and with it TensorFlow, its start-up lines hidden unless --verbose
+    # (keras_vit/startup.py).
+    from keras_vit import _clash  # noqa: E402, F401, I001
+    from trainers import console  # noqa: E402, I001
     import tensorflow  # noqa: E402, F401
 except ImportError as error:  # the library was installed without the [train] extra
     if "tensorflow" in sys.modules:
@@ -45,7 +48,3 @@ if not _VERBOSE:
     # TensorFlow's runtime log lines (XLA service, tf.data notes) below errors stay hidden too
     # (already set where keras_vit imported TensorFlow for a command; this covers the rest).
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-# Before any trainer reaches keras_vit.layers: refuses a keras_vit package mixed with the files
-# of the index's unrelated `keras-vit` (keras_vit/_clash.py).
-from keras_vit import _clash  # noqa: E402, F401
