@@ -31,6 +31,30 @@ def _pets_lines():
     )
 
 
+DIGITS_SPEC = DatasetSpec(name="digits", num_classes=10, num_examples={"train": 1437, "test": 360})
+
+
+def _digits_lines(config, model, *, jit=False, start_step=0):
+    """The banner of a one-replica float32 digits run of `model` under `config`."""
+    return banner.lines(
+        config=config,
+        spec=DIGITS_SPEC,
+        strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
+        model=model,
+        eval_splits={"test": "test"},
+        accum_steps=1,
+        memory_note="",
+        precision_note="float32",
+        jit=jit,
+        start_step=start_step,
+    )
+
+
+def _digits_model():
+    shape = {k: v for k, v in DIGITS_ARCHITECTURE.items() if k != "model"}
+    return keras_vit.create_model("ViT-Ti_16", num_classes=10, **shape)
+
+
 def test_the_banner_names_model_data_hardware_batch_steps_and_workdir():
     lines = _pets_lines()
     # 577 tokens: (384 / 16)^2 patches and the class token.
@@ -58,21 +82,7 @@ def test_the_banner_names_model_data_hardware_batch_steps_and_workdir():
 def test_a_resumed_run_says_where_it_starts():
     config = finetune.get_config("digits")
     config.update(dict(workdir="/tmp/d"))
-    spec = DatasetSpec(name="digits", num_classes=10, num_examples={"train": 1437, "test": 360})
-    shape = {k: v for k, v in DIGITS_ARCHITECTURE.items() if k != "model"}
-    model = keras_vit.create_model("ViT-Ti_16", num_classes=10, **shape)
-    lines = banner.lines(
-        config=config,
-        spec=spec,
-        strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
-        model=model,
-        eval_splits={"test": "test"},
-        accum_steps=1,
-        memory_note="",
-        precision_note="float32",
-        jit=True,
-        start_step=600,
-    )
+    lines = _digits_lines(config, _digits_model(), jit=True, start_step=600)
     text = "\n".join(lines)
     assert "from step 600" in text and "XLA on" in text
     assert "eval every 500, checkpoint every 500" in text
@@ -88,22 +98,10 @@ def test_the_banner_names_the_model_built_not_the_flag():
     # --model=ViT-B_16 with shape flags builds another model: the banner describes that one.
     config = finetune.get_config("digits")
     config.update(dict(workdir="/tmp/d", model="ViT-B_16"))
-    spec = DatasetSpec(name="digits", num_classes=10, num_examples={"train": 1437, "test": 360})
-    common = dict(
-        config=config,
-        spec=spec,
-        strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
-        eval_splits={"test": "test"},
-        accum_steps=1,
-        memory_note="",
-        precision_note="float32",
-        jit=False,
-        start_step=0,
-    )
     tiny = keras_vit.create_model(
         "ViT-B_16", image_size=32, num_classes=10, patch_size=8, hidden_size=32, num_layers=1, num_heads=2
     )
-    assert banner.lines(model=tiny, **common)[0].startswith(
+    assert _digits_lines(config, tiny)[0].startswith(
         "model:    custom ViT: patch 8, width 32, 1 layer, 2 heads ("
     )
     hybrid = keras_vit.ViT(
@@ -116,30 +114,17 @@ def test_the_banner_names_the_model_built_not_the_flag():
         resnet_layers=(2, 2),
         num_classes=10,
     )
-    assert banner.lines(model=hybrid, **common)[0].startswith(
+    assert _digits_lines(config, hybrid)[0].startswith(
         "model:    custom hybrid: ResNet stages (2, 2) + patch 1, width 32, 2 layers, 2 heads ("
     )
     config.image_size = 32
     official = keras_vit.create_model("ViT-S_32", image_size=32, num_classes=10)
-    assert banner.lines(model=official, **common)[0].startswith("model:    ViT-S_32 (")
+    assert _digits_lines(config, official)[0].startswith("model:    ViT-S_32 (")
 
 
 def test_zero_means_at_the_end():
     config = finetune.get_config("digits")
     config.update(dict(workdir="/tmp/d", eval_every=0, checkpoint_every=0))
-    spec = DatasetSpec(name="digits", num_classes=10, num_examples={"train": 1437, "test": 360})
-    shape = {k: v for k, v in DIGITS_ARCHITECTURE.items() if k != "model"}
-    lines = banner.lines(
-        config=config,
-        spec=spec,
-        strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
-        model=keras_vit.create_model("ViT-Ti_16", num_classes=10, **shape),
-        eval_splits={"test": "test"},
-        accum_steps=1,
-        memory_note="",
-        precision_note="float32",
-        jit=False,
-        start_step=0,
-    )
+    lines = _digits_lines(config, _digits_model())
     assert lines[4].endswith("from the start; eval at the end, checkpoint at the end"), lines[4]
     assert "every end" not in "\n".join(lines)
