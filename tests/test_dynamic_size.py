@@ -9,6 +9,7 @@ and after saving (on JAX and PyTorch too: tests/test_backends.py).
 import json
 import os
 
+import backend_cases
 import keras
 import numpy as np
 import pytest
@@ -142,18 +143,7 @@ def test_reproduces_the_independent_reference_at_its_own_and_the_doubled_size():
     # Logits from a separate PyTorch implementation at 32 px and, after the official resize,
     # at 64 px (see the fixtures' README): one model gives both.
     outputs = np.load(f"{FIXTURES}/tiny_vit_reference_outputs.npz", allow_pickle=False)
-    model = keras_vit.ViT(
-        image_size=(None, None),
-        base_image_size=32,
-        patch_size=8,
-        hidden_size=48,
-        num_layers=2,
-        num_heads=3,
-        mlp_dim=96,
-        num_classes=7,
-        include_preprocessing=False,
-        classifier_activation=None,
-    )
+    model = keras_vit.ViT(**backend_cases.FIXTURE_MODEL)
     weights.load_weights(model, f"{FIXTURES}/tiny_vit_vit_jax_layout.npz")
     for size in (32, 64):
         np.testing.assert_allclose(
