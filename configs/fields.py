@@ -23,6 +23,8 @@ OPTIMIZERS = ("sgd", "adam")
 MOMENTUM_DTYPES = ("float32", "bfloat16")
 DECAY_TYPES = ("cosine", "linear")
 STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
+# What runs the step (trainers/engines.py): tf.distribute, or Keras on JAX under one XLA program.
+ENGINES = ("tf", "jax")
 RECIPES = ("imagenet2012", "imagenet21k", "jft")
 # keras_vit.position_embeddings.POSEMB_TYPES (configs do not import the library; a test keeps them equal).
 POSEMB_TYPES = ("learned_1d", "learned_2d", "sincos_2d", "relative", "none")
@@ -171,6 +173,13 @@ FIELDS = {
         "it runs, and record the new config",
     ),
     # Hardware.
+    "engine": Field(
+        "tf",
+        "what runs the step: tf (tf.distribute: TPUStrategy, MirroredStrategy, MultiWorkerMirroredStrategy) "
+        "or jax (Keras on JAX: the whole step one XLA program, data-parallel over every device); "
+        "tf.data feeds both",
+        ENGINES,
+    ),
     "strategy": Field("auto", "auto, tpu, gpu, cpu or multi_worker (TF_CONFIG)", STRATEGIES),
     "tpu": Field("", "TPU name or 'local' (TPU VM) for --strategy=tpu"),
     "cpu_devices": Field(1, "split the CPU into N logical devices (multi-replica testing)"),
@@ -232,6 +241,7 @@ COMMON = (
     "dropout_rate",
     "stochastic_depth",
     "seed",
+    "engine",
     "strategy",
     "tpu",
     "cpu_devices",

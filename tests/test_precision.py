@@ -50,14 +50,16 @@ def test_auto_is_float32_on_a_cpu_without_them_or_without_onednn(plain_cpu, monk
 
 def test_auto_on_gpus_follows_their_compute_capability(monkeypatch, plain_cpu):
     monkeypatch.setattr(distribute, "worker_devices", lambda strategy: ["/job:localhost/device:GPU:0"])
-    monkeypatch.setattr(precision, "gpu_compute_capabilities", lambda: [(9, 0), (8, 0)])
+    monkeypatch.setattr(precision, "gpu_compute_capabilities", lambda strategy=None: [(9, 0), (8, 0)])
     assert precision.resolve("auto", CPU, **VIT_TI) == (
         "bfloat16",
         "bfloat16 (auto: GPU of compute capability 8.0)",
     )
     # A small model too: the GPU's bfloat16 tensor cores do not need large matrices to pay.
     assert precision.resolve("auto", CPU, jit=True, hidden_size=64, num_patches=16)[0] == "bfloat16"
-    monkeypatch.setattr(precision, "gpu_compute_capabilities", lambda: [(8, 6), (7, 5)])  # one T4
+    monkeypatch.setattr(
+        precision, "gpu_compute_capabilities", lambda strategy=None: [(8, 6), (7, 5)]
+    )  # one T4
     assert precision.resolve("auto", CPU, **VIT_TI)[0] == "none"
 
 

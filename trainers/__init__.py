@@ -1,9 +1,9 @@
 """The keras_vit trainers: tf.distribute fine-tuning, pre-training and few-shot probes.
 
 They need TensorFlow and TFDS, which `pip install keras-vision-transformer` (the library alone)
-does not bring, and they run Keras on its TensorFlow backend whatever KERAS_BACKEND says: they
-select it here, before anything imports Keras (TensorFlow's import does), while the library
-itself runs on any backend.
+does not bring (tf.data feeds both engines). They run Keras on the backend of their engine
+(--engine=tf: TensorFlow, the default; --engine=jax: JAX), selected here before anything imports
+Keras (TensorFlow's import does), while the library itself runs on any backend.
 
 TensorFlow's start-up lines are hidden unless the command line has --verbose
 (keras_vit/startup.py).
@@ -12,13 +12,16 @@ TensorFlow's start-up lines are hidden unless the command line has --verbose
 import os
 import sys
 
+from trainers import engine_env  # the standard library only
+
+# The backend the engine runs (trainers/engine_env.py), chosen before anything imports Keras.
 if "keras" not in sys.modules:
-    os.environ["KERAS_BACKEND"] = "tensorflow"
-elif sys.modules["keras"].backend.backend() != "tensorflow":
+    engine_env.prepare(sys.argv, getattr(sys, "orig_argv", ()))
+elif sys.modules["keras"].backend.backend() not in engine_env.BACKENDS.values():
     raise ImportError(
-        f"the trainers run on Keras' TensorFlow backend, and Keras was already imported with "
+        f"the trainers run on Keras' TensorFlow or JAX backend, and Keras was already imported with "
         f"{sys.modules['keras'].backend.backend()!r}: import trainers before keras, or set "
-        "KERAS_BACKEND=tensorflow"
+        "KERAS_BACKEND=tensorflow (the tf engine) or jax (the jax engine)"
     )
 
 from trainers import reproducible  # noqa: E402  (the standard library only)

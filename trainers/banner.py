@@ -5,7 +5,7 @@ hardware, batch and schedule they meant; a log read later wants the same facts a
 """
 
 from keras_vit import variants
-from trainers import distribute, memory, reproducible
+from trainers import distribute, engines, memory, reproducible
 
 
 def _count(n):
@@ -61,7 +61,8 @@ def lines(
         f"{config.image_size} px, {tokens} tokens, weights: {weights}",
         f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({config.train_split}); "
         f"eval {_split_sizes(spec, eval_splits)}",
-        f"hardware: {distribute.describe(strategy)}; XLA {'on' if jit else 'off'}; "
+        f"hardware: {engines.name(strategy)} engine, {distribute.describe(strategy)}; "
+        f"XLA {'on' if jit else 'off'}; "
         f"precision {precision_note}{_threads(config)}",
         f"batch:    {batch}; {memory_note}",
         f"steps:    {config.total_steps} ({config.warmup_steps} warm-up, {config.optimizer}, base_lr "

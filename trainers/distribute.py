@@ -27,7 +27,7 @@ def create_strategy(
         raise StrategyError(f"unknown --strategy={strategy!r}: use one of {', '.join(STRATEGIES)}")
     if not isinstance(cpu_devices, int) or isinstance(cpu_devices, bool) or cpu_devices < 1:
         raise StrategyError(f"--cpu_devices must be a positive integer, got {cpu_devices!r}")
-    _set_cpu_threads(cpu_threads)
+    set_cpu_threads(cpu_threads)
     if strategy == "auto":
         if tpu or _local_tpu_attached():
             strategy = "tpu"
@@ -105,7 +105,7 @@ def _tpu_strategy(tpu):
         ) from None
 
 
-def _set_cpu_threads(count):
+def set_cpu_threads(count):
     """Sets the intra-op thread count before TensorFlow starts its runtime; once started, the
     count it runs with must be the one asked for (a second run in the same process)."""
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
@@ -178,6 +178,8 @@ def _multi_worker_strategy(cpu_devices):
 
 def describe(strategy) -> str:
     """One line for the log: the kind, the number of replicas and workers, and the devices."""
+    if hasattr(strategy, "describe"):  # the jax engine's (trainers/jax_distribute.py)
+        return strategy.describe()
     kind = type(strategy).__name__
     for public, name in (
         (tf.distribute.MultiWorkerMirroredStrategy, "MultiWorkerMirroredStrategy"),
@@ -222,6 +224,8 @@ def all_gpus(devices):
 
 def is_chief(strategy):
     """The process that writes logs, results and the real checkpoints (worker 0 or 'chief')."""
+    if getattr(strategy, "engine", "tf") == "jax":
+        return strategy.is_chief
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or isinstance(strategy, tf.distribute.TPUStrategy):
         return True

@@ -152,6 +152,26 @@ class Trainer:
             return self.model.trainable_variables
         return self.objective.trained_variables(self.model)
 
+    # -- checkpoints (trainers/run_checkpoints.py) ----------------------------------------
+    def checkpoint_objects(self):
+        """What a checkpoint holds: the model, optimizer, step, dropout states, last loss, and an
+        objective's own trained layers (masked patch prediction's mask embedding and head)."""
+        objective = self.objective.checkpoint_objects() if self.objective is not None else {}
+        return dict(
+            model=self.model,
+            optimizer=self.optimizer,
+            step=self.step,
+            last_loss=self.last_loss,
+            rng=self.rng_state,
+            **objective,
+        )
+
+    def before_save(self):
+        """Nothing to copy: the checkpoint reads the variables themselves."""
+
+    def after_restore(self):
+        """Nothing to copy back: the restore wrote the variables themselves."""
+
     # -- training -----------------------------------------------------------------------
     def _objective_grads(self, images):
         variables = self.trained_variables

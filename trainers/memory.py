@@ -100,7 +100,8 @@ def device_memory(strategy, override_gb=0.0):
     if any("TPU" in d for d in devices):
         return None
     if devices and all("GPU" in d for d in devices):
-        limit = _smallest_gpu_memory()
+        jax_engine = getattr(strategy, "engine", "tf") == "jax"
+        limit = strategy.memory_limit() if jax_engine else _smallest_gpu_memory()
         if limit is None:
             return None
         return DeviceMemory(int(USABLE_FRACTION * limit), "GPU memory")

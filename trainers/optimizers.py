@@ -158,6 +158,9 @@ def make_optimizer(
     # Keras 3's TensorFlow optimizer all-reduces (SUM) the gradients it is given whenever it
     # runs in a replica context. Ours are reduced already; summing again would multiply them
     # by the replica count. If this hook ever disappears, fail loudly instead of training wrong.
+    # (The jax engine's optimizer only ever sees the global gradient: nothing to switch off.)
+    if keras.backend.backend() != "tensorflow":
+        return keras.optimizers.LossScaleOptimizer(inner) if loss_scaling else inner
     if not hasattr(inner, "_all_reduce_sum_gradients"):
         raise RuntimeError(
             "This Keras version's optimizer has no _all_reduce_sum_gradients; "

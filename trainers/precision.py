@@ -48,10 +48,11 @@ def of_model(model):
 
 
 def _auto(strategy, jit, hidden_size, num_patches):
-    if isinstance(strategy, tf.distribute.TPUStrategy):
+    devices = distribute.worker_devices(strategy)
+    if isinstance(strategy, tf.distribute.TPUStrategy) or all("TPU" in d.upper() for d in devices):
         return "bfloat16", "TPU"
-    if distribute.all_gpus(distribute.worker_devices(strategy)):
-        capabilities = gpu_compute_capabilities()
+    if distribute.all_gpus(devices):
+        capabilities = gpu_compute_capabilities(strategy)
         if capabilities and min(capabilities) >= GPU_MIN_COMPUTE_CAPABILITY:
             major, minor = min(capabilities)
             return "bfloat16", f"GPU of compute capability {major}.{minor}"
@@ -65,8 +66,12 @@ def _auto(strategy, jit, hidden_size, num_patches):
     return "bfloat16", "CPU with bfloat16 matrix instructions"
 
 
-def gpu_compute_capabilities():
-    """[(major, minor), ...] of the visible GPUs ([] where TensorFlow reports none)."""
+def gpu_compute_capabilities(strategy=None):
+    """[(major, minor), ...] of the visible GPUs ([] where TensorFlow, or JAX for the jax engine,
+    reports none)."""
+    if getattr(strategy, "engine", "tf") == "jax":
+        found = [getattr(d, "compute_capability", "") for d in strategy.local_devices]
+        return [tuple(int(n) for n in c.split(".")[:2]) for c in found if c]
     found = []
     for gpu in tf.config.list_physical_devices("GPU"):
         capability = tf.config.experimental.get_device_details(gpu).get("compute_capability")

@@ -1,7 +1,9 @@
 """A run's checkpoints: restore on start, save at boundaries, on preemption and at the end.
 
-`WORKDIR/checkpoints/ckpt-STEP` (tf.train.CheckpointManager) holds the model, the optimizer,
-the step, the dropout random-number states and the last train loss. Under MultiWorkerMirrored
+`WORKDIR/checkpoints/ckpt-STEP` (tf.train.CheckpointManager) holds what the engine's trainer
+names in `checkpoint_objects()`: the model, the optimizer, the step, the dropout random-number
+states and the last train loss (the jax engine: host copies of its device state, taken by
+`before_save()` and put back by `after_restore()`). Under MultiWorkerMirrored
 every worker must take part in a save, but only the chief's copy is kept: the others write into
 a temporary folder they delete.
 
@@ -34,26 +36,14 @@ _STATE_FILE = "checkpoint"
 _PREFIX = re.compile(r"^ckpt-(\d+)$")
 
 
-def _objective_objects(trainer):
-    objective = getattr(trainer, "objective", None)
-    return objective.checkpoint_objects() if objective is not None else {}
-
-
 class RunCheckpoints:
     def __init__(self, trainer, workdir, *, chief, task_id=0, keep=3):
         self.trainer = trainer
         self.workdir = workdir
         self.chief = chief
         self.keep = keep
-        self.checkpoint = tf.train.Checkpoint(
-            model=trainer.model,
-            optimizer=trainer.optimizer,
-            step=trainer.step,
-            last_loss=trainer.last_loss,
-            rng=trainer.rng_state,
-            # An objective's own trained layers (masked patch prediction's mask embedding and head).
-            **_objective_objects(trainer),
-        )
+        # What the engine's trainer keeps (trainers/loop.py, trainers/jax_loop.py).
+        self.checkpoint = tf.train.Checkpoint(**trainer.checkpoint_objects())
         # The chief's folder: where every worker restores from.
         self.directory = fileio.join(workdir, CHECKPOINT_DIR)
         self.save_directory = self.directory
@@ -77,6 +67,7 @@ class RunCheckpoints:
         for prefix in find_checkpoints(self.directory):
             try:
                 self.checkpoint.restore(prefix).assert_existing_objects_matched()
+                self.trainer.after_restore()
             except Exception:
                 reason = read_error(prefix)
                 if reason is None:
@@ -141,6 +132,7 @@ class RunCheckpoints:
         before = _entries(directory)
         previous = self.manager.latest_checkpoint
         try:
+            self.trainer.before_save()
             path = self.manager.save(checkpoint_number=step)
             if not tf.io.gfile.exists(f"{path}.index"):
                 raise OSError(f"{path}.index is missing after the save")

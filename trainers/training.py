@@ -21,9 +21,9 @@ from trainers import (
     banner,
     data,
     distribute,
+    engines,
     faults,
     image_summaries,
-    loop,
     memory,
     model_builder,
     optimizers,
@@ -50,13 +50,9 @@ def run(config):
     if hasattr(config, "copy_and_resolve_references"):
         config = config.copy_and_resolve_references()
     validate_training(config)
+    engines.check(config)
     eval_splits = parse_eval_splits(config.eval_splits)
-    strategy = distribute.create_strategy(
-        config.strategy,
-        tpu=config.tpu or None,
-        cpu_devices=config.cpu_devices or 1,
-        cpu_threads=config.get("cpu_threads", 0),
-    )
+    strategy = engines.create_strategy(config)
     check_replicas(config, strategy.num_replicas_in_sync)
     spec = data.get_spec(
         config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
@@ -104,7 +100,7 @@ BuiltTrainer = collections.namedtuple("BuiltTrainer", "trainer schedule memory_n
 
 
 def build_trainer(config, strategy, spec):
-    """BuiltTrainer for `config` under `strategy`: the trainers.loop.Trainer with the model,
+    """BuiltTrainer for `config` under `strategy`: the engine's Trainer with the model,
     objective, optimizer, accumulation, precision and XLA choice a run uses (benchmarks.train
     times this same trainer), its learning-rate schedule, and the banner's notes on memory and
     precision. `spec` needs only `num_classes`."""
@@ -128,7 +124,7 @@ def build_trainer(config, strategy, spec):
                 loss_scaling=mixed_precision == "float16",
             )
             accum_steps, memory_note = memory.resolve_accum_steps(config, strategy, model)
-            trainer = loop.Trainer(
+            trainer = engines.trainer_class(strategy)(
                 strategy=strategy,
                 model=model,
                 optimizer=optimizer,
@@ -201,6 +197,8 @@ def use_jit(setting, strategy):
     with XLA anyway. On CPU, "true" works for any number of replicas (loop.Trainer), but the
     step measured slower under XLA than without (README, "Mixed precision and backends"), so
     "auto" leaves it off there."""
+    if engines.is_jax(strategy):
+        return True  # the jax engine always compiles its step
     if setting != "auto":
         return setting == "true"
     if isinstance(strategy, tf.distribute.TPUStrategy):

@@ -1,0 +1,78 @@
+"""The engine under a run (--engine): what distributes, compiles and takes the step.
+
+Everything above the step is shared (config, data, evaluators, controller, actions, console,
+banner, checkpoints' files and faults, exports). An engine supplies three things:
+
+* its distribution: a tf.distribute strategy (tf) or a JaxStrategy (jax,
+  trainers/jax_distribute.py), created from the same --strategy, --tpu and --cpu_devices;
+* its Trainer: trainers/loop.py (tf) or trainers/jax_loop.py (jax), with one interface
+  (train, evaluate, step, checkpoint_objects, before_save, after_restore);
+* whether XLA is a choice (tf: --jit_compile) or always on (jax).
+
+tf is the default: TPUStrategy, MirroredStrategy and MultiWorkerMirroredStrategy as they were.
+jax runs Keras on its JAX backend, which the process chose when it started (trainers/engine_env.py).
+"""
+
+import keras
+
+from configs.fields import ENGINES
+from trainers import distribute
+from trainers.engine_env import BACKENDS
+from trainers.errors import UsageError
+
+
+def check(config):
+    """UsageError when the engine cannot run in this process or with these flags."""
+    engine = config.get("engine", "tf")
+    if engine not in ENGINES:
+        raise UsageError(f"unknown --engine={engine!r}: use one of {', '.join(ENGINES)}")
+    backend = keras.backend.backend()
+    if BACKENDS[engine] != backend:
+        raise UsageError(
+            f"--engine={engine} runs Keras on its {BACKENDS[engine]} backend, but this process "
+            f"started Keras on {backend}: pass --engine={engine} on the command line, or set "
+            f"KERAS_BACKEND={BACKENDS[engine]} before importing keras or trainers"
+        )
+    if engine == "jax" and config.get("mixed_precision") == "float16":
+        raise UsageError(
+            "--mixed_precision=float16 (loss scaling) is for --engine=tf; the jax engine's reduced "
+            "precision is bfloat16: use --mixed_precision=bfloat16 or auto"
+        )
+    if engine == "jax" and config.get("jit_compile", "auto") == "false":
+        raise UsageError("--engine=jax always compiles the step with XLA: leave --jit_compile at auto")
+
+
+def create_strategy(config):
+    """The run's distribution under its engine."""
+    if config.get("engine", "tf") == "jax":
+        from trainers import jax_distribute  # JAX is imported by the jax engine only
+
+        distribute.set_cpu_threads(config.get("cpu_threads", 0))  # tf.data's CPU kernels
+        return jax_distribute.create_strategy(
+            config.strategy, tpu=config.tpu or None, cpu_devices=config.cpu_devices or 1
+        )
+    return distribute.create_strategy(
+        config.strategy,
+        tpu=config.tpu or None,
+        cpu_devices=config.cpu_devices or 1,
+        cpu_threads=config.get("cpu_threads", 0),
+    )
+
+
+def trainer_class(strategy):
+    """The Trainer of the engine `strategy` belongs to."""
+    if is_jax(strategy):
+        from trainers import jax_loop
+
+        return jax_loop.Trainer
+    from trainers import loop
+
+    return loop.Trainer
+
+
+def is_jax(strategy):
+    return getattr(strategy, "engine", "tf") == "jax"
+
+
+def name(strategy):
+    return "jax" if is_jax(strategy) else "tf"

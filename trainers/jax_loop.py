@@ -1,0 +1,294 @@
+"""The JAX engine's training and evaluation steps, with trainers.loop.Trainer's interface.
+
+The whole step is one jit-compiled XLA program over the mesh of trainers/jax_distribute.py:
+the micro-batches of an accumulating step (a `lax.scan`, one micro-batch's activations in
+memory at a time), their summed gradients, the global norm, the clipping, and the optimizer's
+update (the Keras optimizer's `stateless_apply`, so `TraceSGD`, Adam and AdamW are the tf
+engine's own). The loss is scaled by 1 / global batch as in the tf engine; with the batch split
+over the devices, the gradient of that loss is the all-reduced one, and it is clipped after
+that reduction. Keras runs the model statelessly (`keras.StatelessScope`), the pattern of Keras'
+own JAX trainer: the variables' values go in as arguments and come out updated (the dropout
+layers' random-number states among them).
+
+Between loop calls the state lives on the devices; the Keras variables are pointed at it after
+every call (no copy), so evaluators, pictures and exports read the model as they do under the
+tf engine. Checkpoints go through the shared trainers/run_checkpoints.py: the state is copied
+into host-side tf.Variables just before a save and back after a restore.
+"""
+
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+import tensorflow as tf
+
+from configs.fields import LOSSES
+from trainers.loop import METRIC_NAMES
+
+# Checkpoint copies of integer states (the dropout layers' random-number states) are int64:
+# TensorFlow's CPU kernels do not assign every unsigned type.
+_CHECKPOINT_DTYPES = {"uint32": tf.int64}
+
+
+def per_example_loss(loss, labels, logits):
+    """float32 (b,): as trainers.loop.per_example_loss, on JAX arrays."""
+    logits = logits.astype(jnp.float32)
+    multi_hot = labels.ndim == 2
+    if loss == "softmax":
+        if multi_hot:
+            return keras.losses.categorical_crossentropy(labels.astype(jnp.float32), logits, from_logits=True)
+        return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    if loss != "sigmoid":
+        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
+    targets = labels.astype(jnp.float32) if multi_hot else jax.nn.one_hot(labels, logits.shape[-1])
+    # max(x, 0) - x * z + log(1 + exp(-|x|)), as tf.nn.sigmoid_cross_entropy_with_logits.
+    per_class = jnp.maximum(logits, 0.0) - logits * targets + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+    return jnp.sum(per_class, axis=-1)
+
+
+def top1_hits(labels, logits):
+    top = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    if labels.ndim == 2:
+        return (jnp.take_along_axis(labels, top[:, None], axis=1)[:, 0] > 0).astype(jnp.float32)
+    return (top == labels.astype(jnp.int32)).astype(jnp.float32)
+
+
+class Trainer:
+    """Compiled train and eval steps for a classifier on a JaxStrategy's mesh."""
+
+    def __init__(
+        self,
+        *,
+        strategy,
+        model,
+        optimizer,
+        global_batch_size,
+        accum_steps=1,
+        grad_norm_clip=None,
+        jit_compile=True,
+        loss="softmax",
+        objective=None,
+    ):
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
+        self.loss = loss
+        self.metric_name = METRIC_NAMES[loss] if objective is None else objective.metric_name
+        self.objective = objective
+        self.strategy, self.model, self.optimizer = strategy, model, optimizer
+        self.global_batch_size = int(global_batch_size)
+        self.accum_steps = int(accum_steps)
+        self.grad_norm_clip = float(grad_norm_clip) if grad_norm_clip else None
+        self.jit_compile = True  # the engine has no other way to run
+        self.loss_scaling = False
+        replicas = strategy.num_replicas_in_sync
+        if self.global_batch_size % (replicas * self.accum_steps):
+            raise ValueError(
+                f"batch size {self.global_batch_size} is not divisible by replicas x accum_steps "
+                f"= {replicas} x {self.accum_steps}."
+            )
+        # Host-side counters, as the tf engine's (the controller and the checkpoints read them).
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.last_loss = tf.Variable(float("nan"), dtype=tf.float32, trainable=False, name="last_train_loss")
+        self.rng_state = []  # the dropout states are model variables here, in `_others`
+        if not optimizer.built:
+            optimizer.build(self.trained_variables)
+        self._trained = list(self.trained_variables)
+        trained_ids = {id(v) for v in self._trained}
+        everything = list(model.variables) + (list(objective.variables) if objective is not None else [])
+        self._others = _unique(v for v in everything if id(v) not in trained_ids)
+        self._opt = list(optimizer.variables)
+        self._groups = (self._trained, self._others, self._opt)
+        self._state = None  # the device state, while the Keras variables still point at it
+        self._published = None
+        self._metric_sums = [0.0, 0.0]
+        self._shadows = None
+        donate = (0,) if strategy.platform != "cpu" else ()  # XLA:CPU does not reuse donated buffers
+        self._train_step = jax.jit(self._train_step_fn, donate_argnums=donate)
+        self._eval_step = jax.jit(self._eval_step_fn)
+
+    @property
+    def micro_batch_size(self):
+        return self.global_batch_size // self.accum_steps
+
+    @property
+    def trained_variables(self):
+        if self.objective is None:
+            return self.model.trainable_variables
+        return self.objective.trained_variables(self.model)
+
+    # -- the state --------------------------------------------------------------------------------
+    def _device_state(self):
+        """(trained, others, optimizer) values on the mesh: the last loop's, unless something
+        (a restore, a user) assigned the Keras variables since."""
+        current = [[v.value for v in group] for group in self._groups]
+        if self._state is not None and all(
+            a is b for group, seen in zip(current, self._published) for a, b in zip(group, seen)
+        ):
+            return self._state
+        return tuple([self.strategy.put_replicated(value) for value in group] for group in current)
+
+    def _publish(self, state):
+        """Points the Keras variables at `state` (this process's copy on its first device)."""
+        for group, values in zip(self._groups, state):
+            for variable, value in zip(group, values):
+                variable.assign(value.addressable_data(0))
+        self._state = state
+        self._published = [[v.value for v in group] for group in self._groups]
+
+    def _run(self, fn, trained, others):
+        """fn()'s result with the variables at these values, and the others' values after it."""
+        mapping = list(zip(self._trained, trained)) + list(zip(self._others, others))
+        with keras.StatelessScope(state_mapping=mapping) as scope:
+            out = fn()
+        return out, [scope.get_current_value(v) for v in self._others]
+
+    # -- training ---------------------------------------------------------------------------------
+    def _micro_batch(self, trained, others, images, labels, step):
+        """(loss, per-example metric sum), gradients and the others' new values of one micro-batch."""
+
+        def loss_fn(trained):
+            def forward():
+                if self.objective is not None:
+                    return self.objective.per_example(images, step, training=True)
+                logits = self.model(images, training=True)
+                return per_example_loss(self.loss, labels, logits), None
+
+            (losses, accuracy), new_others = self._run(forward, trained, others)
+            hits = jnp.sum(accuracy) if accuracy is not None else jnp.float32(0.0)
+            return jnp.sum(losses) / self.global_batch_size, (new_others, hits)
+
+        (loss, (new_others, hits)), grads = jax.value_and_grad(loss_fn, has_aux=True)(trained)
+        return loss, hits, grads, new_others
+
+    def _regroup(self, x):
+        """(accum, micro, ...) from (batch, ...): micro-batch i holds the i-th slice of every
+        replica's rows, as the tf engine's replicas each split their own rows."""
+        replicas, accum = self.strategy.num_replicas_in_sync, self.accum_steps
+        per_micro = x.shape[0] // (replicas * accum)
+        x = x.reshape(replicas, accum, per_micro, *x.shape[1:]).swapaxes(0, 1)
+        return x.reshape(accum, replicas * per_micro, *x.shape[3:])
+
+    def _train_step_fn(self, state, images, labels, step):
+        trained, others, opt = state
+        if self.accum_steps == 1:
+            loss, hits, grads, others = self._micro_batch(trained, others, images, labels, step)
+        else:
+
+            def body(carry, batch):
+                grads_sum, loss_sum, hits_sum, others = carry
+                loss, hits, grads, others = self._micro_batch(trained, others, *batch, step)
+                grads_sum = [g + m.astype(g.dtype) for g, m in zip(grads_sum, grads)]
+                return (grads_sum, loss_sum + loss, hits_sum + hits, others), None
+
+            zeros = [jnp.zeros_like(v) for v in trained]
+            carry = (zeros, jnp.float32(0.0), jnp.float32(0.0), others)
+            batches = (self._regroup(images), self._regroup(labels))
+            (grads, loss, hits, others), _ = jax.lax.scan(body, carry, batches)
+        norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in grads))
+        if self.grad_norm_clip:
+            factor = self.grad_norm_clip / jnp.maximum(norm, self.grad_norm_clip)
+            grads = [g * factor.astype(g.dtype) for g in grads]
+        trained, opt = self.optimizer.stateless_apply(opt, grads, trained)
+        return (trained, others, opt), loss, norm, hits
+
+    def train(self, iterator, num_steps):
+        """Runs `num_steps` steps; returns mean loss, mean gradient norm and finiteness."""
+        state = self._device_state()
+        first = int(self.step.numpy())
+        outputs = []
+        try:
+            for i in range(num_steps):
+                images, labels = next(iterator)
+                state, loss, norm, hits = self._train_step(state, images, labels, jnp.int32(first + i))
+                outputs.append((loss, norm, hits))
+        finally:
+            self._publish(state)
+        loss, norm, hits = (np.asarray(jnp.stack(column), np.float64) for column in zip(*outputs))
+        self.step.assign_add(num_steps)
+        out = {
+            "loss": float(loss.mean()),
+            "grad_norm": float(norm.mean()),
+            "finite": bool(np.isfinite(loss).all() and np.isfinite(norm).all()),
+            "metrics": {},
+        }
+        if out["finite"]:
+            self.last_loss.assign(out["loss"])
+        if self.objective is not None:
+            self._metric_sums = [self._metric_sums[0] + hits.sum(), self._metric_sums[1] + num_steps]
+            out["metrics"] = self.train_metrics()
+        return out
+
+    def train_metrics(self):
+        """The objective's train accuracy since the last call (mean over its examples)."""
+        hits, steps = self._metric_sums
+        self._metric_sums = [0.0, 0.0]
+        return {self.metric_name: hits / (steps * self.global_batch_size)} if steps else {}
+
+    # -- evaluation -------------------------------------------------------------------------------
+    def _eval_step_fn(self, state, images, labels, weights):
+        trained, others, _ = state
+
+        def forward():
+            if self.objective is not None:
+                return self.objective.per_example(images, self.objective.eval_draw, training=False)
+            logits = self.model(images, training=False).astype(jnp.float32)
+            return per_example_loss(self.loss, labels, logits), top1_hits(labels, logits)
+
+        (losses, hits), _ = self._run(forward, trained, others)
+        weights = weights.astype(jnp.float32)
+        return jnp.stack([jnp.sum(losses * weights), jnp.sum(hits * weights), jnp.sum(weights)])
+
+    def evaluate(self, dataset):
+        """One pass over a Feed of (images, labels, weights); padding has weight 0."""
+        state = self._device_state()
+        totals = [self._eval_step(state, *batch) for batch in dataset]
+        if not totals:
+            raise ValueError("the evaluation split has no examples.")
+        loss, hits, count = (float(v) for v in np.asarray(jnp.sum(jnp.stack(totals), axis=0)))
+        if count == 0:
+            raise ValueError("the evaluation split has no examples.")
+        return {"loss": loss / count, self.metric_name: hits / count, "examples": int(count)}
+
+    # -- checkpoints (trainers/run_checkpoints.py) ------------------------------------------------
+    def checkpoint_objects(self):
+        """Host copies of the whole state for tf.train.Checkpoint, and the counters."""
+        if self._shadows is None:
+            with tf.device("/cpu:0"):
+                self._shadows = [
+                    [
+                        tf.Variable(
+                            tf.zeros(v.shape, _CHECKPOINT_DTYPES.get(str(v.dtype), str(v.dtype))),
+                            trainable=False,
+                        )
+                        for v in group
+                    ]
+                    for group in self._groups
+                ]
+        trained, others, opt = self._shadows
+        return {
+            "jax_state": {"trained": trained, "others": others, "optimizer": opt},
+            "step": self.step,
+            "last_loss": self.last_loss,
+        }
+
+    def before_save(self):
+        self.checkpoint_objects()
+        for group, shadows in zip(self._groups, self._shadows):
+            for variable, shadow in zip(group, shadows):
+                value = np.asarray(variable.value)
+                shadow.assign(value.astype(shadow.dtype.as_numpy_dtype))
+
+    def after_restore(self):
+        for group, shadows in zip(self._groups, self._shadows):
+            for variable, shadow in zip(group, shadows):
+                variable.assign(shadow.numpy().astype(jnp.dtype(variable.dtype)))
+        self._state = None
+
+
+def _unique(variables):
+    seen, unique = set(), []
+    for v in variables:
+        if id(v) not in seen:
+            seen.add(id(v))
+            unique.append(v)
+    return unique
