@@ -35,10 +35,14 @@ try:
     # First, before TensorFlow loads: refuses (SystemExit, one line) a keras_vit package mixed
     # with the files of the index's unrelated `keras-vit` (keras_vit/_clash.py). Our keras_vit
     # imports Keras and with it TensorFlow, its start-up lines hidden unless --verbose
-    # (keras_vit/startup.py).
+    # (keras_vit/startup.py). On the JAX backend Keras does not import TensorFlow: it loads
+    # here, as quietly.
     from keras_vit import _clash  # noqa: E402, F401, I001
+    from keras_vit import startup  # noqa: E402, I001
     from trainers import console  # noqa: E402, I001
-    import tensorflow  # noqa: E402, F401
+
+    with startup.native_stderr_hidden(hide=startup.quiet_start() and "tensorflow" not in sys.modules):
+        import tensorflow  # noqa: E402, F401
 except ImportError as error:  # the library was installed without the [train] extra
     if "tensorflow" in sys.modules:
         raise

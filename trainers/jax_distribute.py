@@ -30,6 +30,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from configs.fields import STRATEGIES
+from keras_vit import startup
 from trainers.errors import StrategyError
 
 BATCH_AXIS = "batch"
@@ -46,7 +47,10 @@ def create_strategy(strategy="auto", tpu=None, cpu_devices=1):
     _keep_tensorflow_off_accelerators()
     if strategy == "multi_worker":
         _join_cluster()
-    platform = jax.default_backend()
+    # JAX probes its platforms here (a CUDA plugin without a GPU logs errors): quiet as
+    # TensorFlow's start (keras_vit/startup.py).
+    with startup.native_stderr_hidden(hide=startup.quiet_start()):
+        platform = jax.default_backend()
     if strategy in ("tpu", "gpu") and platform != strategy:
         raise StrategyError(
             f"--strategy={strategy} but JAX sees no {strategy.upper()} here (its devices: {platform}): "
