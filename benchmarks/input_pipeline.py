@@ -7,6 +7,11 @@ data_dir: --data_dir, or a small stand-in that ../shared/tools/fake_tfds.py writ
 batch; both are timed in turns. The issue's target: the pipeline gives at least 3x the images
 per second per core that the step consumes.
 
+The jax engine's feed is timed too: the same pipeline at the accelerator benchmark's 224 px,
+handed to a JAX device as the engine hands it (trainers/jax_distribute.py: tf.data to NumPy to
+a sharded array). Its images per second per core say how many host cores a step of a given
+speed needs (CORES_FOR: the H100 rate of benchmarks.accelerator's ViT-B/16 bfloat16 step).
+
     python -m benchmarks.input_pipeline
     python -m benchmarks.input_pipeline --data_dir=/data/tfds --batch_size=64
 """
@@ -25,6 +30,8 @@ from benchmarks import harness, train  # noqa: E402
 
 FAKE_TFDS = os.path.join(os.path.dirname(harness.ROOT), "shared", "tools", "fake_tfds.py")
 TARGET = 3.0  # pipeline images/s over the step's, per core
+CORES_FOR = 3000.0  # images/s: the jax engine's step on one H100 (benchmarks.accelerator)
+FEED_IMAGE_SIZE = 224
 
 
 def make_fake_pets(data_dir, per_class):
@@ -64,6 +71,28 @@ def pipeline_step(config, data_dir, batch):
     return lambda: next(iterator)[0].numpy()
 
 
+def jax_feed_step(config, data_dir, batch):
+    """The pipeline at FEED_IMAGE_SIZE through the jax engine's feed onto one device."""
+    import jax
+
+    from trainers import data, jax_distribute
+
+    spec = data.get_spec(config.dataset, data_dir=data_dir)
+    feed_config = config.copy_and_resolve_references()
+    feed_config.image_size = FEED_IMAGE_SIZE
+    input_fn = data.make_input_fn(
+        spec,
+        config.train_split,
+        ops=data.train_ops(feed_config),
+        global_batch_size=batch,
+        training=True,
+        seed=config.seed,
+    )
+    strategy = jax_distribute.JaxStrategy(jax.devices()[:1])
+    iterator = iter(strategy.distribute_datasets_from_function(input_fn))
+    return lambda: next(iterator)[0].block_until_ready()
+
+
 COLUMNS = (
     ("what", "what", ""),
     ("img/s", "images_per_s", ".1f"),
@@ -101,6 +130,10 @@ def main(argv=None):
             harness.Contestant(
                 train.trainer_name(config) + " step", lambda: train.trainer_step(config, 1), ours=True
             ),
+            harness.Contestant(
+                f"jax engine feed, {FEED_IMAGE_SIZE} px (tf.data to device)",
+                lambda: jax_feed_step(config, data_dir, args.batch_size),
+            ),
         ]
         times = harness.interleave(entrants, args.repeats, args.min_seconds)
     speeds = [args.batch_size / harness.median(times[c.name]) for c in entrants]
@@ -115,6 +148,7 @@ def main(argv=None):
         for c, s in zip(entrants, speeds)
     ]
     rows[0]["pipeline_over_this"] = None
+    rows[2]["pipeline_over_this"] = None
     settings = {
         "variant": args.variant,
         "image_size": config.image_size,
@@ -129,6 +163,13 @@ def main(argv=None):
         "ratio": TARGET,
         "measured": speeds[0] / speeds[1],
         "met": speeds[0] / speeds[1] >= TARGET,
+    }
+    feed_per_core = speeds[2] / cores
+    data["jax_feed"] = {
+        "image_size": FEED_IMAGE_SIZE,
+        "images_per_s_per_core": feed_per_core,
+        "step_images_per_s": CORES_FOR,
+        "cores_needed": CORES_FOR / feed_per_core,
     }
     data["tables"].append(harness.section(f"Input pipeline ({cores} cores)", COLUMNS, rows))
     harness.finish(data, args.out, start)

@@ -148,6 +148,13 @@ def targets(results):
             )
             + f". Bottleneck measured: {slower} is the slower of the two."
         )
+        feed = pipe.get("jax_feed")
+        if feed:
+            lines.append(
+                f"- The jax engine's feed (tf.data to the device, {feed['image_size']} px): "
+                f"{feed['images_per_s_per_core']:.1f} img/s per core, so a {feed['step_images_per_s']:,.0f} "
+                f"img/s step needs about {feed['cores_needed']:.0f} host cores for its input."
+            )
     for name in ("train", "inference"):
         data = results.get(name)
         if not data:

@@ -234,10 +234,14 @@ def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16
 @pytest.mark.slow
 def test_input_pipeline_against_the_step_it_feeds(results):
     data = _read(results / "input_pipeline.json")
-    pipe, step = _rows(data)
+    pipe, step, feed = _rows(data)
     assert pipe["what"] == "finetune pipeline" and step["what"].startswith("keras_vit Trainer")
     assert data["target"]["measured"] == pytest.approx(pipe["images_per_s"] / step["images_per_s"])
     assert data["target"]["met"] == (data["target"]["measured"] >= 3)
+    # The jax engine's feed at 224 px, and the host cores a 3,000 img/s step needs at that rate.
+    assert feed["what"] == "jax engine feed, 224 px (tf.data to device)"
+    assert data["jax_feed"]["images_per_s_per_core"] == pytest.approx(feed["per_core"])
+    assert data["jax_feed"]["cores_needed"] == pytest.approx(3000 / feed["per_core"])
 
 
 @pytest.mark.slow
