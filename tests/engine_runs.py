@@ -1,0 +1,24 @@
+"""Runs several fine-tuning command lines in one process, on the engine KERAS_BACKEND names.
+
+    KERAS_BACKEND=jax python tests/engine_runs.py '[["--engine=jax", "--dataset=digits", ...], ...]'
+
+tests/test_engines.py runs the same runs on both engines, one process each (Keras' backend is
+chosen once per process), and compares what they wrote. Exit status: the first non-zero one.
+"""
+
+import json
+import sys
+
+from trainers import finetune
+
+
+def main(runs):
+    for argv in runs:
+        status = finetune.main(["finetune", *argv])
+        if status:
+            return status
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(json.loads(sys.argv[1])))

@@ -1,0 +1,201 @@
+"""The two engines agree: on the same initial weights and the same batches, --engine=jax and
+--engine=tf take the same steps to float32 rounding (the loss and gradient norm of every step,
+every weight after the run), on 1 and on 2 devices, with micro-batch accumulation, with the
+gradient clip binding and idle, with SGD and AdamW. Also trainers/engines.py's refusals and
+trainers/engine_env.py's choice of backend.
+
+Each engine runs every case in one child process (tests/engine_runs.py), the two side by side.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests import trainer_cli
+from trainers import engine_env, engines
+from trainers.errors import UsageError
+
+# The digits preset's model (patch 4, width 64, 4 blocks), dropout off: the engines draw their
+# dropout masks from different random-number generators, everything else is deterministic.
+COMMON = [
+    "--dataset=digits",
+    "--total_steps=6",
+    "--warmup_steps=2",
+    "--steps_per_loop=1",
+    "--eval_every=0",
+    "--checkpoint_every=0",
+    "--dropout_rate=0",
+    "--batch_size=32",
+]
+CASES = {
+    # Two devices first: TensorFlow splits the CPU into logical devices only before it starts.
+    # The gradient norms of these runs are 1.0-1.6: a clip of 0.5 binds at every step.
+    "two_devices_accumulated_clipped": ["--cpu_devices=2", "--accum_steps=2", "--grad_norm_clip=0.5"],
+    "two_devices_clip_idle": ["--cpu_devices=2", "--accum_steps=1", "--grad_norm_clip=100"],
+    "one_device_accumulated_clipped": ["--cpu_devices=1", "--accum_steps=2", "--grad_norm_clip=0.5"],
+    "adamw": [
+        "--cpu_devices=1",
+        "--optimizer=adam",
+        "--weight_decay=0.1",
+        "--base_lr=0.001",
+        "--grad_norm_clip=0",
+    ],
+}
+CLIPS = {
+    "one_device_accumulated_clipped": 0.5,
+    "two_devices_accumulated_clipped": 0.5,
+    "two_devices_clip_idle": 100,
+}
+
+
+def _initial_weights(path):
+    """A digits-preset model with every weight random (the head too, which a fresh run zeroes,
+    so that the first steps move the encoder), saved in the official layout."""
+    from configs.finetune import get_config
+    from keras_vit import weights
+    from trainers import model_builder
+
+    config = get_config("digits")
+    config.weights = "none"
+    model = model_builder.build_model(config, 10)
+    rng = np.random.default_rng(0)
+    head = model.get_layer("head")
+    head.set_weights([rng.normal(0, 0.05, w.shape).astype("float32") for w in head.get_weights()])
+    weights.save_npz(model, str(path))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{engine: {case: workdir}} after both engines ran every case."""
+    root = tmp_path_factory.mktemp("engines")
+    start = root / "start.npz"
+    _initial_weights(start)
+    workdirs = {engine: {case: root / engine / case for case in CASES} for engine in ("tf", "jax")}
+    children = []
+    for engine, backend in engine_env.BACKENDS.items():
+        argvs = [
+            [
+                f"--engine={engine}",
+                f"--weights={start}",
+                f"--workdir={workdirs[engine][case]}",
+                *COMMON,
+                *extra,
+            ]
+            for case, extra in CASES.items()
+        ]
+        env = trainer_cli._env(
+            {"KERAS_BACKEND": backend, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+        )
+        log = open(root / f"{engine}.log", "w")
+        children.append(
+            (
+                engine,
+                log,
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        os.path.join(trainer_cli.ROOT, "tests", "engine_runs.py"),
+                        json.dumps(argvs),
+                    ],
+                    cwd=trainer_cli.ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                ),
+            )
+        )
+    for engine, log, child in children:
+        status = child.wait(timeout=600)
+        log.close()
+        assert status == 0, (root / f"{engine}.log").read_text()[-3000:]
+    return workdirs
+
+
+def _train_scalars(workdir, tag):
+    return [value for _, value in sorted(trainer_cli.scalar_tags(workdir / "train")[tag])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_engines_take_the_same_steps(runs, case):
+    tf_dir, jax_dir = runs["tf"][case], runs["jax"][case]
+    for tag in ("loss", "grad_norm"):
+        tf_values, jax_values = _train_scalars(tf_dir, tag), _train_scalars(jax_dir, tag)
+        assert len(tf_values) == 6
+        np.testing.assert_allclose(jax_values, tf_values, rtol=2e-5, err_msg=tag)
+    norms = _train_scalars(tf_dir, "grad_norm")
+    if case in CLIPS:  # the case is what its name says: the clip binds at every step, or never
+        binding = CLIPS[case] < 1
+        assert all((norm > CLIPS[case]) == binding for norm in norms), norms
+    tf_weights, jax_weights = np.load(tf_dir / "model.npz"), np.load(jax_dir / "model.npz")
+    assert sorted(tf_weights.files) == sorted(jax_weights.files)
+    start = np.load(tf_dir.parent.parent / "start.npz")
+    for name in tf_weights.files:
+        if name in start.files and "head" not in name:
+            # the run moved the weight: equal results are not just two copies of the start
+            assert not np.array_equal(tf_weights[name], start[name]) or "key/bias" in name, name
+        np.testing.assert_allclose(jax_weights[name], tf_weights[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    tf_results, jax_results = trainer_cli.read_results(tf_dir), trainer_cli.read_results(jax_dir)
+    assert jax_results["replicas"] == tf_results["replicas"] == (2 if "two" in case else 1)
+    np.testing.assert_allclose(
+        jax_results["eval"]["test"]["loss"], tf_results["eval"]["test"]["loss"], rtol=1e-5
+    )
+    assert jax_results["eval"]["test"]["examples"] == tf_results["eval"]["test"]["examples"] == 360
+
+
+def test_backend_follows_the_command_line():
+    environ = {}
+    assert (
+        engine_env.prepare(
+            ["finetune", "--engine=jax", "--cpu_devices=4"], ["python", "-m", "trainers.finetune"], environ
+        )
+        == "jax"
+    )
+    assert environ == {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    environ = {"KERAS_BACKEND": "jax"}
+    # A command without --engine is the tf engine whatever the shell's KERAS_BACKEND says.
+    assert (
+        engine_env.prepare(["finetune", "--cpu_devices", "4"], ["python", "-m", "trainers.finetune"], environ)
+        == "tf"
+    )
+    assert environ == {"KERAS_BACKEND": "tensorflow"}
+    # `--engine jax` (two words) and a device count set by hand, kept.
+    environ = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    argv = ["pretrain", "--engine", "jax", "--cpu_devices=2"]
+    assert engine_env.prepare(argv, ["python", "-m", "trainers.pretrain"], environ) == "jax"
+    assert environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
+    # A program importing the trainers as a library keeps KERAS_BACKEND=jax, else TensorFlow.
+    assert engine_env.requested_engine([], ["python", "train.py"], {"KERAS_BACKEND": "jax"}) == "jax"
+    assert engine_env.requested_engine([], ["python", "train.py"], {"KERAS_BACKEND": "torch"}) == "tf"
+
+
+def test_engine_refusals():
+    import ml_collections
+
+    def config(**values):
+        return ml_collections.ConfigDict(
+            {"engine": "tf", "mixed_precision": "auto", "jit_compile": "auto", **values}
+        )
+
+    engines.check(config())  # this process runs TensorFlow's Keras: the tf engine's
+    with pytest.raises(UsageError, match="--engine=jax runs Keras on its jax backend.*KERAS_BACKEND=jax"):
+        engines.check(config(engine="jax"))
+    with pytest.raises(UsageError, match="unknown --engine='nope': use one of tf, jax"):
+        engines.check(config(engine="nope"))
+
+
+def test_jax_engine_refuses_float16_in_one_line(tmp_path):
+    result = trainer_cli.run_cli(
+        "finetune",
+        ["--engine=jax", "--dataset=digits", f"--workdir={tmp_path}", "--mixed_precision=float16"],
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "finetune: error: --mixed_precision=float16 (loss scaling) is for --engine=tf; the jax engine's "
+        "reduced precision is bfloat16: use --mixed_precision=bfloat16 or auto"
+    ]
+    assert not os.path.exists(tmp_path / "config.json")
