@@ -42,16 +42,20 @@ def check(config):
         raise UsageError("--engine=jax always compiles the step with XLA: leave --jit_compile at auto")
 
 
-def create_strategy(config):
-    """The run's distribution under its engine."""
-    if config.get("engine", "tf") == "jax":
+def create_strategy(engine="tf", strategy="auto", *, tpu=None, cpu_devices=1, cpu_threads=0):
+    """The distribution of `engine` for --strategy, --tpu, --cpu_devices and --cpu_threads."""
+    if engine == "jax":
         from trainers import jax_distribute  # JAX is imported by the jax engine only
 
-        distribute.set_cpu_threads(config.get("cpu_threads", 0))  # tf.data's CPU kernels
-        return jax_distribute.create_strategy(
-            config.strategy, tpu=config.tpu or None, cpu_devices=config.cpu_devices or 1
-        )
-    return distribute.create_strategy(
+        distribute.set_cpu_threads(cpu_threads)  # tf.data's CPU kernels
+        return jax_distribute.create_strategy(strategy, tpu=tpu, cpu_devices=cpu_devices)
+    return distribute.create_strategy(strategy, tpu=tpu, cpu_devices=cpu_devices, cpu_threads=cpu_threads)
+
+
+def strategy_of(config):
+    """The run's distribution under its engine, from its config."""
+    return create_strategy(
+        config.get("engine", "tf"),
         config.strategy,
         tpu=config.tpu or None,
         cpu_devices=config.cpu_devices or 1,

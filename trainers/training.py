@@ -52,7 +52,7 @@ def run(config):
     validate_training(config)
     engines.check(config)
     eval_splits = parse_eval_splits(config.eval_splits)
-    strategy = engines.create_strategy(config)
+    strategy = engines.strategy_of(config)
     check_replicas(config, strategy.num_replicas_in_sync)
     spec = data.get_spec(
         config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
