@@ -25,7 +25,7 @@ def _pets_lines():
         eval_splits={"minival": "train[90%:]", "test": "test"},
         accum_steps=16,
         memory_note="accum_steps auto: 16 (step ~9.9 GB of 14.0 GB available RAM per replica)",
-        precision_note="bfloat16 (auto: CPU with bfloat16 matrix instructions)",
+        precision_note="bfloat16 (auto: CPU with AMX bfloat16 matrix units)",
         jit=False,
         start_step=0,
     )
@@ -65,8 +65,8 @@ def test_the_banner_names_model_data_hardware_batch_steps_and_workdir():
         "eval minival 368 (train[90%:]), test 3,669 (test)" in text
     )
     assert (
-        "hardware: MirroredStrategy: 1 replica(s) on 1 worker(s) [CPU:0]; XLA off; "
-        "precision bfloat16 (auto: CPU with bfloat16 matrix instructions)" in text
+        "hardware: tf engine, MirroredStrategy: 1 replica(s) on 1 worker(s) [CPU:0]; XLA off; "
+        "precision bfloat16 (auto: CPU with AMX bfloat16 matrix units)" in text
     )
     assert (
         "batch:    512 global = 1 replica(s) x 512 = 16 micro-batches of 32 (gradients summed); "

@@ -5,10 +5,12 @@ and backends"), float32 everywhere else:
 - TPUs, whose matrix units take bfloat16;
 - GPUs of compute capability 8.0 and up (A100, H100; on an H100 the bfloat16 ViT-B/16 training
   step ran 2.4x its float32 one, Keras on JAX in benchmarks.accelerator);
-- CPUs with bfloat16 matrix instructions (AMX or AVX-512 BF16) on TensorFlow's oneDNN kernels,
-  XLA off (XLA's CPU backend has no fast bfloat16 matmul), for an encoder at least as wide as
-  ViT-Ti on at least 64 patches: smaller steps (the digits preset) measured slower in bfloat16,
-  the casts outweighing the faster products.
+- CPUs with AMX (Intel Xeon from Sapphire Rapids) on TensorFlow's oneDNN kernels, XLA off
+  (XLA's CPU backend has no fast bfloat16 matmul), for an encoder at least as wide as ViT-Ti on
+  at least 64 patches: smaller steps (the digits preset) measured slower in bfloat16, the casts
+  outweighing the faster products. AVX-512 BF16 alone is not enough: on an AMD EPYC that has it
+  but no AMX, the ViT-Ti/16 training step ran at 0.80x its float32 speed in bfloat16
+  (benchmarks.train, README), so there "auto" stays float32.
 Variables stay float32 under every policy, so a checkpoint resumes at any precision.
 """
 
@@ -22,6 +24,7 @@ from trainers import distribute
 # --mixed_precision -> Keras dtype policy.
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 CPU_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")  # as /proc/cpuinfo names them
+CPU_FAST_BFLOAT16_FLAGS = ("amx_bf16",)  # where bfloat16 measured faster than float32
 GPU_MIN_COMPUTE_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores
 CPU_MIN_HIDDEN_SIZE = 192  # ViT-Ti's width
 CPU_MIN_PATCHES = 64  # ViT-Ti/16 at 128 px: 1.12x in bfloat16; at 64 px (16 patches): 0.89x
@@ -48,8 +51,10 @@ def of_model(model):
 
 
 def _auto(strategy, jit, hidden_size, num_patches):
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return "bfloat16", "TPU"
     devices = distribute.worker_devices(strategy)
-    if isinstance(strategy, tf.distribute.TPUStrategy) or all("TPU" in d.upper() for d in devices):
+    if all("TPU" in d.upper() for d in devices):  # the jax engine's TPU mesh
         return "bfloat16", "TPU"
     if distribute.all_gpus(devices):
         capabilities = gpu_compute_capabilities(strategy)
@@ -59,11 +64,13 @@ def _auto(strategy, jit, hidden_size, num_patches):
         return "none", "GPU without bfloat16 tensor cores; --mixed_precision=float16 may be faster"
     if not cpu_has_bfloat16():
         return "none", "no bfloat16 matrix instructions on this CPU"
+    if not set(CPU_FAST_BFLOAT16_FLAGS) & _cpu_flags():
+        return "none", "CPU without AMX, where bfloat16 measured slower than float32"
     if jit:
         return "none", "XLA on CPU, which has no fast bfloat16 matmul"
     if hidden_size < CPU_MIN_HIDDEN_SIZE or num_patches < CPU_MIN_PATCHES:
         return "none", f"on CPU bfloat16 pays from width {CPU_MIN_HIDDEN_SIZE} and {CPU_MIN_PATCHES} patches"
-    return "bfloat16", "CPU with bfloat16 matrix instructions"
+    return "bfloat16", "CPU with AMX bfloat16 matrix units"
 
 
 def gpu_compute_capabilities(strategy=None):
