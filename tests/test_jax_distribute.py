@@ -1,0 +1,90 @@
+"""trainers/jax_distribute.py: the jax engine's feed hands each device the element tf.distribute
+would, pads an evaluation's last group with weight-0 rows, and refuses a device count JAX lacks.
+
+JAX reads its CPU device count once, when it starts: the two-device checks run in a child.
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests import trainer_cli
+
+FEED_CHECK = """
+import json
+import jax
+import numpy as np
+import tensorflow as tf
+from trainers import jax_distribute
+
+strategy = jax_distribute.JaxStrategy(jax.devices("cpu")[:2])
+seen = {}
+
+def input_fn(context):
+    seen["context"] = [context.num_input_pipelines, context.input_pipeline_id, context.num_replicas_in_sync]
+    # Five per-replica batches of 2 rows: rows of element k hold the value k.
+    images = np.repeat(np.arange(5, dtype=np.float32), 2).reshape(5, 2, 1)
+    weights = np.ones((5, 2), np.float32)
+    return tf.data.Dataset.from_tensor_slices((images, images[..., 0].astype(np.int32), weights))
+
+def train_fn(context):
+    images = np.repeat(np.arange(5, dtype=np.float32), 2).reshape(5, 2, 1)
+    return tf.data.Dataset.from_tensor_slices((images, images[..., 0].astype(np.int32)))
+
+batches = list(strategy.distribute_datasets_from_function(input_fn))
+train = list(strategy.distribute_datasets_from_function(train_fn))
+out = {
+    "context": seen["context"],
+    "images": [np.asarray(b[0])[:, 0].tolist() for b in batches],
+    "weights": [np.asarray(b[2]).tolist() for b in batches],
+    "device_rows": [[np.asarray(s.data)[:, 0].tolist() for s in b[0].addressable_shards] for b in batches],
+    "train": [np.asarray(b[0])[:, 0].tolist() for b in train],
+}
+try:
+    jax_distribute.create_strategy("cpu", cpu_devices=3)
+except Exception as e:
+    out["refusal"] = str(e)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def feed():
+    env = trainer_cli._env({"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    proc = subprocess.run(
+        [sys.executable, "-c", FEED_CHECK],
+        cwd=trainer_cli.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_each_device_gets_the_next_per_replica_batch(feed):
+    # One pipeline (one process) of a two-replica run, as tf.distribute's InputContext says.
+    assert feed["context"] == [1, 0, 2]
+    # Element 2k on device 0, element 2k + 1 on device 1, as MirroredStrategy hands them out.
+    assert feed["device_rows"][:2] == [[[0.0, 0.0], [1.0, 1.0]], [[2.0, 2.0], [3.0, 3.0]]]
+
+
+def test_an_evaluation_tail_is_padded_with_weight_zero(feed):
+    assert feed["images"] == [[0, 0, 1, 1], [2, 2, 3, 3], [4, 4, 4, 4]]
+    assert feed["weights"] == [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]]
+    assert np.sum(feed["weights"]) == 10  # every example counted once
+
+
+def test_a_training_tail_that_fills_no_step_is_dropped(feed):
+    assert feed["train"] == [[0, 0, 1, 1], [2, 2, 3, 3]]
+
+
+def test_more_cpu_devices_than_jax_started_with_is_one_line(feed):
+    assert feed["refusal"] == (
+        "--cpu_devices=3 but JAX started with 2 CPU device(s): pass --cpu_devices on the trainer's "
+        "command line, or set XLA_FLAGS=--xla_force_host_platform_device_count=3 before JAX is imported"
+    )
