@@ -55,11 +55,12 @@ def make_fake_pets(data_dir, per_class):
     )
 
 
-def pipeline_step(config, data_dir, batch):
+def _train_input_fn(config, data_dir, batch):
+    """The fine-tuning run's training input_fn for `config` at this batch."""
     from trainers import data
 
     spec = data.get_spec(config.dataset, data_dir=data_dir)
-    input_fn = data.make_input_fn(
+    return data.make_input_fn(
         spec,
         config.train_split,
         ops=data.train_ops(config),
@@ -67,7 +68,10 @@ def pipeline_step(config, data_dir, batch):
         training=True,
         seed=config.seed,
     )
-    iterator = iter(input_fn(None))
+
+
+def pipeline_step(config, data_dir, batch):
+    iterator = iter(_train_input_fn(config, data_dir, batch)(None))
     return lambda: next(iterator)[0].numpy()
 
 
@@ -75,19 +79,11 @@ def jax_feed_step(config, data_dir, batch):
     """The pipeline at FEED_IMAGE_SIZE through the jax engine's feed onto one device."""
     import jax
 
-    from trainers import data, jax_distribute
+    from trainers import jax_distribute
 
-    spec = data.get_spec(config.dataset, data_dir=data_dir)
     feed_config = config.copy_and_resolve_references()
     feed_config.image_size = FEED_IMAGE_SIZE
-    input_fn = data.make_input_fn(
-        spec,
-        config.train_split,
-        ops=data.train_ops(feed_config),
-        global_batch_size=batch,
-        training=True,
-        seed=config.seed,
-    )
+    input_fn = _train_input_fn(feed_config, data_dir, batch)
     strategy = jax_distribute.JaxStrategy(jax.devices()[:1])
     iterator = iter(strategy.distribute_datasets_from_function(input_fn))
     return lambda: next(iterator)[0].block_until_ready()

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from configs.fields import LOSSES
-from trainers.loop import METRIC_NAMES
+from trainers import loop
 
 # Checkpoint copies of integer states (the dropout layers' random-number states) are int64:
 # TensorFlow's CPU kernels do not assign every unsigned type.
@@ -69,23 +69,11 @@ class Trainer:
         loss="softmax",
         objective=None,
     ):
-        if loss not in LOSSES:
-            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
-        self.loss = loss
-        self.metric_name = METRIC_NAMES[loss] if objective is None else objective.metric_name
-        self.objective = objective
-        self.strategy, self.model, self.optimizer = strategy, model, optimizer
-        self.global_batch_size = int(global_batch_size)
-        self.accum_steps = int(accum_steps)
-        self.grad_norm_clip = float(grad_norm_clip) if grad_norm_clip else None
+        loop.set_common(
+            self, strategy, model, optimizer, global_batch_size, accum_steps, grad_norm_clip, loss, objective
+        )
         self.jit_compile = True  # the engine has no other way to run
         self.loss_scaling = False
-        replicas = strategy.num_replicas_in_sync
-        if self.global_batch_size % (replicas * self.accum_steps):
-            raise ValueError(
-                f"batch size {self.global_batch_size} is not divisible by replicas x accum_steps "
-                f"= {replicas} x {self.accum_steps}."
-            )
         # Host-side counters, as the tf engine's (the controller and the checkpoints read them).
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.last_loss = tf.Variable(float("nan"), dtype=tf.float32, trainable=False, name="last_train_loss")

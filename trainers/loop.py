@@ -56,6 +56,29 @@ def top1_hits(labels, logits):
     return tf.cast(tf.equal(top, tf.cast(labels, tf.int32)), tf.float32)
 
 
+def set_common(
+    trainer, strategy, model, optimizer, global_batch_size, accum_steps, grad_norm_clip, loss, objective
+):
+    """The settings both engines' Trainers share (trainers/jax_loop.py too), checked."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
+    trainer.loss = loss
+    # Another objective than classification (trainers/objectives.py) has its own loss, metric and
+    # variables, trained with the model's; `metric_name` names the evaluation's top-1 metric.
+    trainer.objective = objective
+    trainer.metric_name = METRIC_NAMES[loss] if objective is None else objective.metric_name
+    trainer.strategy, trainer.model, trainer.optimizer = strategy, model, optimizer
+    trainer.global_batch_size = int(global_batch_size)
+    trainer.accum_steps = int(accum_steps)
+    trainer.grad_norm_clip = float(grad_norm_clip) if grad_norm_clip else None
+    replicas = strategy.num_replicas_in_sync
+    if trainer.global_batch_size % (replicas * trainer.accum_steps):
+        raise ValueError(
+            f"batch size {trainer.global_batch_size} is not divisible by replicas x accum_steps "
+            f"= {replicas} x {trainer.accum_steps}."
+        )
+
+
 class Trainer:
     """Compiled train and eval loops for a classifier under a tf.distribute strategy.
 
@@ -75,30 +98,11 @@ class Trainer:
         loss="softmax",
         objective=None,
     ):
-        if loss not in LOSSES:
-            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
-        self.loss = loss
-        # The name of the evaluation's top-1 metric in `evaluate`'s result.
-        self.metric_name = METRIC_NAMES[loss]
-        # Another objective than classification (trainers/objectives.py): it has its own loss,
-        # metric and variables, trained with the model's.
-        self.objective = objective
-        if objective is not None:
-            self.metric_name = objective.metric_name
-        self.strategy = strategy
-        self.model = model
-        self.optimizer = optimizer
-        self.global_batch_size = int(global_batch_size)
-        self.accum_steps = int(accum_steps)
-        self.grad_norm_clip = float(grad_norm_clip) if grad_norm_clip else None
+        set_common(
+            self, strategy, model, optimizer, global_batch_size, accum_steps, grad_norm_clip, loss, objective
+        )
         self.jit_compile = bool(jit_compile)
         self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-        replicas = strategy.num_replicas_in_sync
-        if self.global_batch_size % (replicas * self.accum_steps):
-            raise ValueError(
-                f"batch size {self.global_batch_size} is not divisible by replicas x accum_steps "
-                f"= {replicas} x {self.accum_steps}."
-            )
         self.step = tf.Variable(
             0,
             dtype=tf.int64,
