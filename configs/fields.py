@@ -64,6 +64,17 @@ FIELDS = {
         "Mixup in training: Beta concentration p of the mixing weight (e.g. 0.5; 0 = off), or level "
         "(--augreg's); the labels become soft targets",
     ),
+    "pp_train": Field(
+        "",
+        "training preprocessing as registered ops, big_vision-style: e.g. 'decode|inception_crop(0.05)|"
+        "resize(224)|flip_lr|value_range(-1,1)|mixup(0.5)' (batch ops such as mixup last); replaces "
+        "--crop_min_area, --random_flip, --augreg, --randaug and --mixup ('' = the ops those give)",
+    ),
+    "pp_eval": Field(
+        "",
+        "evaluation preprocessing as registered ops, e.g. 'decode|resize(224)|value_range(-1,1)' "
+        "('' = resize to --image_size)",
+    ),
     "workdir": Field("", "where checkpoints, TensorBoard logs, config.json, results.json and model.npz go"),
     # Model.
     "model": Field(
@@ -257,6 +268,8 @@ TRAINING = COMMON + (
     "augreg",
     "randaug",
     "mixup",
+    "pp_train",
+    "pp_eval",
     "loss",
     "optimizer",
     "momentum_dtype",
@@ -287,6 +300,8 @@ TRAINING = COMMON + (
 
 # Fields that take a word or a number ("auto" or 4): typed object, so Python configs may set either.
 WORD_OR_NUMBER = ("accum_steps", "mixup")
+# Fields that take text on the command line and data (a dict, a list) in Python configs: typed object.
+TEXT_OR_DATA = ("pp_train", "pp_eval")
 
 
 def fields(names):
@@ -294,7 +309,7 @@ def fields(names):
     config = ml_collections.ConfigDict()
     for name in names:
         default = FIELDS[name].default
-        if name in WORD_OR_NUMBER:
+        if name in WORD_OR_NUMBER or name in TEXT_OR_DATA:
             default = ml_collections.FieldReference(default, field_type=object)
         config[name] = default
     return config

@@ -31,7 +31,7 @@ from trainers import (
 )
 from trainers.console import Console
 from trainers.controller import Controller
-from trainers.data import augreg
+from trainers.data import pp
 from trainers.errors import FewShotError, UsageError
 from trainers.evaluators.classification import ClassificationEvaluator
 from trainers.evaluators.fewshot import FewShotEvaluator
@@ -175,8 +175,8 @@ def _fewshot_evaluators(config, strategy):
 def _input_fn(config, spec, split, training, start_step=0, batch_size=None):
     """`batch_size`: evaluation's global batch (default --batch_size); the micro-batches of an
     accumulating run, whose full batch would not fit."""
-    # The image ops come from the config in one place (trainers/data/ops.py: train_ops, eval_ops).
-    ops = data.train_ops(config) if training else data.eval_ops(config.image_size)
+    # The ops come from the config in one place (trainers/data/pp.py: --pp_train / --pp_eval, or the flags).
+    ops, batch_ops = pp.train_pipeline(config) if training else (pp.eval_pipeline(config), [])
     return data.make_input_fn(
         spec,
         split,
@@ -187,8 +187,8 @@ def _input_fn(config, spec, split, training, start_step=0, batch_size=None):
         start_step=start_step,
         # only the training split is subsampled; evaluation sees the whole split
         examples_per_class=(config.examples_per_class or None) if training else None,
-        # Mixup (--augreg / --mixup) mixes training batches only; evaluation keeps hard labels.
-        mixup=augreg.resolve(config).mixup if training else 0.0,
+        # Batch ops (Mixup) mix training batches only; evaluation keeps hard labels.
+        batch_ops=batch_ops,
     )
 
 
