@@ -175,6 +175,12 @@ FIELDS = {
     # Loop, logging, checkpoints.
     "steps_per_loop": Field(50, "optimizer steps per compiled loop call (host round trip)"),
     "eval_every": Field(100, "evaluate every N steps (0 = only at the end)"),
+    "evals": Field(
+        "",
+        'the evaluators as JSON: {"NAME": {"type": TYPE, "every": N, "split": SPLIT, ...}, ...}; types: '
+        "classification, fewshot, topk, or MODULE:TYPE for one registered in MODULE; keys left out "
+        "take the flags' values ('' = classification on --eval_splits, few-shot with --fewshot_datasets)",
+    ),
     "checkpoint_every": Field(100, "checkpoint every N steps (0 = only at the end)"),
     "keep_checkpoints": Field(3, "how many checkpoints to keep"),
     "verbose": Field(False, "show TensorFlow's own start-up and runtime log lines"),
@@ -284,6 +290,7 @@ TRAINING = COMMON + (
     "grad_norm_clip",
     "steps_per_loop",
     "eval_every",
+    "evals",
     "checkpoint_every",
     "keep_checkpoints",
     "mixed_precision",
@@ -301,7 +308,7 @@ TRAINING = COMMON + (
 # Fields that take a word or a number ("auto" or 4): typed object, so Python configs may set either.
 WORD_OR_NUMBER = ("accum_steps", "mixup")
 # Fields that take text on the command line and data (a dict, a list) in Python configs: typed object.
-TEXT_OR_DATA = ("pp_train", "pp_eval")
+TEXT_OR_DATA = ("evals", "pp_train", "pp_eval")
 
 
 def fields(names):

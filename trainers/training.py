@@ -9,6 +9,7 @@ train/ and eval/ (TensorBoard event files).
 """
 
 import collections
+import functools
 import time
 
 import keras
@@ -32,9 +33,9 @@ from trainers import (
 from trainers.console import Console
 from trainers.controller import Controller
 from trainers.data import pp
-from trainers.errors import FewShotError, UsageError
-from trainers.evaluators.classification import ClassificationEvaluator
-from trainers.evaluators.fewshot import FewShotEvaluator
+from trainers.errors import UsageError
+from trainers.evaluators import classification as classification_lib
+from trainers.evaluators import from_config
 from trainers.flags import config_to_json, parse_eval_splits
 from trainers.objectives import make_objective
 from trainers.run_checkpoints import RunCheckpoints
@@ -51,7 +52,6 @@ def run(config):
         config = config.copy_and_resolve_references()
     validate_training(config)
     engines.check(config)
-    eval_splits = parse_eval_splits(config.eval_splits)
     strategy = engines.create_strategy(config)
     check_replicas(config, strategy.num_replicas_in_sync)
     spec = data.get_spec(
@@ -60,15 +60,12 @@ def run(config):
     _check_labels(config, spec)
     built = build_trainer(config, strategy, spec)
     trainer = built.trainer
-    eval_data = {
-        name: data.distribute(
-            strategy, _input_fn(config, spec, split, training=False, batch_size=trainer.micro_batch_size)
-        )
-        for name, split in eval_splits.items()
-    }
-    classification = ClassificationEvaluator(trainer, eval_data, every=config.eval_every)
-    with strategy.scope():
-        evaluators = [classification, *_fewshot_evaluators(config, strategy)]
+    # The evaluators of --evals, or of the evaluation flags (trainers/evaluators/from_config.py).
+    eval_input = functools.partial(
+        _input_fn, config, spec, training=False, batch_size=trainer.micro_batch_size
+    )
+    evaluators = from_config.build(config, from_config.Context(config, strategy, spec, trainer, eval_input))
+    classification = classification_lib.combined(evaluators, trainer)
     check_rerun(config)
     # Validation is over: from here on the workdir is written.
     try:
@@ -146,30 +143,6 @@ def _objective(config, model):
         return make_objective(config, model)
     except ValueError as e:
         raise UsageError(f"--objective={config.objective}: {e}") from None
-
-
-def _fewshot_evaluators(config, strategy):
-    """The few-shot probes on frozen features that --fewshot_datasets asks for (any trainer)."""
-    datasets = [d.strip() for d in config.fewshot_datasets.split(",") if d.strip()]
-    if not datasets:
-        return []
-    try:
-        return [
-            FewShotEvaluator(
-                datasets,
-                data_dir=config.data_dir or None,
-                image_size=config.image_size,
-                batch_size=config.fewshot_batch_size,
-                shots=config.fewshot_shots,
-                seeds=config.fewshot_seeds,
-                l2_reg=config.fewshot_l2_reg,
-                strategy=strategy,
-                every=config.fewshot_every,
-                console=Console(distribute.is_chief(strategy)),
-            )
-        ]
-    except FewShotError as e:
-        raise UsageError(f"few-shot evaluation: {e}") from None
 
 
 def _input_fn(config, spec, split, training, start_step=0, batch_size=None):
