@@ -64,6 +64,17 @@ FIELDS = {
         "Mixup in training: Beta concentration p of the mixing weight (e.g. 0.5; 0 = off), or level "
         "(--augreg's); the labels become soft targets",
     ),
+    "pp_train": Field(
+        "",
+        "training preprocessing as registered ops, big_vision-style: e.g. 'decode|inception_crop(0.05)|"
+        "resize(224)|flip_lr|value_range(-1,1)|mixup(0.5)' (batch ops such as mixup last); replaces "
+        "--crop_min_area, --random_flip, --augreg, --randaug and --mixup ('' = the ops those give)",
+    ),
+    "pp_eval": Field(
+        "",
+        "evaluation preprocessing as registered ops, e.g. 'decode|resize(224)|value_range(-1,1)' "
+        "('' = resize to --image_size)",
+    ),
     "workdir": Field("", "where checkpoints, TensorBoard logs, config.json, results.json and model.npz go"),
     # Model.
     "model": Field(
@@ -164,6 +175,12 @@ FIELDS = {
     # Loop, logging, checkpoints.
     "steps_per_loop": Field(50, "optimizer steps per compiled loop call (host round trip)"),
     "eval_every": Field(100, "evaluate every N steps (0 = only at the end)"),
+    "evals": Field(
+        "",
+        'the evaluators as JSON: {"NAME": {"type": TYPE, "every": N, "split": SPLIT, ...}, ...}; types: '
+        "classification, fewshot, topk, or MODULE:TYPE for one registered in MODULE; keys left out "
+        "take the flags' values ('' = classification on --eval_splits, few-shot with --fewshot_datasets)",
+    ),
     "checkpoint_every": Field(100, "checkpoint every N steps (0 = only at the end)"),
     "keep_checkpoints": Field(3, "how many checkpoints to keep"),
     "verbose": Field(False, "show TensorFlow's own start-up and runtime log lines"),
@@ -258,6 +275,8 @@ TRAINING = COMMON + (
     "augreg",
     "randaug",
     "mixup",
+    "pp_train",
+    "pp_eval",
     "loss",
     "optimizer",
     "momentum_dtype",
@@ -272,6 +291,7 @@ TRAINING = COMMON + (
     "grad_norm_clip",
     "steps_per_loop",
     "eval_every",
+    "evals",
     "checkpoint_every",
     "keep_checkpoints",
     "mixed_precision",
@@ -288,6 +308,8 @@ TRAINING = COMMON + (
 
 # Fields that take a word or a number ("auto" or 4): typed object, so Python configs may set either.
 WORD_OR_NUMBER = ("accum_steps", "mixup")
+# Fields that take text on the command line and data (a dict, a list) in Python configs: typed object.
+TEXT_OR_DATA = ("evals", "pp_train", "pp_eval")
 
 
 def fields(names):
@@ -295,7 +317,7 @@ def fields(names):
     config = ml_collections.ConfigDict()
     for name in names:
         default = FIELDS[name].default
-        if name in WORD_OR_NUMBER:
+        if name in WORD_OR_NUMBER or name in TEXT_OR_DATA:
             default = ml_collections.FieldReference(default, field_type=object)
         config[name] = default
     return config

@@ -39,7 +39,16 @@ def _one_line_error(make):
 
 
 def test_the_registered_ops():
-    assert ops.registered() == ["decode", "flip_lr", "inception_crop", "randaug", "resize", "value_range"]
+    assert ops.registered() == [
+        "decode",
+        "flip_lr",
+        "inception_crop",
+        "mixup",
+        "randaug",
+        "random_grayscale",
+        "resize",
+        "value_range",
+    ]
 
 
 def test_train_ops_follow_the_config():
@@ -128,7 +137,7 @@ def test_an_unknown_op_is_a_one_line_error_naming_the_registered_ones(digits):
     )
     assert message == (
         "unknown image op 'colour_jitter': the registered ops are "
-        "decode, flip_lr, inception_crop, randaug, resize, value_range"
+        "decode, flip_lr, inception_crop, mixup, randaug, random_grayscale, resize, value_range"
     )
 
 

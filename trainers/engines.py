@@ -16,7 +16,7 @@ jax runs Keras on its JAX backend, which the process chose when it started (trai
 import keras
 
 from configs.fields import ENGINES
-from trainers import distribute
+from trainers import distribute, loop
 from trainers.engine_env import BACKENDS
 from trainers.errors import UsageError
 
@@ -69,8 +69,6 @@ def trainer_class(strategy):
         from trainers import jax_loop
 
         return jax_loop.Trainer
-    from trainers import loop
-
     return loop.Trainer
 
 

@@ -9,6 +9,7 @@ train/ and eval/ (TensorBoard event files).
 """
 
 import collections
+import functools
 import time
 
 import keras
@@ -31,10 +32,10 @@ from trainers import (
 )
 from trainers.console import Console
 from trainers.controller import Controller
-from trainers.data import augreg
-from trainers.errors import FewShotError, UsageError
-from trainers.evaluators.classification import ClassificationEvaluator
-from trainers.evaluators.fewshot import FewShotEvaluator
+from trainers.data import pp
+from trainers.errors import UsageError
+from trainers.evaluators import classification as classification_lib
+from trainers.evaluators import from_config
 from trainers.flags import config_to_json, parse_eval_splits
 from trainers.objectives import make_objective
 from trainers.run_checkpoints import RunCheckpoints
@@ -51,7 +52,6 @@ def run(config):
         config = config.copy_and_resolve_references()
     validate_training(config)
     engines.check(config)
-    eval_splits = parse_eval_splits(config.eval_splits)
     strategy = engines.strategy_of(config)
     check_replicas(config, strategy.num_replicas_in_sync)
     spec = data.get_spec(
@@ -60,15 +60,12 @@ def run(config):
     _check_labels(config, spec)
     built = build_trainer(config, strategy, spec)
     trainer = built.trainer
-    eval_data = {
-        name: data.distribute(
-            strategy, _input_fn(config, spec, split, training=False, batch_size=trainer.micro_batch_size)
-        )
-        for name, split in eval_splits.items()
-    }
-    classification = ClassificationEvaluator(trainer, eval_data, every=config.eval_every)
-    with strategy.scope():
-        evaluators = [classification, *_fewshot_evaluators(config, strategy)]
+    # The evaluators of --evals, or of the evaluation flags (trainers/evaluators/from_config.py).
+    eval_input = functools.partial(
+        _input_fn, config, spec, training=False, batch_size=trainer.micro_batch_size
+    )
+    evaluators = from_config.build(config, from_config.Context(config, strategy, spec, trainer, eval_input))
+    classification = classification_lib.combined(evaluators, trainer)
     check_rerun(config)
     # Validation is over: from here on the workdir is written.
     try:
@@ -148,35 +145,11 @@ def _objective(config, model):
         raise UsageError(f"--objective={config.objective}: {e}") from None
 
 
-def _fewshot_evaluators(config, strategy):
-    """The few-shot probes on frozen features that --fewshot_datasets asks for (any trainer)."""
-    datasets = [d.strip() for d in config.fewshot_datasets.split(",") if d.strip()]
-    if not datasets:
-        return []
-    try:
-        return [
-            FewShotEvaluator(
-                datasets,
-                data_dir=config.data_dir or None,
-                image_size=config.image_size,
-                batch_size=config.fewshot_batch_size,
-                shots=config.fewshot_shots,
-                seeds=config.fewshot_seeds,
-                l2_reg=config.fewshot_l2_reg,
-                strategy=strategy,
-                every=config.fewshot_every,
-                console=Console(distribute.is_chief(strategy)),
-            )
-        ]
-    except FewShotError as e:
-        raise UsageError(f"few-shot evaluation: {e}") from None
-
-
 def _input_fn(config, spec, split, training, start_step=0, batch_size=None):
     """`batch_size`: evaluation's global batch (default --batch_size); the micro-batches of an
     accumulating run, whose full batch would not fit."""
-    # The image ops come from the config in one place (trainers/data/ops.py: train_ops, eval_ops).
-    ops = data.train_ops(config) if training else data.eval_ops(config.image_size)
+    # The ops come from the config in one place (trainers/data/pp.py: --pp_train / --pp_eval, or the flags).
+    ops, batch_ops = pp.train_pipeline(config) if training else (pp.eval_pipeline(config), [])
     return data.make_input_fn(
         spec,
         split,
@@ -187,8 +160,8 @@ def _input_fn(config, spec, split, training, start_step=0, batch_size=None):
         start_step=start_step,
         # only the training split is subsampled; evaluation sees the whole split
         examples_per_class=(config.examples_per_class or None) if training else None,
-        # Mixup (--augreg / --mixup) mixes training batches only; evaluation keeps hard labels.
-        mixup=augreg.resolve(config).mixup if training else 0.0,
+        # Batch ops (Mixup) mix training batches only; evaluation keeps hard labels.
+        batch_ops=batch_ops,
     )
 
 

@@ -8,7 +8,7 @@ import json
 import keras_vit
 from configs.fields import FIELDS
 from keras_vit import fileio
-from trainers.data import augreg
+from trainers.data import augreg, pp
 from trainers.errors import UsageError, first_line
 from trainers.flags import (
     ARCHITECTURE_OVERRIDES,
@@ -64,6 +64,7 @@ def validate_training(config):
     if not 0 <= config.stochastic_depth < 1:
         raise UsageError(f"--stochastic_depth must be in [0, 1), got {config.stochastic_depth}.")
     augreg.resolve(config)  # a bad --randaug or --mixup is one line here
+    pp.check(config)  # so is a bad --pp_train or --pp_eval
     accum = parse_accum_steps(config.accum_steps)
     if accum != "auto" and config.batch_size % accum:
         raise UsageError(f"--batch_size {config.batch_size} is not divisible by --accum_steps {accum}.")
@@ -81,7 +82,7 @@ def check_replicas(config, replicas):
             f"--batch_size {config.batch_size} is not divisible by {replicas} replicas x --accum_steps "
             f"{accum}; use a multiple of {replicas * accum}."
         )
-    if augreg.resolve(config).mixup and (config.batch_size // replicas) % 2:
+    if pp.mixes(config) and (config.batch_size // replicas) % 2:
         raise UsageError(
             f"Mixup mixes pairs of examples: --batch_size {config.batch_size} must be a multiple of "
             f"2 x {replicas} replicas."

@@ -7,9 +7,12 @@
 
 Modules: `sources` (get_spec) over `tfds_source` (with `tfds_prepare`), `folders` and `digits`;
 `spec` (DatasetSpec, Records); `splits` (split syntax, in-memory splits); `subsets` (k examples per
-class); `ops` (the registered image ops); `pipeline` (InputFn, make_input_fn, distribute).
+class); `ops` (the registered image and batch ops); `pp` (pp strings: --pp_train, --pp_eval);
+`pipeline` (InputFn, make_input_fn, distribute).
 """
 
+# Op modules beyond ops.py: importing one registers its ops (a new op: its file and a line here).
+from trainers.data import grayscale  # noqa: F401
 from trainers.data.ops import eval_ops, register, registered, train_ops
 from trainers.data.pipeline import InputFn, distribute, make_input_fn, multi_hot
 from trainers.data.sources import get_spec

@@ -14,11 +14,20 @@ example seed being a function of (run seed, epoch, example index) only: an examp
 is then the same in a resumed run and on any number of replicas or hosts. A deterministic op added
 anywhere, or a random op added after the others, leaves every other op's seed as it was.
 
-A new augmentation knob: register its op here if it is new, add its line to `train_ops`, and declare
-the config field it reads (configs/fields.py, with its help).
+A batch op (registered with batch=True) works on whole per-replica batches after the image ops:
+`factory(**kwargs)` returns a function of (images, labels, BatchContext) -> (images, labels). Mixup is
+one. Its randomness comes from (run seed, global step) (BatchContext), so every replica and host
+draws the same numbers for a step, and a resumed run the same as the original.
+
+A config names ops in a pp string (trainers/data/pp.py: --pp_train, --pp_eval). A new op is one
+file that registers it (trainers/data/grayscale.py is the example) and one import line in
+trainers/data/__init__.py. A new augmentation knob of the flags: also add its line to `train_ops`,
+and declare the config field it reads (configs/fields.py, with its help).
 """
 
 import dataclasses
+import inspect
+import math
 import numbers
 from collections.abc import Callable
 
@@ -42,18 +51,22 @@ SEED_ALG = "philox"
 class _Registered:
     factory: Callable
     random: bool
+    batch: bool
 
 
 _REGISTRY: dict[str, _Registered] = {}
 
 
-def register(name, *, random=False):
-    """Registers the decorated op factory under `name`; random=True: its op takes (image, seed)."""
+def register(name, *, random=False, batch=False):
+    """Registers the decorated op factory under `name`; random=True: its op takes (image, seed);
+    batch=True: a batch op, taking (images, labels, BatchContext)."""
+    if random and batch:
+        raise ValueError("a batch op draws from its BatchContext: register it without random=True")
 
     def add(factory):
         if name in _REGISTRY:
             raise ValueError(f"image op {name!r} is registered twice")
-        _REGISTRY[name] = _Registered(factory, random)
+        _REGISTRY[name] = _Registered(factory, random, batch)
         return factory
 
     return add
@@ -64,11 +77,29 @@ def registered():
     return sorted(_REGISTRY)
 
 
+def is_batch_op(name):
+    return _REGISTRY[name].batch
+
+
+def signature(name):
+    """The parameters of op `name`'s factory: what a pp string's arguments bind to."""
+    return inspect.signature(_REGISTRY[name].factory)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchContext:
+    """What a batch op may read beside the batch: the run seed, the global step, the class count."""
+
+    seed: int
+    step: object  # int64 scalar tensor: the global step the batch is trained at
+    num_classes: int
+
+
 class Chain:
     """A list of (op name, kwargs) as one function of (value, seed); DatasetError for a bad list."""
 
     def __init__(self, ops):
-        self.ops = [_checked(op) for op in ops]
+        self.ops = [_checked(op, batch=False) for op in ops]
         self._steps = [(_make(name, kwargs), _REGISTRY[name].random) for name, kwargs in self.ops]
         self.random_ops = [name for name, _ in self.ops if _REGISTRY[name].random]
 
@@ -83,12 +114,33 @@ class Chain:
         return value
 
 
-def _checked(op):
+class BatchChain:
+    """A list of batch ops (name, kwargs) as one function of (images, labels, BatchContext)."""
+
+    def __init__(self, ops):
+        self.ops = [_checked(op, batch=True) for op in ops]
+        self.names = [name for name, _ in self.ops]
+        self._steps = [_make(name, kwargs) for name, kwargs in self.ops]
+
+    def __bool__(self):
+        return bool(self._steps)
+
+    def __call__(self, images, labels, context):
+        for op in self._steps:
+            images, labels = op(images, labels, context)
+        return images, labels
+
+
+def _checked(op, batch):
     if not (isinstance(op, (tuple, list)) and len(op) == 2 and isinstance(op[1], dict)):
         raise DatasetError(f"an image op is a pair (op name, kwargs dict), got {op!r}")
     name, kwargs = op
     if name not in _REGISTRY:
         raise DatasetError(f"unknown image op {name!r}: the registered ops are {', '.join(registered())}")
+    if _REGISTRY[name].batch != batch:
+        where = "after the image ops (batch_ops)" if _REGISTRY[name].batch else "among the image ops (ops)"
+        kind = "a batch op" if _REGISTRY[name].batch else "an image op"
+        raise DatasetError(f"{name} is {kind}: it goes {where}")
     return name, dict(kwargs)
 
 
@@ -213,3 +265,19 @@ def value_range(low=UNIT_RANGE[0], high=UNIT_RANGE[1]):
         return tf.clip_by_value(image / scale + low, low, high)
 
     return scaled
+
+
+@register("mixup", batch=True)
+def mixup(p):
+    """Mixup with Beta(p, p) weights (trainers/data/augreg.py): pairs (2i, 2i + 1) of the batch mixed
+    with one weight per step; the labels become float32 soft targets (b, num_classes)."""
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 < p < math.inf:
+        raise ValueError(f"p must be a number > 0 (leave mixup out to turn it off), got {p!r}")
+
+    def mixed(images, labels, context):
+        targets = (
+            labels if labels.shape.rank == 2 else tf.one_hot(labels, context.num_classes, dtype=tf.float32)
+        )
+        return augreg.mix_pairs(images, targets, augreg.mixup_weight(context.seed, context.step, p))
+
+    return mixed

@@ -12,9 +12,11 @@ numbers with stateless ops. Two consequences the trainers rely on:
   by one pipeline to 1 or 2 replicas, or by 2 worker processes.
 
 Labels are int32 class indices (b,), or, for a multi-label dataset (`spec.multi_label`), float32 multi-hot
-vectors (b, num_classes); the records carry class-index rows until then, which are far smaller. With
-Mixup (`mixup=p > 0`, training only) the training labels are float32 soft targets (b, num_classes):
-pairs of examples of each batch are mixed with a weight drawn from (seed, step) (trainers/data/augreg.py).
+vectors (b, num_classes); the records carry class-index rows until then, which are far smaller. Batch
+ops (`batch_ops`, training only) then work on whole per-replica batches, knowing the global step of
+each: with Mixup (`mixup=p > 0`, the batch op mixup(p)) the training labels are float32 soft targets
+(b, num_classes), pairs of examples of each batch mixed with a weight drawn from (seed, step)
+(trainers/data/augreg.py).
 """
 
 import math
@@ -23,8 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from configs.fields import TRAINING, fields
-from trainers.data import augreg
-from trainers.data.ops import SEED_ALG, Chain, eval_ops, train_ops
+from trainers.data.ops import SEED_ALG, BatchChain, BatchContext, Chain, eval_ops, train_ops
 from trainers.data.spec import NO_LABEL, DatasetSpec, multi_label_refusal
 from trainers.data.subsets import examples_per_class_subset
 from trainers.errors import DatasetError
@@ -43,11 +44,11 @@ class InputFn:
     """Callable `(input_context | None) -> tf.data.Dataset` of per-replica batches (see make_input_fn).
 
     `ops`: the image ops as [(op name, kwargs)] (see trainers.data.ops), or a Chain of them; they must
-    not be random when training=False.
+    not be random when training=False. `batch_ops`: the batch ops, likewise (a BatchChain).
     """
 
     def __init__(
-        self, spec, split, records, *, ops, global_batch_size, training, seed=0, start_step=0, mixup=0.0
+        self, spec, split, records, *, ops, global_batch_size, training, seed=0, start_step=0, batch_ops=()
     ):
         self.spec = spec
         self.split = split
@@ -57,8 +58,9 @@ class InputFn:
         self.training = training
         self.seed = seed
         self.start_step = start_step
-        # Mixup's Beta concentration (0: off); training only, evaluation keeps the hard labels.
-        self.mixup = float(mixup) if training else 0.0
+        # Training only: evaluation keeps the images and hard labels as they are.
+        chain = batch_ops if isinstance(batch_ops, BatchChain) else BatchChain(batch_ops)
+        self.batch_ops = chain if training else BatchChain(())
         self.num_examples = records.count
         # Evaluation: global batches in one pass (the last one padded).
         self.num_batches = None if training else math.ceil(records.count / global_batch_size)
@@ -78,7 +80,7 @@ class InputFn:
                 f"batch size {batch} does not split evenly over {replicas} replicas "
                 f"({pipelines} input pipelines): use a multiple of {replicas}"
             )
-        if self.mixup and (batch // replicas) % 2:
+        if "mixup" in self.batch_ops.names and (batch // replicas) % 2:
             raise DatasetError(
                 f"Mixup mixes pairs of examples, but the per-replica batch ({batch} / {replicas} replicas) "
                 f"is odd: use a batch size that is a multiple of {2 * replicas}"
@@ -167,22 +169,22 @@ class InputFn:
 
         stream = stream.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         batches = stream.batch(per_replica, drop_remainder=True)
-        if self.mixup:
-            batches = batches.enumerate().map(self._mixer(replicas_per_pipeline))
+        if self.batch_ops:
+            batches = batches.enumerate().map(self._batch_step(replicas_per_pipeline))
         return batches.prefetch(PREFETCH_BATCHES)
 
-    def _mixer(self, replicas_per_pipeline):
-        """Mixup of the k-th per-replica batch of this pipeline: its step's weight, pairs within it."""
-        seed, start_step, concentration = self.seed, self.start_step, self.mixup
+    def _batch_step(self, replicas_per_pipeline):
+        """The batch ops on the k-th per-replica batch of this pipeline, which the replicas it feeds
+        train at global step start_step + k // replicas_per_pipeline."""
+        chain, seed, start_step = self.batch_ops, self.seed, self.start_step
         num_classes = self.spec.num_classes
 
-        def mix(k, batch):
+        def apply(k, batch):
             images, labels = batch
-            step = start_step + k // replicas_per_pipeline
-            targets = labels if labels.shape.rank == 2 else tf.one_hot(labels, num_classes, dtype=tf.float32)
-            return augreg.mix_pairs(images, targets, augreg.mixup_weight(seed, step, concentration))
+            context = BatchContext(seed, start_step + k // replicas_per_pipeline, num_classes)
+            return chain(images, labels, context)
 
-        return mix
+        return apply
 
     def _eval(self, shard, per_replica):
         records = self.records
@@ -280,6 +282,7 @@ def make_input_fn(
     crop_min_area: float | None = None,
     random_flip: bool | None = None,
     mixup: float = 0.0,
+    batch_ops: list | None = None,
 ) -> InputFn:
     """An input function for `distribute(strategy, input_fn)` or direct use (`input_fn(None)`).
 
@@ -287,7 +290,9 @@ def make_input_fn(
     starting `start_step` global batches in. training=False: one pass in natural order, as (images,
     labels, weights), padded to whole global batches with weight 0. b is the per-replica batch.
     Labels of a multi-label dataset are float32 multi-hot (b, num_classes).
-    mixup=p > 0 (training): Mixup with Beta(p, p) weights, labels float32 soft targets (b, num_classes).
+    mixup=p > 0 (training): Mixup with Beta(p, p) weights, labels float32 soft targets (b, num_classes);
+    the same as batch_ops=[("mixup", {"p": p})].
+    batch_ops: the batch ops (training), [(op name, kwargs)] (trainers.data.ops), after the image ops.
     examples_per_class=k: a fixed subset (seeded by `seed`) of exactly k examples of every class
     (single-label datasets only).
     ops: the image ops, [(op name, kwargs)] (trainers.data.ops). By default `eval_ops(image_size)`, or
@@ -310,7 +315,12 @@ def make_input_fn(
             if training
             else eval_ops(int(image_size))
         )
+    if mixup and batch_ops is not None:
+        raise TypeError("mixup= is the batch op mixup(p): with batch_ops=, put it in the batch ops")
+    if mixup:
+        batch_ops = [("mixup", {"p": float(mixup)})]
     image_ops = Chain(ops)  # a bad op list fails here, before any record is read
+    batch_chain = BatchChain(batch_ops or ())
     records = spec.records(split)
     if examples_per_class is not None:
         if not isinstance(examples_per_class, (int, np.integer)) or examples_per_class < 1:
@@ -333,7 +343,7 @@ def make_input_fn(
         training=bool(training),
         seed=int(seed),
         start_step=int(start_step),
-        mixup=mixup,
+        batch_ops=batch_chain,
     )
 
 

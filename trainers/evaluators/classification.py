@@ -1,6 +1,9 @@
 """Accuracy (or precision@1) and loss of the trained classifier on each --eval_splits entry."""
 
-from trainers.evaluators import Evaluator
+from trainers import data
+from trainers.errors import UsageError
+from trainers.evaluators import Evaluator, registry
+from trainers.flags import parse_eval_splits
 
 
 class ClassificationEvaluator(Evaluator):
@@ -36,3 +39,32 @@ class ClassificationEvaluator(Evaluator):
             if name in self.datasets:
                 splits.setdefault(name, {})[key] = value
         return splits
+
+
+@registry.register("classification")
+def create(name, context, *, split=None, every=None):
+    """evals entry: `split` a split (tags NAME/accuracy, ...) or name=split pairs as --eval_splits
+    takes (tags per name; the default: --eval_splits); `every` steps (default: --eval_every)."""
+    config = context.config
+    split = config.eval_splits if split is None else split
+    if not isinstance(split, str) or not split.strip():
+        raise UsageError(
+            f"evals.{name}.split must be a split such as 'test' or name=split pairs, got {split!r}"
+        )
+    splits = parse_eval_splits(split) if "=" in split else {name: split.strip()}
+    datasets = {
+        key: data.distribute(context.strategy, context.eval_input(value)) for key, value in splits.items()
+    }
+    return ClassificationEvaluator(
+        context.trainer, datasets, every=registry.every(name, every, config.eval_every)
+    )
+
+
+def combined(evaluators, trainer):
+    """The run's classification evaluators as one for reading results: its `by_split` gives
+    results.json's "eval" (every classification split; the one evaluator itself when there is one)."""
+    found = [e for e in evaluators if isinstance(e, ClassificationEvaluator)]
+    if len(found) == 1:
+        return found[0]
+    datasets = {key: value for e in found for key, value in e.datasets.items()}
+    return ClassificationEvaluator(trainer, datasets, every=0)

@@ -1,9 +1,9 @@
 """FewShotEvaluator: linear probes of a (training or trained) model on one or more datasets.
 
 Used by `python -m trainers.fewshot` and, every --fewshot_every steps, by any training run with
---fewshot_datasets (as big_vision evaluates its runs). Each call computes every split's features
-once and reuses them for all shot counts and seeds; the data pipelines and the compiled feature
-step are built once and reused across calls.
+--fewshot_datasets or an evals entry of type "fewshot" (as big_vision evaluates its runs). Each
+call computes every split's features once and reuses them for all shot counts and seeds; the data
+pipelines and the compiled feature step are built once and reused across calls.
 """
 
 import re
@@ -11,8 +11,10 @@ import re
 import numpy as np
 
 from configs.fields import FIELDS
-from trainers import data, features, linear_probe
-from trainers.evaluators import Evaluator
+from trainers import data, distribute, features, linear_probe
+from trainers.console import Console
+from trainers.errors import FewShotError, UsageError
+from trainers.evaluators import Evaluator, registry
 
 
 def metric_name(dataset):
@@ -147,3 +149,31 @@ class FewShotEvaluator(Evaluator):
                 results[f"fewshot/{key}/{k}shot_accuracy_std"] = std
                 self.l2_used[(key, k)] = l2
         return results
+
+
+@registry.register("fewshot")
+def create(name, context, *, datasets=None, every=None, shots=None, seeds=None, l2_reg=None, batch_size=None):
+    """evals entry: each key defaults to its --fewshot_* flag (datasets: comma-separated or a list)."""
+    config = context.config
+    datasets = config.fewshot_datasets if datasets is None else datasets
+    if isinstance(datasets, str):
+        datasets = [d.strip() for d in datasets.split(",") if d.strip()]
+    try:
+        # Under the strategy's scope, as the probes' feature step will run.
+        with context.strategy.scope():
+            evaluator = FewShotEvaluator(
+                datasets,
+                data_dir=config.data_dir or None,
+                image_size=config.image_size,
+                batch_size=config.fewshot_batch_size if batch_size is None else batch_size,
+                shots=config.fewshot_shots if shots is None else shots,
+                seeds=config.fewshot_seeds if seeds is None else seeds,
+                l2_reg=config.fewshot_l2_reg if l2_reg is None else l2_reg,
+                strategy=context.strategy,
+                every=registry.every(name, every, config.fewshot_every),
+                console=Console(distribute.is_chief(context.strategy)),
+            )
+    except FewShotError as e:
+        raise UsageError(f"few-shot evaluation: {e}") from None
+    evaluator.name = name  # its console label
+    return evaluator
