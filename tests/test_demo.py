@@ -162,10 +162,10 @@ def test_a_stage_runs_pinned_as_its_command_with_nothing_on_stderr(tmp_path):
     assert read_results(config.workdir)["eval"]["test"]["examples"] == 180
 
 
-def test_the_readme_table_is_the_committed_full_run(tmp_path):
-    with open(report.README, encoding="utf-8") as f:
-        readme = f.read()
-    region = report.region(readme, report.DEMO_BEGIN, report.DEMO_END)
+def test_the_demo_page_table_is_the_committed_full_run(tmp_path):
+    with open(report.DEMO_PAGE, encoding="utf-8") as f:
+        page = f.read()
+    region = report.region(page, report.DEMO_BEGIN, report.DEMO_END)
     assert region == report.demo_markdown().strip(), "run python -m benchmarks.report --write"
     results = read_results(os.path.dirname(report.DEMO_RESULTS))
     # It is `make demo`'s command, run with every stage pinned.
@@ -177,7 +177,7 @@ def test_the_readme_table_is_the_committed_full_run(tmp_path):
     assert "digits 0-4, 180 test images, 5 classes (chance 0.200)" in region
     assert "digits 5-9, 180 test images, 5 classes (chance 0.200)" in region
 
-    # Another number in the results makes the README stale.
+    # Another number in the results makes the page stale.
     results["scratch/test_accuracy"] = 0.5
     changed = tmp_path / "results.json"
     changed.write_text(json.dumps(results), encoding="utf-8")
