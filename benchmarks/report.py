@@ -31,6 +31,15 @@ DEMO_PAGE = os.path.join(harness.ROOT, "docs", "guides", "demo.md")
 _PAGE_TO_DOCS = ".."
 # A full `make demo` run's WORKDIR/results.json, copied here.
 DEMO_RESULTS = os.path.join(harness.ROOT, "docs", "demo", "results.json")
+# Its few-shot curves, drawn from it beside the demo's region.
+DEMO_FIGURE = os.path.join(harness.ROOT, "docs", "figures", "demo_fewshot.png")
+# The demo's probe stages (results.json prefixes) and their lines' labels, as in its table.
+DEMO_PROBES = {
+    "fewshot": "pre-trained ViT features",
+    "fewshot_masked_patch": "masked-patch pre-trained ViT",
+    "fewshot_random_init": "random-init ViT features",
+    "fewshot_pixels": "raw pixels",
+}
 ORDER = (
     "inference",
     "train",
@@ -286,6 +295,27 @@ def demo_markdown(path=DEMO_RESULTS):
         return demo.markdown(json.load(f))
 
 
+def demo_figure(path=DEMO_RESULTS, out=DEMO_FIGURE):
+    """Draws the demo's probe accuracy against shots (mean and std over the draws) into `out`."""
+    from keras_vit.visualize import figures
+
+    with open(path, encoding="utf-8") as f:
+        results = json.load(f)
+    accuracy, std = {}, {}
+    for stage, label in DEMO_PROBES.items():
+        for key, value in results.items():
+            name, _, metric = key.partition("/")
+            if name == stage and metric.endswith("shot_accuracy"):
+                shots = int(metric[: -len("shot_accuracy")])
+                accuracy.setdefault(label, {})[shots] = value
+                std.setdefault(label, {})[shots] = results.get(f"{key}_std", 0.0)
+    figure = figures.plot_accuracy_by_shots(
+        accuracy, std, title="The demo: linear probes on digits 5-9 (chance 0.2)"
+    )
+    fileio.write_atomic(out, figures.png_bytes(figure))
+    return out
+
+
 def region(text, begin=BEGIN, end=END):
     start, stop = text.find(begin), text.find(end)
     if start < 0 or stop < start:
@@ -307,6 +337,7 @@ def main(argv=None):
     p.add_argument("--demo_results", default=DEMO_RESULTS, help="the demo's committed results.json")
     p.add_argument("--page", default=PAGE, help="the page with the performance markers")
     p.add_argument("--demo_page", default=DEMO_PAGE, help="the page with the demo's markers")
+    p.add_argument("--demo_figure", default=DEMO_FIGURE, help="the PNG of the demo's few-shot curves")
     args = p.parse_args(argv)
     rendered = markdown(load(args.json_dir))
     if not (args.write or args.check):
@@ -335,6 +366,8 @@ def main(argv=None):
         texts[path] = replace_region(texts[path], begin, end, new)
     for path, text in texts.items():
         fileio.write_atomic(path, text)
+    if len(regions) > 1:
+        demo_figure(args.demo_results, args.demo_figure)
     return 0
 
 

@@ -392,6 +392,19 @@ def test_report_renders_the_json_and_check_catches_a_stale_page(results, tmp_pat
     assert "is stale: run python -m benchmarks.report --write" in capsys.readouterr().err
 
 
+def test_the_readme_headline_speed_is_the_committed_gpu_run():
+    """The one number the README quotes is the GPU training table's, as the JSON has it."""
+    rows = _read(os.path.join(harness.OUT_DIR, "accelerator_train_bfloat16.json"))["tables"][0]["rows"]
+    speed = {row["contestant"]: row["images_per_s"] for row in rows}
+    ours = speed["keras_vit JAX+XLA"]
+    quoted = (
+        f"ran {ours:.0f} images/s: {ours / speed['timm torch.compile']:.2f}x timm under `torch.compile` "
+        f"and {ours / speed['keras-hub JAX+XLA']:.2f}x keras-hub"
+    )
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        assert quoted in " ".join(f.read().split())
+
+
 def test_the_matmul_limit_lines_judge_the_best_case_and_compare_the_kernels():
     def row(case, fraction):
         return {"case": case, "ours": True, "fraction_of_peak": fraction}

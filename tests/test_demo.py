@@ -186,6 +186,27 @@ def test_the_demo_page_table_is_the_committed_full_run(tmp_path):
     assert os.path.commonpath([report.DEMO_RESULTS, ROOT]) == ROOT
 
 
+def test_the_readme_headline_is_the_committed_demo():
+    results = read_results(os.path.dirname(report.DEMO_RESULTS))
+    quoted = (
+        f"in {results['wall_time_s'] / 60:.0f} minutes on 2 CPU cores",
+        f"test accuracy {results['finetune_masked_patch_10per_class/test_accuracy']:.3f} against "
+        f"{results['scratch_10per_class/test_accuracy']:.3f} for the same ViT from scratch",
+    )
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = " ".join(f.read().split())
+    assert all(sentence in readme for sentence in quoted), quoted
+
+
+def test_the_fewshot_curves_are_drawn_from_the_committed_results(tmp_path):
+    out = report.demo_figure(out=str(tmp_path / "curves.png"))
+    with open(out, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.path.exists(report.DEMO_FIGURE)  # committed beside the page that shows it
+    with open(report.DEMO_PAGE, encoding="utf-8") as f:
+        assert "](../figures/demo_fewshot.png)" in f.read()
+
+
 def test_other_settings_on_the_same_workdir_are_refused(tmp_path, capsys):
     workdir = tmp_path / "demo"
     workdir.mkdir()

@@ -37,7 +37,7 @@ def site(tmp_path_factory):
     pytest.importorskip("mkdocs", reason="the [docs] extra is not installed (make install installs it)")
     out = tmp_path_factory.mktemp("site")
     proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
         cwd=ROOT,
         env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
         capture_output=True,

@@ -234,13 +234,14 @@ def test_every_install_command_names_this_distribution(setup_kwargs):
     assert {"keras_vit.serving", "keras_vit.visualize.figures", "trainers"} <= hints, hints
 
 
-def test_make_installs_the_train_test_and_plots_extras():
+def test_make_installs_the_train_test_plots_and_docs_extras():
     with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
         makefile = f.read()
     stamp = re.search(r"^\$\(STAMP\):(.*)$", makefile, re.MULTILINE)
     assert stamp and "setup.py" in stamp.group(1).split("|")[0]  # reinstalls when setup.py changes
     install = re.search(r'pip install .*-e "\.\[([a-z,]+)\]"', makefile)
-    assert install and {"train", "test", "plots"} <= set(install.group(1).split(","))
+    # [docs]: `make test` builds the documentation site (`make docs`) before the tests.
+    assert install and {"train", "test", "plots", "docs"} <= set(install.group(1).split(","))
 
 
 # --- the library without TensorFlow -------------------------------------------------------
