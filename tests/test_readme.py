@@ -223,7 +223,7 @@ def test_a_new_block_is_named_with_its_heading_and_page(tmp_path):
     problems = coverage_problems(ITEMS + readme_blocks.items([str(tmp_path / "deploy.md")]))
     assert len(problems) == 1
     assert problems[0].startswith("no test runs the shell 'python -m keras_vit.serve --port=8500 ")
-    assert "under 'Serving'" in problems[0] and "deploy.md line 7" in problems[0]
+    assert "under 'Serving'" in problems[0] and "deploy.md line 8)" in problems[0]
 
 
 def test_runnable_marks_agree_with_the_tests(tmp_path):
@@ -238,10 +238,12 @@ def test_runnable_marks_agree_with_the_tests(tmp_path):
     found = readme_blocks.items([str(page)])
     assert [item.runnable for item in found] == [True, False, False]
     problems = coverage_problems(ITEMS + found)
-    assert len(problems) == 3, problems  # the marked docker, the unknown command, the unmarked run
-    assert "'docker run x' under 'Page'" in problems[0] and problems[0].endswith("no test runs it")
-    assert problems[1].startswith("no test runs the shell 'python -m trainers.masked")
-    assert problems[2].endswith(f"mark it {readme_blocks.RUNNABLE}")
+    assert len(problems) == 3, problems  # the unknown command, the marked docker, the unmarked run
+    unknown, marked, unmarked = problems
+    assert unknown.startswith("no test runs the shell 'python -m trainers.masked")
+    assert "'docker run x' under 'Page'" in marked and marked.endswith("no test runs it")
+    assert "'python -m trainers.pretrain --dataset=digits" in unmarked
+    assert unmarked.endswith(f"mark it {readme_blocks.RUNNABLE}")
 
 
 def test_every_page_is_read():
