@@ -4,14 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast demo bench lint format clean
+.PHONY: install test test-fast docs demo bench lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): setup.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[train,test,plots]"
+	$(BIN)/python -m pip install --quiet -e ".[train,test,plots,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,16 +19,22 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(MAKE) docs
 	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# The documentation site, from docs/ into site/; any warning (a broken link or anchor, an API name
+# that does not resolve) fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 demo: $(STAMP)
 	$(BIN)/python -m trainers.demo --workdir=runs/demo
 
 # The Performance tables: the four CPU benchmarks against the peers and the op profile, then the
-# README's region (benchmarks.accelerator needs a GPU: see the README).
+# regions of docs/guides/benchmarks.md (benchmarks.accelerator needs a GPU: see that page).
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python -m benchmarks.inference
@@ -46,4 +52,4 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs site .pytest_cache

@@ -36,6 +36,16 @@ TRAIN_REQUIRES = [
 # onnxruntime or ai-edge-litert's interpreter (TensorFlow's own tf.lite.Interpreter is deprecated).
 EXPORT_REQUIRES = ["tensorflow>=2.16", "tf2onnx", "onnx", "onnxruntime", "ai-edge-litert"]
 
+# The documentation site (`make docs`, which `make test` runs): MkDocs with the Material theme,
+# mkdocstrings for the API reference from the docstrings, and the plugin that makes the README the
+# site's first page. Bounded to the major releases mkdocs.yml is written for.
+DOCS_REQUIRES = [
+    "mkdocs>=1.6,<2",
+    "mkdocs-material>=9.5,<10",
+    "mkdocstrings[python]>=0.26,<2",
+    "mkdocs-include-markdown-plugin>=7,<8",
+]
+
 # Hugging Face Hub checkpoints (timm and transformers safetensors, keras_vit.hub): reading
 # safetensors never unpickles; huggingface_hub downloads with its cache, offline mode and token.
 HUB_REQUIRES = ["safetensors", "huggingface_hub"]
@@ -86,6 +96,7 @@ setup(
         "train": TRAIN_REQUIRES,
         "test": TEST_REQUIRES + TRAIN_REQUIRES + EXPORT_REQUIRES + HUB_REQUIRES,
         "hub": HUB_REQUIRES,
+        "docs": DOCS_REQUIRES,
         "export": EXPORT_REQUIRES,
         "plots": ["matplotlib"],
         # The peers benchmarks/ measures against in the same run: keras-hub (same Keras) and

@@ -2,7 +2,7 @@
 
 The presets (configs/finetune.py, pretrain.py, fewshot.py) start from these defaults with
 `fields(...)` and change values, never declare new fields; the trainers' command-line flags,
-their `--help` and the README's flag table are generated from here (trainers/flags.py,
+their `--help` and the flag table of docs/reference/flags.md are generated from here (trainers/flags.py,
 trainers/flag_table.py). The type of a flag is the type of its default.
 """
 

@@ -36,7 +36,8 @@ digits: a tiny ViT pre-trained from scratch on CPU (the demo's upstream run): th
 The result loads into fine-tuning and few-shot evaluation with --weights=WORKDIR/model.npz.
 Every recipe leaves AugReg off (--augreg=none): these are the original paper's recipes. The AugReg
 checkpoints (Steiner et al.) used levels none to strong1 with dropout and stochastic depth 0 or 0.1
-(README, "AugReg"); e.g. --augreg=medium1 for ViT-B_16, as its file name says (aug_medium1).
+(docs/guides/training.md, "AugReg"); e.g. --augreg=medium1 for ViT-B_16, as its file name says
+(aug_medium1).
 """
 
 import math

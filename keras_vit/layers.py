@@ -414,7 +414,7 @@ class MlpBlock(keras.layers.Layer):
         # a tensordot of separate ops. The same outputs (bit-identical for the ViT forward
         # pass in float32 and bfloat16, otherwise to float rounding); ViT-B/16 bfloat16
         # inference on CPU ran 1.37x faster, while a bfloat16 training step ran 0.93x as fast,
-        # so training keeps the 3-D form (README, "Making the defaults fast").
+        # so training keeps the 3-D form (docs/guides/benchmarks.md, "Making the defaults fast").
         shape = ops.shape(inputs)
         x = self._mlp(ops.reshape(inputs, (-1, shape[-1])), training)
         return ops.reshape(x, shape)

@@ -1,19 +1,35 @@
-"""README.md's fenced code blocks, split into the items tests/test_readme.py runs.
+"""The fenced code blocks of README.md and of the documentation's pages (docs/**/*.md), split
+into the items tests/test_readme.py runs.
 
 A Python block or an output sample is one item; a shell block is one item per command (lines
 joined at a trailing backslash, comments and blank lines dropped). Items are found by their
-content, never by line number, so editing one part of the README does not move another's test.
+content, never by page or line number, so moving a block to another page or editing one part of
+a page does not move another's test.
+
+A block the tests execute is marked by a line `<!-- runnable -->` before it (an empty line
+between them); a block between the markers of a generated region (`<!-- NAME:begin ...` and
+`<!-- NAME:end -->`) is written by its generator. docs/contributing.md explains the convention.
 """
 
 import dataclasses
+import glob
 import os
 import re
 import shlex
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
+RUNNABLE = "<!-- runnable -->"
 SHELL = ("bash", "sh", "shell", "console")
 _FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
+_REGION_BEGIN = re.compile(r"^<!-- [\w-]+:begin\b")
+_REGION_END = re.compile(r"^<!-- [\w-]+:end -->")
+
+
+def pages():
+    """README.md and every Markdown page under docs/, in order."""
+    docs = sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+    return [README, *docs]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,18 +39,37 @@ class Item:
     heading: str
     line: int  # where it starts, for messages only
     before: str = ""  # the prose between the previous block and this one
+    page: str = "README.md"  # relative to the repository root
+    runnable: bool = False  # marked <!-- runnable -->
+    generated: bool = False  # inside a generated region
+    block: int = 0  # the first line of its block: the items of one block share it
 
     @property
     def first_line(self):
         return self.text.strip().splitlines()[0] if self.text.strip() else ""
 
+    @property
+    def where(self):
+        return f"{self.page}:{self.line}"
+
     def describe(self):
-        return f"{self.kind} {self.first_line[:100]!r} under {self.heading!r} (README.md line {self.line})"
+        return f"{self.kind} {self.first_line[:100]!r} under {self.heading!r} ({self.page} line {self.line})"
 
 
-def blocks(text):
-    """[(language, body, heading, first body line, prose before)] of every fenced block, in order."""
-    found, heading, lines, i, prose = [], "(top)", text.split("\n"), 0, []
+@dataclasses.dataclass(frozen=True)
+class Block:
+    language: str
+    body: str
+    heading: str
+    line: int  # the body's first line
+    before: str
+    runnable: bool
+    generated: bool
+
+
+def blocks(text, page="README.md"):
+    """[Block] of every fenced block of a page's text, in order."""
+    found, heading, lines, i, prose, generated = [], "(top)", text.split("\n"), 0, [], False
     while i < len(lines):
         fence = _FENCE.match(lines[i])
         if fence:
@@ -42,14 +77,21 @@ def blocks(text):
             while end < len(lines) and not lines[end].startswith(fence.group(1)):
                 end += 1
             if end == len(lines):
-                raise ValueError(f"README.md line {i + 1}: the code block is never closed")
+                raise ValueError(f"{page} line {i + 1}: the code block is never closed")
             body = "\n".join(lines[i + 1 : end])
-            found.append((fence.group(2).lower(), body, heading, i + 2, "\n".join(prose)))
+            marked = [line for line in prose if line.strip()][-1:] == [RUNNABLE]
+            found.append(
+                Block(fence.group(2).lower(), body, heading, i + 2, "\n".join(prose), marked, generated)
+            )
             i, prose = end, []
         else:
             prose.append(lines[i])
             if lines[i].startswith("#"):
                 heading, prose = lines[i].lstrip("#").strip(), []
+            elif _REGION_BEGIN.match(lines[i]):
+                generated = True
+            elif _REGION_END.match(lines[i]):
+                generated = False
         i += 1
     return found
 
@@ -84,17 +126,32 @@ def _strip_comment(line):
     return line
 
 
-def items(path=README):
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+def block_items(block, page):
+    """The items of one block."""
+    common = dict(
+        heading=block.heading,
+        before=block.before,
+        page=page,
+        runnable=block.runnable,
+        generated=block.generated,
+        block=block.line,
+    )
+    if block.language in SHELL:
+        return [Item("shell", cmd, line=block.line + at, **common) for cmd, at in commands(block.body)]
+    if block.language in ("python", "py"):
+        return [Item("python", block.body, line=block.line, **common)]
+    return [Item("text", block.body, line=block.line, **common)]
+
+
+def items(paths=None):
+    """The items of every block of `paths` (default: README.md and docs/**/*.md)."""
     found = []
-    for language, body, heading, line, before in blocks(text):
-        if language in SHELL:
-            found += [Item("shell", cmd, heading, line + at, before) for cmd, at in commands(body)]
-        elif language in ("python", "py"):
-            found.append(Item("python", body, heading, line, before))
-        else:
-            found.append(Item("text", body, heading, line, before))
+    for path in pages() if paths is None else paths:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        page = os.path.relpath(path, ROOT) if os.path.commonpath([path, ROOT]) == ROOT else path
+        for block in blocks(text, page):
+            found += block_items(block, page)
     return found
 
 

@@ -180,8 +180,9 @@ def test_a_medium2_run_resumed_from_its_middle_checkpoint_ends_with_the_same_wei
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
 
 
-def test_the_readme_table_of_checkpoint_levels_is_what_their_file_names_say():
-    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md"), encoding="utf-8") as f:
+def test_the_training_guide_table_of_checkpoint_levels_is_what_their_file_names_say():
+    guide = os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "guides", "training.md")
+    with open(guide, encoding="utf-8") as f:
         section = f.read().split("## AugReg:", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| (\S+) \| (\w+) \| ([\d.]+) \| ([\d.]+) \|$", section, re.MULTILINE)
     augreg_checkpoints = checkpoints.REGISTRY["augreg-imagenet21k"]

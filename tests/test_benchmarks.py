@@ -1,5 +1,5 @@
 """The benchmark suite at a tiny size: each benchmark runs, measures its peers, writes its JSON;
-the FLOP count against a hand count; the README's Performance region against the JSON.
+the FLOP count against a hand count; the Performance page's region against the JSON.
 
 Keras contestants run in this process (a one-block ViT at 32 px, one repeat); timm and keras_vit
 on Keras' PyTorch backend run in child processes, where PyTorch can load before TensorFlow
@@ -371,29 +371,42 @@ def test_keras_vit_on_pytorch_runs_in_a_child_that_times_its_rounds():
     assert ("torch" in sys.modules) == had_torch  # PyTorch was not loaded here for it
 
 
-# --- the README's region --------------------------------------------------------------------
+# --- the Performance page's region ------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_report_renders_the_json_and_check_catches_a_stale_readme(results, tmp_path, capsys):
+def test_report_renders_the_json_and_check_catches_a_stale_page(results, tmp_path, capsys):
     results = shutil.copytree(results, tmp_path / "json")
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{report.BEGIN}\nold\n{report.END}\n\nafter\n", encoding="utf-8")
-    argv = [f"--json_dir={results}", f"--readme={readme}"]
+    page = tmp_path / "benchmarks.md"
+    page.write_text(f"# x\n\n{report.BEGIN}\nold\n{report.END}\n\nafter\n", encoding="utf-8")
+    argv = [f"--json_dir={results}", f"--page={page}", f"--demo_page={page}"]  # no demo markers there
     assert report.main([*argv, "--check"]) == 1
     assert report.main([*argv, "--write"]) == 0
     assert report.main([*argv, "--check"]) == 0
-    text = readme.read_text(encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
     assert text.endswith(f"{report.END}\n\nafter\n")
     inference_json = _read(results / "inference.json")
     assert harness.markdown_table(inference_json["tables"][0]) in text
     assert inference_json["command"] in text
     assert "Input pipeline at least 3x the ViT-Ti_16 train step per core: **" in text
-    # A changed number makes the README stale.
+    # A changed number makes the page stale.
     inference_json["tables"][0]["rows"][0]["images_per_s"] *= 2
     harness.write_json(results / "inference.json", inference_json)
     assert report.main([*argv, "--check"]) == 1
     assert "is stale: run python -m benchmarks.report --write" in capsys.readouterr().err
+
+
+def test_the_readme_headline_speed_is_the_committed_gpu_run():
+    """The one number the README quotes is the GPU training table's, as the JSON has it."""
+    rows = _read(os.path.join(harness.OUT_DIR, "accelerator_train_bfloat16.json"))["tables"][0]["rows"]
+    speed = {row["contestant"]: row["images_per_s"] for row in rows}
+    ours = speed["keras_vit JAX+XLA"]
+    quoted = (
+        f"ran {ours:.0f} images/s: {ours / speed['timm torch.compile']:.2f}x timm under `torch.compile` "
+        f"and {ours / speed['keras-hub JAX+XLA']:.2f}x keras-hub"
+    )
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        assert quoted in " ".join(f.read().split())
 
 
 def test_the_matmul_limit_lines_judge_the_best_case_and_compare_the_kernels():

@@ -162,10 +162,10 @@ def test_a_stage_runs_pinned_as_its_command_with_nothing_on_stderr(tmp_path):
     assert read_results(config.workdir)["eval"]["test"]["examples"] == 180
 
 
-def test_the_readme_table_is_the_committed_full_run(tmp_path):
-    with open(report.README, encoding="utf-8") as f:
-        readme = f.read()
-    region = report.region(readme, report.DEMO_BEGIN, report.DEMO_END)
+def test_the_demo_page_table_is_the_committed_full_run(tmp_path):
+    with open(report.DEMO_PAGE, encoding="utf-8") as f:
+        page = f.read()
+    region = report.region(page, report.DEMO_BEGIN, report.DEMO_END)
     assert region == report.demo_markdown().strip(), "run python -m benchmarks.report --write"
     results = read_results(os.path.dirname(report.DEMO_RESULTS))
     # It is `make demo`'s command, run with every stage pinned.
@@ -177,13 +177,34 @@ def test_the_readme_table_is_the_committed_full_run(tmp_path):
     assert "digits 0-4, 180 test images, 5 classes (chance 0.200)" in region
     assert "digits 5-9, 180 test images, 5 classes (chance 0.200)" in region
 
-    # Another number in the results makes the README stale.
+    # Another number in the results makes the page stale.
     results["scratch/test_accuracy"] = 0.5
     changed = tmp_path / "results.json"
     changed.write_text(json.dumps(results), encoding="utf-8")
     assert report.main(["--check", f"--demo_results={changed}"]) == 1
     assert report.main(["--check"]) == 0
     assert os.path.commonpath([report.DEMO_RESULTS, ROOT]) == ROOT
+
+
+def test_the_readme_headline_is_the_committed_demo():
+    results = read_results(os.path.dirname(report.DEMO_RESULTS))
+    quoted = (
+        f"in {results['wall_time_s'] / 60:.0f} minutes on 2 CPU cores",
+        f"test accuracy {results['finetune_masked_patch_10per_class/test_accuracy']:.3f} against "
+        f"{results['scratch_10per_class/test_accuracy']:.3f} for the same ViT from scratch",
+    )
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = " ".join(f.read().split())
+    assert all(sentence in readme for sentence in quoted), quoted
+
+
+def test_the_fewshot_curves_are_drawn_from_the_committed_results(tmp_path):
+    out = report.demo_figure(out=str(tmp_path / "curves.png"))
+    with open(out, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.path.exists(report.DEMO_FIGURE)  # committed beside the page that shows it
+    with open(report.DEMO_PAGE, encoding="utf-8") as f:
+        assert "](../figures/demo_fewshot.png)" in f.read()
 
 
 def test_other_settings_on_the_same_workdir_are_refused(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""trainers.flag_table: the README's flag table is the one the presets and help table give."""
+"""trainers.flag_table: the documentation's flag table is the one the presets and help table give."""
 
 import os
 
@@ -7,10 +7,10 @@ from configs.fields import FIELDS
 from trainers import flag_table
 
 
-def test_readme_flag_table_is_the_generated_one():
-    with open(flag_table.README, encoding="utf-8") as f:
-        table = flag_table.readme_table(f.read())
-    assert table is not None, "README.md lost its flag-table markers"
+def test_the_flags_page_table_is_the_generated_one():
+    with open(flag_table.PAGE, encoding="utf-8") as f:
+        table = flag_table.page_table(f.read())
+    assert table is not None, "docs/reference/flags.md lost its flag-table markers"
     assert table == flag_table.markdown(), "run: python -m trainers.flag_table --write"
 
 
@@ -22,10 +22,10 @@ def test_every_preset_field_has_help_and_appears_once():
 
 
 def test_write_replaces_only_the_table(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{flag_table.BEGIN}\nstale\n{flag_table.END}\noutro\n")
-    flag_table.write_readme(str(readme))
-    text = readme.read_text()
+    page = tmp_path / "flags.md"
+    page.write_text(f"intro\n{flag_table.BEGIN}\nstale\n{flag_table.END}\noutro\n")
+    flag_table.write_page(str(page))
+    text = page.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n")
-    assert flag_table.readme_table(text) == flag_table.markdown()
-    assert os.listdir(tmp_path) == ["README.md"]  # no temporary file left behind
+    assert flag_table.page_table(text) == flag_table.markdown()
+    assert os.listdir(tmp_path) == ["flags.md"]  # no temporary file left behind

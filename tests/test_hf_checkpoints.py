@@ -54,7 +54,7 @@ EXPORTS = {
     "hf_a224": ("transformers",),
     "hf_b160": ("transformers",),
 }
-MEASURED = {}  # the largest difference per test model, printed for the README's table
+MEASURED = {}  # the largest difference per test model, printed for the checkpoints guide's table
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -429,8 +429,8 @@ def test_hub_names():
             assert repo.startswith(("timm/vit_", "google/vit-"))
 
 
-def test_readme_lists_every_recommended_hub_name():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+def test_the_checkpoints_guide_lists_every_recommended_hub_name():
+    with open(os.path.join(ROOT, "docs", "guides", "checkpoints.md"), encoding="utf-8") as f:
         readme = f.read()
     for variant, names in keras_vit.checkpoints.HUB_NAMES.items():
         row = next(line for line in readme.splitlines() if line.startswith(f"| {variant} | `hf"))

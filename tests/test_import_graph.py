@@ -7,7 +7,7 @@ is an edge to `pkg.mod` when `mod` is a module, else to `pkg`; `import a.b` is a
 `pkg.mod`) is not an edge: every submodule would otherwise form a cycle with an `__init__`
 that imports it.
 
-The rules (README, "Layout"): no cycles; keras_vit never imports trainers or configs, and
+The rules (docs/contributing.md, "Import rules"): no cycles; keras_vit never imports trainers or configs, and
 imports TensorFlow only inside functions (for gs:// paths, or as the running backend); no
 project module is imported inside a function, and keras_vit imports other packages there only
 where that is deliberate, so the real dependencies stay visible at the top of each file.

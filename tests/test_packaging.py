@@ -9,6 +9,7 @@ The distribution name is checked to be the same in setup.py, every install comma
 copies (README, notebooks, error hints), and never the index's unrelated `keras-vit`.
 """
 
+import glob
 import importlib.metadata
 import os
 import re
@@ -194,13 +195,15 @@ def test_bench_extra_installs_what_the_benchmarks_import(requires):
 
 
 def _install_commands():
-    """(where, distribution, extras) of every install command a user copies: README.md's
-    `pip install` lines, the notebooks' PACKAGE, and the hints that errors print."""
+    """(where, distribution, extras) of every install command a user copies: the `pip install`
+    lines of README.md and of the documentation's pages, the notebooks' PACKAGE, and the hints
+    that errors print."""
     found = []
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            for target in re.findall(r"pip install (?:-\S+ )*\"?([\w.-]+(?:\[[\w,]+\])?)", line):
-                found.append((f"README.md line {number}", target))
+    for page in ["README.md", *sorted(glob.glob("docs/**/*.md", root_dir=ROOT, recursive=True))]:
+        with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                for target in re.findall(r"pip install (?:-\S+ )*\"?([\w.-]+(?:\[[\w,]+\])?)", line):
+                    found.append((f"{page} line {number}", target))
     for name in sorted(os.listdir(os.path.join(ROOT, "colab"))):
         with open(os.path.join(ROOT, "colab", name), encoding="utf-8") as f:
             for target in re.findall(r'PACKAGE = \\"([\w.-]+(?:\[[\w,]+\])?)', f.read()):
@@ -225,17 +228,20 @@ def test_every_install_command_names_this_distribution(setup_kwargs):
         assert canonicalize_name(name) == DISTRIBUTION, f"{where} installs {name!r}, not {DISTRIBUTION!r}"
         for extra in extras:
             assert extra in setup_kwargs["extras_require"], f"{where}: setup.py has no [{extra}] extra"
-    hints = {where for where, _, extras in ours if extras and not where.startswith(("README", "colab"))}
+    hints = {
+        where for where, _, extras in ours if extras and not where.startswith(("README", "docs/", "colab"))
+    }
     assert {"keras_vit.serving", "keras_vit.visualize.figures", "trainers"} <= hints, hints
 
 
-def test_make_installs_the_train_test_and_plots_extras():
+def test_make_installs_the_train_test_plots_and_docs_extras():
     with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
         makefile = f.read()
     stamp = re.search(r"^\$\(STAMP\):(.*)$", makefile, re.MULTILINE)
     assert stamp and "setup.py" in stamp.group(1).split("|")[0]  # reinstalls when setup.py changes
     install = re.search(r'pip install .*-e "\.\[([a-z,]+)\]"', makefile)
-    assert install and {"train", "test", "plots"} <= set(install.group(1).split(","))
+    # [docs]: `make test` builds the documentation site (`make docs`) before the tests.
+    assert install and {"train", "test", "plots", "docs"} <= set(install.group(1).split(","))
 
 
 # --- the library without TensorFlow -------------------------------------------------------

@@ -1,6 +1,7 @@
-"""Every code block of README.md runs here, so the README and the code cannot drift apart.
+"""Every code block of README.md and of the documentation's pages (docs/**/*.md) runs here, so
+the docs and the code cannot drift apart.
 
-Each README item (a Python block, an output sample, or one command of a shell block) must match
+Each item (a Python block, an output sample, or one command of a shell block) must match
 exactly one entry of COVERAGE: the name of the test below that runs it, or, for the few commands
 that cannot run on a CPU machine without network, an Unrunnable entry whose check still parses
 every flag they use. Python blocks run as written (with local stand-ins: a Keras cache of
@@ -8,8 +9,10 @@ synthetic official checkpoints, TFDS data_dirs prepared offline by ../shared/too
 temporary paths for /tmp/... and /data/...); commands run with the same stand-ins plus flags that
 make them short; output samples are compared with what the code prints.
 
-A new README block fails test_every_readme_block_is_run, naming the block: add a row to
-COVERAGE and a test (or an Unrunnable entry with its reason).
+A new block fails test_every_readme_block_is_run, naming the block and its page: add a row to
+COVERAGE and a test (or an Unrunnable entry with its reason). A block the tests execute is marked
+`<!-- runnable -->` on the line before it, and the marks must agree with COVERAGE (see
+docs/contributing.md, "The documentation").
 """
 
 import ast
@@ -70,7 +73,8 @@ COVERAGE = {
         "changes the installed packages", "test_clash_fix_commands"
     ),
     # Quickstart, scaling, checkpoints, any size, visualize
-    r"^import numpy as np\nimport keras_vit": "test_quickstart",
+    r"^import numpy as np\nimport keras_vit\n\n# A ViT-B/16": "test_quickstart",
+    r"^import numpy as np\nimport keras_vit\n\n# Features instead": "test_quickstart_continued",
     r"^keras_vit\.ViT_B16\(\n": "test_constructor_signature",
     r"^model = keras_vit\.ViT_B16\(weights=\"imagenet21k\+imagenet2012\"\)  # takes": "test_scaling_inputs",
     r"^import keras_vit\n\n# ImageNet-21k pre-training": "test_pretrained_checkpoints",
@@ -169,7 +173,7 @@ def matching(pattern):
         if re.search(pattern, item.text, re.MULTILINE)
         and ("runs/cpu" in pattern or "runs/cpu" not in item.text)
     ]
-    assert found, f"no README item matches {pattern!r} any more"
+    assert found, f"no item of the docs matches {pattern!r} any more"
     return found
 
 
@@ -179,19 +183,30 @@ def only(pattern):
 
 
 def coverage_problems(items):
-    problems = []
+    problems, run_by_block = [], {}
     for item in items:
         entries = [p for p in COVERAGE if re.search(p, item.text, re.MULTILINE)]
         if not entries:
-            problems.append(f"no test runs the README {item.describe()}; add it to COVERAGE")
+            problems.append(f"no test runs the {item.describe()}; add it to COVERAGE")
         elif len(entries) > 1:
-            problems.append(f"the README {item.describe()} matches several COVERAGE rows: {entries}")
+            problems.append(f"the {item.describe()} matches several COVERAGE rows: {entries}")
+        else:
+            runs = not isinstance(COVERAGE[entries[0]], Unrunnable)
+            run_by_block.setdefault((item.page, item.block), []).append((item, runs))
     for pattern, entry in COVERAGE.items():
         test = entry.check if isinstance(entry, Unrunnable) else entry
         if not callable(globals().get(test)):
             problems.append(f"COVERAGE row {pattern!r} names {test}, which does not exist")
         if not any(re.search(pattern, item.text, re.MULTILINE) for item in items):
-            problems.append(f"COVERAGE row {pattern!r} matches no README item any more")
+            problems.append(f"COVERAGE row {pattern!r} matches no item any more")
+    # The <!-- runnable --> marks tell the truth: a marked block is run by a test, and a Python or
+    # shell block whose every item a test runs is marked (generated regions follow their generator).
+    for members in run_by_block.values():
+        first, runs = members[0][0], [r for _, r in members]
+        if first.runnable and not any(runs):
+            problems.append(f"the {first.describe()} is marked runnable, but no test runs it")
+        elif not first.runnable and not first.generated and first.kind != "text" and all(runs):
+            problems.append(f"the {first.describe()} is run by a test: mark it {readme_blocks.RUNNABLE}")
     return problems
 
 
@@ -200,17 +215,41 @@ def test_every_readme_block_is_run():
     assert not problems, "\n".join(problems)
 
 
-def test_a_new_block_is_named_with_its_heading(tmp_path):
-    with open(readme_blocks.README, encoding="utf-8") as f:
-        text = f.read()
+def test_a_new_block_is_named_with_its_heading_and_page(tmp_path):
     new = (
         "\n## Serving\n\nStart it:\n\n```bash\npython -m keras_vit.serve --port=8500 \\\n    --model=x\n```\n"
     )
-    (tmp_path / "README.md").write_text(text + new, encoding="utf-8")
-    problems = coverage_problems(readme_blocks.items(str(tmp_path / "README.md")))
+    (tmp_path / "deploy.md").write_text("# Deploy\n" + new, encoding="utf-8")
+    problems = coverage_problems(ITEMS + readme_blocks.items([str(tmp_path / "deploy.md")]))
     assert len(problems) == 1
-    assert problems[0].startswith("no test runs the README shell 'python -m keras_vit.serve --port=8500 ")
-    assert "under 'Serving'" in problems[0]
+    assert problems[0].startswith("no test runs the shell 'python -m keras_vit.serve --port=8500 ")
+    assert "under 'Serving'" in problems[0] and "deploy.md line 8)" in problems[0]
+
+
+def test_runnable_marks_agree_with_the_tests(tmp_path):
+    """A mark on a block no test runs, and a run block without its mark, are both reported."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n<!-- runnable -->\n\n```bash\ndocker run x\n```\n\n"
+        "```bash\npython -m trainers.masked --x\n```\n\n"
+        "```bash\npython -m trainers.pretrain --dataset=digits --objective=masked_patch\n```\n",
+        encoding="utf-8",
+    )
+    found = readme_blocks.items([str(page)])
+    assert [item.runnable for item in found] == [True, False, False]
+    problems = coverage_problems(ITEMS + found)
+    assert len(problems) == 3, problems  # the unknown command, the marked docker, the unmarked run
+    unknown, marked, unmarked = problems
+    assert unknown.startswith("no test runs the shell 'python -m trainers.masked")
+    assert "'docker run x' under 'Page'" in marked and marked.endswith("no test runs it")
+    assert "'python -m trainers.pretrain --dataset=digits" in unmarked
+    assert unmarked.endswith(f"mark it {readme_blocks.RUNNABLE}")
+
+
+def test_every_page_is_read():
+    pages = {item.page for item in ITEMS}
+    assert "README.md" in pages and "docs/guides/training.md" in pages and "docs/guides/deploy.md" in pages
+    assert any(item.generated for item in ITEMS) and any(item.runnable for item in ITEMS)
 
 
 def test_readme_items_are_found():
@@ -229,21 +268,21 @@ def test_readme_items_are_found():
 def replaced(text, replacements, strict=True):
     """text with each placeholder replaced; strict: a placeholder the text lacks is an error (drift)."""
     for old, new in replacements.items():
-        assert old in text or not strict, f"{old!r} is no longer in the README text {text[:80]!r}"
+        assert old in text or not strict, f"{old!r} is no longer in the docs' text {text[:80]!r}"
         text = text.replace(old, new)
     return text
 
 
 def run_python(item, namespace=None, replacements=None):
-    """Runs a README Python block as a notebook cell: (namespace, value of its last expression)."""
+    """Runs a Python block of the docs as a notebook cell: (namespace, value of its last expression)."""
     source = replaced(item.text, replacements or {})
     tree = ast.parse(source)
     namespace = {} if namespace is None else namespace
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    exec(compile(tree, f"README.md:{item.line}", "exec"), namespace)
+    exec(compile(tree, item.where, "exec"), namespace)
     value = None
     if last is not None:
-        value = eval(compile(ast.Expression(last.value), f"README.md:{item.line}", "eval"), namespace)
+        value = eval(compile(ast.Expression(last.value), item.where, "eval"), namespace)
     return namespace, value
 
 
@@ -298,7 +337,7 @@ def fresh_keras():
 
 
 def run_command(command, capsys, replacements=None, extra=()):
-    """Runs a README `python -m MODULE ...` command in-process: (exit code, stdout, stderr)."""
+    """Runs a `python -m MODULE ...` command of the docs in-process: (exit code, stdout, stderr)."""
     env, argv = split_command(replaced(command, replacements or {}, strict=False))
     assert not env and argv[:2] == ["python", "-m"], command
     module = importlib.import_module(argv[2])
@@ -385,7 +424,7 @@ def test_first_hour_commands(tmp_path, capsys, monkeypatch):
 def test_make_targets():
     expected = {
         "make demo": ["-m trainers.demo --workdir=runs/demo"],
-        "make test": ["ruff check .", "ruff format --check .", "-m pytest"],
+        "make test": ["ruff check .", "ruff format --check .", "mkdocs build --strict", "-m pytest"],
         "make format": ["ruff format ."],
     }
     for item in matching(r"^make (demo|test|format)\b"):
@@ -401,7 +440,7 @@ def test_pip_installs_name_real_extras():
     setup = open(os.path.join(ROOT, "setup.py"), encoding="utf-8").read()
     name = re.search(r"name=\"([^\"]+)\"", setup).group(1)
     assert name == "keras-vision-transformer"  # not "keras-vit": an unrelated project's name
-    # Other packages a README command installs beside ours, and why.
+    # Other packages a command of the docs installs beside ours, and why.
     others = {"jax[cuda13]": "JAX's CUDA build, for benchmarks.accelerator on a GPU"}
     for item in matching(r"^pip install "):
         _, argv = split_command(item.text)
@@ -414,7 +453,7 @@ def test_pip_installs_name_real_extras():
 
 
 def test_clash_fix_commands():
-    # The README's fix is the one the clash message prints (tests/test_clash.py triggers it).
+    # The install page's fix is the one the clash message prints (tests/test_clash.py triggers it).
     fix = [item.text for item in matching(r"^pip uninstall -y keras-vit$|^pip install --force-reinstall")]
     said = _clash.message("/site-packages/keras_vit", ["vit.py"])
     assert len(fix) == 2 and all(f"`{command}`" in said for command in fix), (fix, said)
@@ -443,11 +482,13 @@ def test_layout_block():
     keras_vit_line = re.search(r"^keras_vit/ +([\s\S]*?)\ntrainers/", text).group(1)
     names = re.sub(r"\([^)]*\)", "", re.sub(r"the library[^:]*:", "", keras_vit_line))
     for name in filter(None, (n.strip() for n in re.split(r"[,;/\s]+|\band\b", names))):
-        assert _module_exists("keras_vit", name), f"keras_vit/{name} is in the README's layout"
+        assert _module_exists("keras_vit", name), f"keras_vit/{name} is in the layout of docs/contributing.md"
     for line in re.findall(r"^ {17}(\S[^\n]*?)  +\S", text, re.MULTILINE):
         for name in re.split(r"[,\s]+", line.replace("data/", "data").replace("evaluators/", "evaluators")):
             if name:
-                assert _module_exists("trainers", name), f"trainers/{name} is in the README's layout"
+                assert _module_exists("trainers", name), (
+                    f"trainers/{name} is in the layout of docs/contributing.md"
+                )
 
 
 def _module_exists(package, name):
@@ -458,10 +499,17 @@ def _module_exists(package, name):
 # --- Quickstart, scaling, checkpoints, any size, visualize ------------------------------------
 
 
-@pytest.mark.slow
 def test_quickstart():
-    ns, _ = run_python(only(r"^import numpy as np\nimport keras_vit"))
-    assert ns["probs"].shape == (1, 1000)
+    item = only(r"^import numpy as np\nimport keras_vit\n\n# A ViT-B/16")
+    assert item.page == "README.md"
+    ns, _ = run_python(item)
+    assert tuple(ns["probs"].shape) == (1, 1000)
+
+
+@pytest.mark.slow
+def test_quickstart_continued():
+    ns, _ = run_python(only(r"^import numpy as np\nimport keras_vit\n\n# Features instead"))
+    assert tuple(ns["probs"].shape) == (1, 1000)
     assert ns["tokens"].output_shape == (None, 197, 384) and ns["pooled"].output_shape == (None, 384)
     assert [m.shape for m in ns["maps"]] == [(2, 4, 65, 65)] * 4
     assert ns["model"].num_classes == 10 and ns["model"].count_params() > 90e6  # the R50 hybrid
@@ -832,7 +880,7 @@ def test_voc_command_flags():
 
 
 def folder_from_tree(tree, root, per_class=6):
-    """Writes the image folder a README tree sample draws (its file names, then more of them)."""
+    """Writes the image folder a tree sample of the docs draws (its file names, then more of them)."""
     from PIL import Image
 
     layout, split = {}, None
@@ -887,7 +935,7 @@ def test_posemb_commands(capsys, tmp_path):
 
 
 # --- Batches that do not fit -------------------------------------------------------------------
-# The README's run is ViT-Ti/16 at 384 px on 23 GB (nine minutes here); the test runs the same
+# The training guide's run is ViT-Ti/16 at 384 px on 23 GB (nine minutes here); the test runs the same
 # command on a one-block model at 32 px, with the available RAM set so that auto must make the
 # same choice (16 micro-batches of 32), and compares the printed lines with the sample's.
 
@@ -904,7 +952,7 @@ def test_accum_auto_card_command(tfds_dir, tmp_path, capsys, monkeypatch):
     )
     need = memory.estimate(model, image_size=32)
     pipeline = memory.input_pipeline_bytes(512, 32)
-    # Between what micro-batches of 32 and of 64 need: auto must choose 32, as in the README's run.
+    # Between what micro-batches of 32 and of 64 need: auto must choose 32, as in the guide's run.
     budget = (need.total(32) + need.total(64)) / 2 + pipeline
     monkeypatch.setattr(memory, "_available_ram", lambda: int(budget / memory.USABLE_FRACTION))
     replacements = {"/tmp/fakepets": tfds_dir, "/tmp/card": str(tmp_path / "card")}
@@ -951,7 +999,7 @@ def test_memory_benchmark_table():
         assert float(estimated) == round(
             memory.estimate(model, image_size=int(size)).total(int(batch)) / 1e9, 2
         ), case
-        assert float(estimated) >= float(measured), case  # an upper bound, as the README says
+        assert float(estimated) >= float(measured), case  # an upper bound, as the guide says
         assert float(ratio) == pytest.approx(float(estimated) / float(measured), abs=0.011), case
 
 
@@ -1023,7 +1071,7 @@ def test_multilabel_folder_sample(tmp_path):
 
 def test_data_python_api(tfds_dir):
     item = only(r"^from trainers import data, distribute")
-    replacements = {  # the README's 384 px batches of 512 would need gigabytes here
+    replacements = {  # the guide's 384 px batches of 512 would need gigabytes here
         "/data/tfds": tfds_dir,
         "image_size=384": "image_size=32",
         '"size": 384': '"size": 32',
@@ -1170,19 +1218,19 @@ def test_performance_section():
             assert argv[3:] == ["--write"]
             continue
         with pytest.raises(SystemExit, match="0"):
-            mains[argv[2].split(".")[1]].main([*argv[3:], "--help"])  # the README's flags parse
+            mains[argv[2].split(".")[1]].main([*argv[3:], "--help"])  # the page's flags parse
 
 
 # --- Deploy ----------------------------------------------------------------------------------
 # The section's commands and blocks run on a short trainers.finetune run on the digits standing
-# in for /tmp/digits (its numbers differ from the README's 1,500-step run, so output samples
+# in for /tmp/digits (its numbers differ from the guide's 1,500-step run, so output samples
 # are compared line by line in shape, and exactly where they do not depend on the weights).
 
 
 @pytest.fixture(scope="module")
 def deploy_dir(tmp_path_factory):
     """The files the Deploy section names: cat.jpg and dog.png (scikit-learn's photographs),
-    /tmp/digits (a copy of a 20-step digits run), /tmp/digits_test (the README's own block writes it),
+    /tmp/digits (a copy of a 20-step digits run), /tmp/digits_test (the guide's own block writes it),
     three.png and eight.png from it."""
     import finetuned_runs
     import PIL.Image
@@ -1259,7 +1307,7 @@ def test_deploy_export_blocks(deploy_dir, monkeypatch, capsys):
     namespace, _ = run_python(only(r"^import keras_vit, onnxruntime"))
     assert namespace["probs"].shape == (2, 10)
 
-    # saved_model_cli on the README's input file: the sample's keys and shapes.
+    # saved_model_cli on the guide's input file: the sample's keys and shapes.
     np.save(
         "digits.npy", np.array([open("three.png", "rb").read(), open("eight.png", "rb").read()], dtype=bytes)
     )
