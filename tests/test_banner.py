@@ -65,7 +65,7 @@ def test_the_banner_names_model_data_hardware_batch_steps_and_workdir():
         "eval minival 368 (train[90%:]), test 3,669 (test)" in text
     )
     assert (
-        "hardware: MirroredStrategy: 1 replica(s) on 1 worker(s) [CPU:0]; XLA off; "
+        "hardware: tf engine, MirroredStrategy: 1 replica(s) on 1 worker(s) [CPU:0]; XLA off; "
         "precision bfloat16 (auto: CPU with bfloat16 matrix instructions)" in text
     )
     assert (

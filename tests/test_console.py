@@ -59,7 +59,7 @@ def test_a_short_run_prints_a_banner_and_early_progress_and_no_noise(tmp_path):
         "model:    custom ViT: patch 4, width 64, 4 layers, 4 heads (138,954 parameters), 16 px, 17 tokens",
         f"weights: {checkpoint}",
         "data:     digits, 10 classes; train 1,437 (train); eval test 360 (test)",
-        "hardware: MirroredStrategy: 1 replica(s)",
+        "hardware: tf engine, MirroredStrategy: 1 replica(s)",
         "XLA off; precision float32",
         "batch:    64 global = 1 replica(s) x 64;",
         "steps:    60 (2 warm-up, sgd, base_lr 0.1), from the start",
