@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from trainer_cli import ROOT, plugin_tags, read_results, run_cli, scalar_tags
 
-from trainers import demo, finetune
+from trainers import demo, errors, finetune, validation
+from trainers import flags as trainer_flags
 
 DIGITS = ["--dataset=digits", "--num_layers=1", "--batch_size=32", "--warmup_steps=2", "--seed=3"]
 FINETUNE = DIGITS + [
@@ -158,6 +159,17 @@ def test_an_unknown_engine_is_a_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == ["finetune: error: flag --engine=nope: value should be one of <tf|jax>"]
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_run_does_not_move_to_the_other_engine_even_when_changes_are_allowed(tmp_path):
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    config = finetune.get_config("digits")
+    config.update(workdir=str(workdir), engine="jax")
+    (workdir / "config.json").write_text(trainer_flags.config_to_json(config))
+    config.update(engine="tf", allow_config_change=True)
+    with pytest.raises(errors.UsageError, match="holds a run of --engine=jax, whose checkpoints --engine=tf"):
+        validation.check_rerun(config)
 
 
 def test_float16_on_the_jax_engine_is_a_one_line_error(tmp_path):
