@@ -8,7 +8,11 @@ mixed_bfloat16 policy against timm's weights cast with .bfloat16() (inference) o
 torch.autocast (training); float32: both sides let the GPU's TF32 tensor cores do the matmuls
 (JAX's default on GPUs, torch.backends.cuda.matmul.allow_tf32 for PyTorch). Each row's model
 FLOP utilisation is given against the matmul limit measured in the same run and against the
-GPU's datasheet peak. Without a GPU it runs on the CPU (the tests do, at a tiny size).
+GPU's datasheet peak. Beside the bare step, training times the trainer itself: the step of
+`trainers.finetune --engine=jax` (its fine-tuning defaults, in the case's dtype) as its run calls
+it, fed by its own input path with one synthetic batch, in a child process
+(benchmarks/jax_trainer.py). That trainer needs TensorFlow (tf.data feeds it): without it the
+row is left out and a note says so. Without a GPU it runs on the CPU (the tests do, at a tiny size).
 
     pip install "jax[cuda13]" -e ".[bench]"
     python -m benchmarks.accelerator
@@ -25,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before anything else)
-from benchmarks import flops, harness, inference, peak, train  # noqa: E402
+from benchmarks import flops, harness, inference, jax_trainer, peak, train  # noqa: E402
 from keras_vit import fused_attention  # noqa: E402
 
 NAMES = {
@@ -33,7 +37,10 @@ NAMES = {
     "keras-hub": "keras-hub JAX+XLA",
     "timm-eager": "timm eager",
     "timm-compile": "timm torch.compile",
+    "keras_vit-trainer": jax_trainer.NAME,
 }
+# The trainer's --mixed_precision for a case's dtype (float32: no mixed precision).
+TRAINER_PRECISION = {"bfloat16": "bfloat16", "float32": "none"}
 # Dense tensor-core peaks from NVIDIA's datasheets (SXM parts): bfloat16, and TF32 for float32.
 DATASHEET_PEAK = {
     "H100": {"bfloat16": 989.4e12, "float32": 494.7e12},
@@ -129,7 +136,11 @@ def inference_step(kind, shape, image_size, batch, dtype):
     return keras_inference_step(kind, shape, image_size, batch, dtype)
 
 
-def train_step(kind, shape, image_size, batch, dtype, steps):
+def train_step(kind, shape, image_size, batch, dtype, steps, variant=None, num_layers=0):
+    """A contestant's `steps` training steps per call; the trainer's is built from the variant's
+    name (num_layers: its depth override), as the trainers build it."""
+    if kind == "keras_vit-trainer":
+        return jax_trainer.step(variant, image_size, batch, num_layers, TRAINER_PRECISION[dtype], steps)
     if kind.startswith("timm"):
         compiled = kind == "timm-compile"
         return train.timm_step(shape, image_size, batch, steps, compiled, device=torch_device(), dtype=dtype)
@@ -151,6 +162,15 @@ def parse_train_cases(text):
     return found
 
 
+def training_kinds(kinds_):
+    """The training table's contestants: the bare step, then the trainer itself (where it can
+    run here), then the peers."""
+    if "keras_vit" not in kinds_ or jax_trainer.missing():
+        return list(kinds_)
+    at = kinds_.index("keras_vit") + 1
+    return [*kinds_[:at], "keras_vit-trainer", *kinds_[at:]]
+
+
 def measure_training(train_cases, kinds_, dtypes, args):
     rows = []
     for variant, image_size, batch in train_cases:
@@ -161,8 +181,8 @@ def measure_training(train_cases, kinds_, dtypes, args):
                 harness.Contestant(
                     NAMES[k],
                     # bound now: the loops move on before interleave calls it
-                    lambda k=k, s=shape, i=image_size, b=batch, d=dtype: train_step(
-                        k, s, i, b, d, args.steps_per_call
+                    lambda k=k, s=shape, i=image_size, b=batch, d=dtype, v=variant: train_step(
+                        k, s, i, b, d, args.steps_per_call, variant=v, num_layers=args.num_layers
                     ),
                     ours=k == "keras_vit",
                     framework="torch" if k.startswith("timm") else "jax",
@@ -293,7 +313,10 @@ def main(argv=None):
         name=lambda k, _: NAMES[k],
         keras="jax",
     )
-    train_rows = measure_training(train_cases, kinds_, dtypes, args)
+    if train_cases and "keras_vit" in kinds_ and jax_trainer.missing():
+        data["notes"].append(jax_trainer.missing())
+    train_rows = measure_training(train_cases, training_kinds(kinds_), dtypes, args)
+    jax_trainer.close()
     data["matmul_peak_flops"] = rates = peak.best(rates, measure_limit())
     utilisation(rows + train_rows, rates, gpu)
     if rows:

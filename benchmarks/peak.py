@@ -39,6 +39,11 @@ def jax_matmul(dtype, n, repeats=3, min_seconds=0.2):
     """XLA through JAX on its default device (a GPU where there is one)."""
     import jax
 
+    from keras_vit import startup
+
+    # JAX probes its platforms at the first array: a CUDA plugin without a GPU logs an error line.
+    with startup.native_stderr_hidden():
+        jax.devices()
     a = jax.random.uniform(jax.random.key(1), (n, n)).astype(dtype)
     matmul = jax.jit(lambda x: x @ x)
     return _best_rate(lambda: matmul(a).block_until_ready(), n, repeats, min_seconds)

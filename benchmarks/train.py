@@ -7,8 +7,10 @@ change of a default shows here; further rows force XLA on, and float32 where the
 bfloat16. keras-hub: ViTImageClassifier under model.fit (XLA in float32; in bfloat16 without,
 as XLA's CPU backend has no fast bfloat16 matmul); timm: an eager and a torch.compile step (in
 bfloat16 under torch.autocast). The peers run in float32, and also in bfloat16 where our
-defaults chose it. All: SGD with momentum 0.9, gradient global-norm clip 1, softmax
-cross-entropy, 37 classes, random images.
+defaults chose it. The same trainer on the jax engine (`trainers.finetune --engine=jax`, its own
+defaults) runs in a child process (benchmarks/jax_trainer.py), as Keras fixes its backend per
+process. All: SGD with momentum 0.9, gradient global-norm clip 1, softmax cross-entropy,
+37 classes, random images.
 
     pip install -e ".[bench]"
     python -m benchmarks.train
@@ -25,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before TensorFlow)
 import numpy as np  # noqa: E402
 
-from benchmarks import flops, harness, peak  # noqa: E402
+from benchmarks import flops, harness, jax_trainer, peak  # noqa: E402
 
 NUM_CLASSES = 37  # oxford_iiit_pet, the fine-tuning preset's dataset
 LEARNING_RATE = 0.01
@@ -35,6 +37,8 @@ OURS = {
     "keras_vit-xla": {"jit_compile": "true"},
     "keras_vit-float32": {"mixed_precision": "none"},
 }
+# The trainer on the jax engine (its finetune defaults), timed in a child process.
+JAX = "keras_vit-jax"
 PEER_LABELS = {
     "keras-hub": "keras-hub fit TF+XLA",
     "keras-hub-bfloat16": "keras-hub fit TF bfloat16",
@@ -60,13 +64,20 @@ def finetune_config(variant, image_size, batch, num_layers=0, **settings):
 
 
 def trainer_mode(config):
-    """(row name, compute dtype) of the trainers' step for `config` on this machine."""
-    from trainers import distribute, precision, training
+    """(row name, compute dtype) of the trainers' step for `config` on this machine. The jax
+    engine's is resolved here from the same devices, with XLA on, as that engine always has it."""
+    from trainers import distribute, model_builder, precision, training
 
     strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
-    xla = "+XLA" if training.use_jit(config.jit_compile, strategy) else ""
-    dtype = precision.compute_dtype(training.resolve_precision(config, strategy)[0])
-    return f"keras_vit Trainer TF{xla}{'' if dtype == 'float32' else ' ' + dtype}", dtype
+    on_jax = config.get("engine", "tf") == "jax"
+    jit = on_jax or training.use_jit(config.jit_compile, strategy)
+    hidden_size, num_patches = model_builder.encoder_size(config)
+    chosen = precision.resolve(
+        config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches
+    )[0]
+    dtype = precision.compute_dtype(chosen)
+    mode = f"{'JAX' if on_jax else 'TF'}{'+XLA' if jit else ''}{'' if dtype == 'float32' else ' ' + dtype}"
+    return f"keras_vit Trainer {mode}", dtype
 
 
 def trainer_name(config):
@@ -74,14 +85,18 @@ def trainer_name(config):
 
 
 def _ours_config(kind, args):
-    settings = {"mixed_precision": args.mixed_precision, **OURS[kind]}
+    settings = {"mixed_precision": args.mixed_precision, **({"engine": "jax"} if kind == JAX else OURS[kind])}
     return finetune_config(args.variant, args.image_size, args.batch_size, args.num_layers, **settings)
 
 
 def kind_dtype(kind, args):
-    if kind in OURS:
+    if kind in OURS or kind == JAX:
         return trainer_mode(_ours_config(kind, args))[1]
     return "bfloat16" if kind.endswith("-bfloat16") else "float32"
+
+
+class Spec:  # all of a dataset that building the trainer reads
+    num_classes = NUM_CLASSES
 
 
 def trainer_step(config, steps):
@@ -90,10 +105,6 @@ def trainer_step(config, steps):
     from trainers import distribute, training
 
     strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
-
-    class Spec:  # all of a dataset that building the trainer reads
-        num_classes = NUM_CLASSES
-
     # The trainers' own construction (model, schedule, optimizer, accumulation, XLA choice).
     trainer = training.build_trainer(config, strategy, Spec).trainer
     images, labels = _batch(config.batch_size, config.image_size)
@@ -148,9 +159,16 @@ def _batch(batch, image_size):
     return images, rng.integers(0, NUM_CLASSES, batch).astype("int32")
 
 
+def _jax_args(args, steps):
+    """What benchmarks.jax_trainer builds the jax engine's trainer from."""
+    return (args.variant, args.image_size, args.batch_size, args.num_layers, args.mixed_precision, steps)
+
+
 def build(kind, args, steps):
     if kind in OURS:
         return trainer_step(_ours_config(kind, args), steps)
+    if kind == JAX:
+        return jax_trainer.step(*_jax_args(args, steps))
     shape = flops.shape(args.variant, num_layers=args.num_layers)
     dtype = kind_dtype(kind, args)
     if kind.startswith("keras-hub"):
@@ -169,14 +187,18 @@ def names(args):
         "keras_vit-float32": "--mixed_precision=none",
     }
     ours = {kind: f"{trainer_name(_ours_config(kind, args))} ({why[kind]})" for kind in OURS}
+    ours[JAX] = f"{trainer_name(_ours_config(JAX, args))} (trainers.finetune --engine=jax)"
     return {**ours, **PEER_LABELS}
 
 
 def chosen_kinds(args, peers):
-    """keras_vit's defaults, then each forced setting that changes its mode, then the peers in
-    float32 and, where the defaults chose bfloat16, in bfloat16 too."""
+    """keras_vit's defaults, then each forced setting that changes its mode, then the same
+    trainer on the jax engine (where it can run), then the peers in float32 and, where the
+    defaults chose bfloat16, in bfloat16 too."""
     mode = {kind: trainer_mode(_ours_config(kind, args)) for kind in OURS}
     kinds = [kind for kind in OURS if kind == "keras_vit" or mode[kind] != mode["keras_vit"]]
+    if args.jax_engine == "true" and not jax_trainer.missing():
+        kinds.append(JAX)
     suffixes = [""] + (["-bfloat16"] if mode["keras_vit"][1] == "bfloat16" else [])
     if "keras-hub" in peers:
         kinds += [f"keras-hub{s}" for s in suffixes]
@@ -219,6 +241,12 @@ def parse(argv):
     p.add_argument("--timm_modes", default="eager,compile", help="timm's modes: eager and/or compile")
     p.add_argument("--matmul_size", type=int, default=4096, help="the square matmul that measures the peak")
     p.add_argument("--memory", default="true", choices=("true", "false"), help="peak memory, a process each")
+    p.add_argument(
+        "--jax_engine",
+        default="true",
+        choices=("true", "false"),
+        help="also time the trainer on the jax engine (in a child process)",
+    )
     args = p.parse_args(argv)
     if args.variant not in flops.keras_vit.VARIANTS or args.variant.startswith("R"):
         p.error(f"unknown or hybrid variant {args.variant!r}: use a plain ViT, e.g. ViT-Ti_16")
@@ -238,7 +266,8 @@ def child(argv):
     else:
         import trainers.training  # noqa: F401
     base = harness.rss_mb()
-    step = build(kind, args, 1)
+    # This child runs Keras on the jax engine's backend for JAX's row: its trainer is built here.
+    step = jax_trainer.build(*_jax_args(args, 1)) if kind == JAX else build(kind, args, 1)
     for _ in range(3):
         step()
     print(json.dumps({"peak_mb": harness.peak_rss_mb(), "above_imports_mb": harness.peak_rss_mb() - base}))
@@ -254,11 +283,12 @@ def measure(args, argv, chosen):
             label[k],
             lambda k=k: build(k, args, args.steps_per_call),
             ours=k == "keras_vit",
-            framework="torch" if k.startswith("timm") else "tf",
+            framework=framework_of(k),
         )
         for k in kinds
     ]
     times = harness.interleave(entrants, args.repeats, args.min_seconds)
+    jax_trainer.close()
     images_per_call = args.batch_size * args.steps_per_call
     return kinds, [
         {
@@ -275,6 +305,13 @@ def measure(args, argv, chosen):
     ]
 
 
+def framework_of(kind):
+    """Whose matmul peak a row's FLOP/s are compared with."""
+    if kind.startswith("timm"):
+        return "torch"
+    return "jax" if kind == JAX else "tf"
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--child"]:
@@ -284,7 +321,10 @@ def main(argv=None):
     chosen = harness.peers(args.peers)
     notes = [n for n in map(harness.missing_peer, chosen) if n]
     chosen = [p for p in chosen if not harness.missing_peer(p)]
-    frameworks = ["tf"] + (["torch"] if "timm" in chosen else [])
+    if args.jax_engine == "true" and jax_trainer.missing():
+        notes.append(jax_trainer.missing())
+    with_jax = args.jax_engine == "true" and not jax_trainer.missing()
+    frameworks = ["tf"] + (["jax"] if with_jax else []) + (["torch"] if "timm" in chosen else [])
     rates = peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
     settings = {k: getattr(args, k) for k in ("variant", "image_size", "batch_size", "num_layers", "repeats")}
     data = harness.result("train", argv, {**settings, "steps_per_call": args.steps_per_call})
@@ -294,10 +334,9 @@ def main(argv=None):
         rates, peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
     )
     ours = rows[0]["images_per_s"]
-    for r in rows:
+    for kind, r in zip(kinds, rows):
         r["gflops_per_s"] = r["flops_per_image"] * r["images_per_s"] / 1e9
-        framework = "torch" if r["contestant"].startswith("timm") else "tf"
-        r["fraction_of_peak"] = peak.fraction(rates, framework, r["dtype"], r["gflops_per_s"] * 1e9)
+        r["fraction_of_peak"] = peak.fraction(rates, framework_of(kind), r["dtype"], r["gflops_per_s"] * 1e9)
         r["ours_over_this"] = None if r["ours"] else ours / r["images_per_s"]
     title = f"Training step, {args.variant} {args.image_size} px, batch {args.batch_size}"
     data["tables"].append(harness.section(title, COLUMNS, rows))
@@ -315,10 +354,10 @@ def main(argv=None):
 def memory_rows(kinds, argv, label):
     rows = []
     for kind in kinds:
-        framework = "torch" if kind.startswith("timm") else "tf"
+        framework = framework_of(kind)
         env = {
             contestants.CHILD_FRAMEWORK: framework,
-            "KERAS_BACKEND": "torch" if framework == "torch" else "tensorflow",
+            "KERAS_BACKEND": {"torch": "torch", "jax": "jax"}.get(framework, "tensorflow"),
         }
         rows.append(
             {

@@ -23,6 +23,7 @@ from benchmarks import (  # noqa: E402
     harness,
     inference,
     input_pipeline,
+    jax_trainer,
     op_profile,
     report,
     scaling,
@@ -187,6 +188,10 @@ def test_train_uses_the_finetune_defaults_and_names_their_mode(results):
     assert names[0] == f"keras_vit Trainer TF{'+XLA' if xla else ''} (finetune defaults)"
     assert names[-1] == "keras-hub fit TF+XLA"
     assert all(r["images_per_s"] > 0 for r in rows)
+    # The same trainer on the jax engine, timed in its child process, against JAX's matmul peak.
+    jax_row = next(r for r in rows if "--engine=jax" in r["contestant"])
+    assert jax_row["contestant"] == "keras_vit Trainer JAX+XLA (trainers.finetune --engine=jax)"
+    assert jax_row["fraction_of_peak"] > 0 and jax_row["dtype"] == "float32"
     assert rows[-1]["ours_over_this"] == pytest.approx(rows[0]["images_per_s"] / rows[-1]["images_per_s"])
 
 
@@ -203,6 +208,7 @@ def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16
         "keras_vit",
         "keras_vit-xla",
         "keras_vit-float32",
+        "keras_vit-jax",
         "keras-hub",
         "keras-hub-bfloat16",
         "timm-eager",
@@ -212,8 +218,11 @@ def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16
     assert label["keras_vit"] == "keras_vit Trainer TF bfloat16 (finetune defaults)"
     # Forcing XLA on CPU makes auto choose float32 (XLA has no fast bfloat16 matmul there).
     assert label["keras_vit-xla"] == "keras_vit Trainer TF+XLA (--jit_compile=true)"
+    # The jax engine always compiles with XLA, so its auto precision is XLA's choice too.
+    assert label["keras_vit-jax"] == "keras_vit Trainer JAX+XLA (trainers.finetune --engine=jax)"
     assert [train.kind_dtype(k, args) for k in kinds] == [
         "bfloat16",
+        "float32",
         "float32",
         "float32",
         "float32",
@@ -226,9 +235,12 @@ def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16
     assert train.chosen_kinds(args, ["keras-hub", "timm"]) == [
         "keras_vit",
         "keras_vit-xla",
+        "keras_vit-jax",
         "keras-hub",
         "timm-eager",
     ]
+    no_jax = train.parse(["--variant=ViT-Ti_16", "--image_size=224", "--jax_engine=false"])
+    assert "keras_vit-jax" not in train.chosen_kinds(no_jax, [])
 
 
 @pytest.mark.slow
@@ -448,8 +460,10 @@ def test_accelerator_runs_the_keras_contestants_on_jax(tmp_path):
     data = _read(tmp_path / "a.json")
     names = ["keras_vit JAX+XLA", "keras-hub JAX+XLA"] + (["timm eager"] if with_timm else [])
     assert [part["title"] for part in data["tables"]] == ["Inference", "Training step"]
-    for part in data["tables"]:
-        assert [r["contestant"] for r in part["rows"]] == names
+    # Training also times the trainer itself (trainers.finetune --engine=jax) beside the bare step.
+    trainer = "keras_vit Trainer JAX+XLA (trainers.finetune --engine=jax)"
+    for part, expected in zip(data["tables"], [names, [names[0], trainer, *names[1:]]]):
+        assert [r["contestant"] for r in part["rows"]] == expected
         for r in part["rows"]:
             assert r["images_per_s"] > 0 and r["fraction_of_peak"] > 0, r
             assert r["mfu"] is None  # no datasheet peak for a CPU
@@ -476,6 +490,19 @@ def test_accelerator_flags_and_datasheet():
     assert accelerator.datasheet_peak("Intel(R) Xeon(R)") == {}
 
 
+def test_without_tensorflow_the_trainer_row_is_a_note(monkeypatch):
+    """A GPU machine with JAX only: the bare step is measured, the trainer (which tf.data feeds)
+    is left out, and the note says why."""
+    find_spec = jax_trainer.importlib.util.find_spec
+    absent = lambda name: None if name == "tensorflow" else find_spec(name)  # noqa: E731
+    monkeypatch.setattr(jax_trainer.importlib.util, "find_spec", absent)
+    assert "needs TensorFlow and JAX (tensorflow missing here" in jax_trainer.missing()
+    kinds = ["keras_vit", "keras-hub"]
+    assert accelerator.training_kinds(kinds) == kinds
+    monkeypatch.undo()
+    assert accelerator.training_kinds(kinds) == ["keras_vit", "keras_vit-trainer", "keras-hub"]
+
+
 def test_gpu_targets_judge_each_table_at_its_worst_case():
     def rows(case_ratios):
         found = []
@@ -493,6 +520,8 @@ def test_gpu_targets_judge_each_table_at_its_worst_case():
             {"title": "Training step", "rows": rows([("c", 101, 100)])},
         ],
     }
+    trainer = {"case": "c", "contestant": "keras_vit Trainer JAX+XLA", "ours": False, "images_per_s": 50}
+    data["tables"][1]["rows"].append(trainer)  # the trainer's own step: not a peer to beat
     inference_line, train_line = report._gpu_lines("GPU, bfloat16", data)
     assert "on NVIDIA H100 80GB HBM3" in inference_line
     assert "**not met** (keras_vit / peer at worst: timm torch.compile 0.90x)" in inference_line

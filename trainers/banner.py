@@ -32,11 +32,15 @@ def _split_sizes(spec, splits):
     return ", ".join(parts)
 
 
-def _threads(config):
+def _threads(config, engine):
     """A run that sets --cpu_threads asks for the same rounding on any CPU: whether the
-    process's CPU kernels are pinned too (trainers/reproducible.py) belongs beside it."""
+    process's CPU kernels are pinned too (trainers/reproducible.py) belongs beside it. Under the
+    jax engine the count is tf.data's only: XLA runs the step on its own threads."""
     threads = config.get("cpu_threads", 0)
-    return f"; {threads} CPU threads, kernels {reproducible.describe()}" if threads else ""
+    if not threads:
+        return ""
+    whose = " for tf.data" if engine == "jax" else ""
+    return f"; {threads} CPU threads{whose}, kernels {reproducible.describe(engine)}"
 
 
 def lines(
@@ -63,7 +67,7 @@ def lines(
         f"eval {_split_sizes(spec, eval_splits)}",
         f"hardware: {engines.name(strategy)} engine, {distribute.describe(strategy)}; "
         f"XLA {'on' if jit else 'off'}; "
-        f"precision {precision_note}{_threads(config)}",
+        f"precision {precision_note}{_threads(config, engines.name(strategy))}",
         f"batch:    {batch}; {memory_note}",
         f"steps:    {config.total_steps} ({config.warmup_steps} warm-up, {config.optimizer}, base_lr "
         f"{config.base_lr}), {start}; {_every('eval', config.eval_every)}, "

@@ -18,7 +18,9 @@ Re-running the same command resumes (finished stages are not redone).
 Every stage pins what makes float32 CPU runs round differently on different machines (PINNED,
 and trainers/reproducible.py for the CPU kernels), so the table is the same on any x86-64 CPU
 with AVX2 and the same library versions. --small is a smoke test: it checks that every stage
-runs, and its table says so.
+runs, and its table says so. --engine=jax runs every stage on the jax engine (trainers/engines.py):
+the same stages and table, its step XLA's CPU code, which the pins do not reach (the README's
+table is the tf engine's).
 """
 
 import datetime
@@ -35,6 +37,7 @@ from configs import DIGITS_ARCHITECTURE
 from configs import fewshot as fewshot_config
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
+from configs.fields import ENGINES, FIELDS
 from keras_vit import fileio
 from trainers import cli, console, fewshot, finetune, pretrain, reproducible
 from trainers.errors import UsageError
@@ -57,12 +60,32 @@ SMALL = dict(pretrain_steps=40, finetune_steps=20, few_finetune_steps=10, seeds=
 # float32 whatever the CPU's instruction set (--mixed_precision=auto would pick by it), no XLA,
 # and a fixed number of kernel threads. The process pins the CPU kernels themselves.
 PINNED = dict(mixed_precision="none", jit_compile="false", cpu_threads=reproducible.CPU_THREADS)
+DEFAULT_ENGINE = FIELDS["engine"].default
 
 
-def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps, seeds, pinned=None):
+def engine_fields(pinned, engine):
+    """The stages' pinned fields and engine: the jax engine always compiles its step with XLA,
+    so its stages leave --jit_compile at auto."""
+    fields = dict(pinned, engine=engine)
+    if engine == "jax":
+        fields.pop("jit_compile", None)
+    return fields
+
+
+def stage_configs(
+    workdir,
+    *,
+    pretrain_steps,
+    finetune_steps,
+    few_finetune_steps,
+    seeds,
+    pinned=None,
+    engine=DEFAULT_ENGINE,
+):
     """{stage name: (trainer module name, config)} in the order they run. `pinned`: PINNED's
-    fields (default PINNED; the few-shot trainer takes only cpu_threads, it runs in float32)."""
-    pinned = dict(PINNED if pinned is None else pinned)
+    fields (default PINNED; the few-shot trainer takes only cpu_threads, it runs in float32).
+    `engine`: what runs every stage (--engine)."""
+    pinned = engine_fields(PINNED if pinned is None else pinned, engine)
     pretrained = fileio.join(workdir, "pretrain", "model.npz")
     masked_pretrained = fileio.join(workdir, "pretrain_masked_patch", "model.npz")
     stages = {}
@@ -115,6 +138,7 @@ def stage_configs(workdir, *, pretrain_steps, finetune_steps, few_finetune_steps
             shots=",".join(map(str, SHOTS)),
             seeds=seeds,
             cpu_threads=pinned["cpu_threads"],
+            engine=engine,
         )
         if model == "pixels":
             fs.update(model="pixels", image_size=8)  # the scans' own 8x8 pixels, no resampling
@@ -260,9 +284,11 @@ def table(results, settings, seconds):
     return "\n".join(lines)
 
 
-def command(settings):
-    """The command line that runs the demo with `settings` (a results.json's)."""
+def command(settings, engine=DEFAULT_ENGINE):
+    """The command line that runs the demo with `settings` (a results.json's) on `engine`."""
     argv = ["python -m trainers.demo --workdir=runs/demo"]
+    if engine != DEFAULT_ENGINE:
+        argv.append(f"--engine={engine}")
     preset = SMALL if settings.get("small") else FULL
     if settings.get("small"):
         argv.append("--small")
@@ -277,7 +303,7 @@ def markdown(results):
     return "\n".join(
         [
             "```bash",
-            command(results["settings"]),
+            command(results["settings"], results.get("engine", DEFAULT_ENGINE)),
             "```",
             "",
             f"Measured {machine['date']} on {machine['cpu']} ({machine['cores']} cores), Python "
@@ -290,7 +316,7 @@ def markdown(results):
     )
 
 
-def _machine():
+def _machine(engine=DEFAULT_ENGINE):
     """Where the run computed: the README says it beside the table."""
     cpu = platform.processor() or platform.machine()
     try:
@@ -302,24 +328,30 @@ def _machine():
         "cpu": cpu,
         "cores": os.cpu_count(),
         "python": platform.python_version(),
-        "versions": {name: importlib.metadata.version(name) for name in ("tensorflow", "keras")},
+        "versions": {
+            name: importlib.metadata.version(name)
+            for name in ("tensorflow", "keras", *(("jax",) if engine == "jax" else ()))
+        },
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
     }
 
 
-def run(workdir, *, small=False, pinned=None, **overrides):
+def run(workdir, *, small=False, pinned=None, engine=DEFAULT_ENGINE, **overrides):
     """Runs every stage (resuming finished ones), writes WORKDIR/results.json, returns it.
-    `pinned`: the stages' pinned fields (default PINNED)."""
+    `pinned`: the stages' pinned fields (default PINNED); `engine`: what runs the stages, which
+    must be the one this process started Keras for (trainers/engines.py)."""
     settings = dict(SMALL if small else FULL)
     settings.update({k: v for k, v in overrides.items() if v is not None})
     for name, value in settings.items():
         if int(value) <= 0:
             raise UsageError(f"--{name} must be positive, got {value}.")
-    _check_workdir(workdir, settings)
-    stages = stage_configs(workdir, **settings, pinned=pinned)
-    kernels = reproducible.describe()
+    if engine not in ENGINES:
+        raise UsageError(f"unknown --engine={engine!r}: use one of {', '.join(ENGINES)}")
+    _check_workdir(workdir, settings, engine)
+    stages = stage_configs(workdir, **settings, pinned=pinned, engine=engine)
+    kernels = reproducible.describe(engine)
     label = "smoke test (--small): a few steps per stage" if small else "full run"
-    print(f"demo, {label}: {len(stages)} stages; CPU kernels {kernels}", flush=True)
+    print(f"demo, {label}: {len(stages)} stages, {engine} engine; CPU kernels {kernels}", flush=True)
     costs = {name: _cost(trainer, config) for name, (trainer, config) in stages.items()}
     start, done = time.time(), 0
     stage_results = {}
@@ -344,7 +376,8 @@ def run(workdir, *, small=False, pinned=None, **overrides):
     results["wall_time_s"] = round(seconds, 1)
     results["settings"] = dict(settings, small=bool(small))
     results["cpu_kernels"] = kernels
-    results["machine"] = _machine()
+    results["engine"] = engine
+    results["machine"] = _machine(engine)
     fileio.write_atomic(
         fileio.join(workdir, "results.json"), json.dumps(results, indent=2, sort_keys=True) + "\n"
     )
@@ -356,19 +389,21 @@ def run(workdir, *, small=False, pinned=None, **overrides):
     return results
 
 
-def _check_workdir(workdir, settings):
-    """A workdir holds one demo configuration; resuming with other settings would mix runs.
+def _check_workdir(workdir, settings, engine=DEFAULT_ENGINE):
+    """A workdir holds one demo configuration (and engine); resuming with other settings would
+    mix runs.
 
     A workdir of an earlier version of the demo (fewer stages) resumes: the stages it has are
     checked by their own trainers against their config.json, where a field added since counts at
     its default (trainers/validation.py), and the stages it lacks run."""
     path = fileio.join(workdir, "demo_settings.json")
-    wanted = json.loads(json.dumps(dict(settings, architecture=ARCHITECTURE)))
+    wanted = json.loads(json.dumps(dict(settings, architecture=ARCHITECTURE, engine=engine)))
     if fileio.exists(workdir) and not fileio.isdir(workdir):
         raise UsageError(f"--workdir {workdir!r} exists and is not a directory.")
     if fileio.exists(path):
         with fileio.open(path) as f:
             found = json.load(f)
+        found.setdefault("engine", DEFAULT_ENGINE)  # written before the demo had --engine
         # Only what this version records is compared: one version also wrote its list of stages.
         if {name: found.get(name) for name in wanted} != wanted:
             raise UsageError(
@@ -389,6 +424,13 @@ def _flags():
         "small",
         False,
         "a smoke test: a few steps per stage, to check that every stage runs",
+        flag_values=values,
+    )
+    flags.DEFINE_enum(
+        "engine",
+        DEFAULT_ENGINE,
+        list(ENGINES),
+        "what runs every stage: " + FIELDS["engine"].help,
         flag_values=values,
     )
     budget = {
@@ -413,6 +455,7 @@ def main(argv=None):
             finetune_steps=values.finetune_steps,
             few_finetune_steps=values.few_finetune_steps,
             seeds=values.seeds,
+            engine=values.engine,
         )
 
     usage = "usage: python -m trainers.demo [--workdir=DIR] [--small] [flags]"

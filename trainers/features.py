@@ -1,5 +1,5 @@
 """Frozen representations for linear probes: which tensor of a ViT is "the feature", and
-computing it over a whole split with any tf.distribute strategy.
+computing it over a whole split with any tf.distribute strategy or the jax engine's mesh.
 
 The feature is what the head sees: the tanh pre-logits when the model has a representation
 layer, else the pooled output of the encoder (the class token, or the mean of the patch tokens
@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainers import data
+from trainers import data, engines
 from trainers.console import Progress
 from trainers.errors import IncompatibleModelError
 
@@ -68,6 +68,9 @@ class FeatureExtractor:
             # probes of four models, as in the demo).
             return
         represent = representation_model(model)
+        if engines.is_jax(self.strategy):
+            self._step = _JaxFeatures(represent, self.strategy)
+            return
         self._forward = lambda images: represent(images, training=False)
 
         def replica_step(images, labels, weights):
@@ -96,6 +99,8 @@ class FeatureExtractor:
             dataset = input_fn(tf.distribute.InputContext())
         else:
             dataset = data.distribute(self.strategy, input_fn)
+        if isinstance(self._step, _JaxFeatures):
+            self._step.refresh()  # the model's weights as they are now (training moves them)
         features, labels = [], []
         progress = None
         if self.console is not None:
@@ -105,7 +110,7 @@ class FeatureExtractor:
                 images, y, w = (t.numpy() for t in batch)
                 f = images.reshape(len(images), -1).astype(np.float32)
             else:
-                f, y, w = (t.numpy() for t in self._step(batch))
+                f, y, w = (np.asarray(t) for t in self._step(batch))
             keep = w > 0
             features.append(f[keep])
             labels.append(y[keep])
@@ -116,6 +121,38 @@ class FeatureExtractor:
         if not features:
             raise data.DatasetError(f"split {split!r} of {spec.name} is empty")
         return np.concatenate(features), np.concatenate(labels).astype(np.int64)
+
+
+class _JaxFeatures:
+    """The jax engine's feature step: the representation as one compiled program over the mesh's
+    batches (trainers/jax_distribute.py Feed), the weights replicated on its devices; each part
+    fetched whole to every host, as the tf path's gather does."""
+
+    def __init__(self, represent, strategy):
+        import jax
+        import jax.numpy as jnp
+
+        self.represent, self.strategy = represent, strategy
+
+        def forward(state, images):
+            trainable, non_trainable = state
+            out, _ = represent.stateless_call(trainable, non_trainable, images, training=False)
+            return out.astype(jnp.float32)
+
+        self._forward = jax.jit(forward)
+        self._state = None
+
+    def refresh(self):
+        """Replicates the model's current weights onto the mesh (once per pass over a split)."""
+        self._state = tuple(
+            [self.strategy.put_replicated(v.value) for v in variables]
+            for variables in (self.represent.trainable_variables, self.represent.non_trainable_variables)
+        )
+
+    def __call__(self, batch):
+        images, labels, weights = batch
+        features = self._forward(self._state, images)
+        return tuple(self.strategy.fetch(t) for t in (features, labels, weights))
 
 
 def extract_features(model, spec, split, *, image_size, batch_size, strategy=None, console=None):

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_config
 from keras_vit import VARIANTS, fileio
-from trainers import cli, distribute, image_summaries
+from trainers import cli, distribute, engines, image_summaries
 from trainers.console import Console
 from trainers.errors import UsageError
 from trainers.evaluators.fewshot import FewShotEvaluator, parse_l2_reg, parse_shots
@@ -62,12 +62,8 @@ def build_feature_model(config, num_classes):
 def run(config):
     """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict."""
     validate(config)
-    strategy = distribute.create_strategy(
-        config.strategy,
-        tpu=config.tpu or None,
-        cpu_devices=config.cpu_devices or 1,
-        cpu_threads=config.get("cpu_threads", 0),
-    )
+    engines.check(config)
+    strategy = engines.create_strategy(config)
     if config.batch_size % strategy.num_replicas_in_sync:
         raise UsageError(
             f"--batch_size {config.batch_size} is not divisible by {strategy.num_replicas_in_sync} replicas."

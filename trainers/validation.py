@@ -151,19 +151,36 @@ def _default(name):
 def check_rerun(config):
     """A workdir that holds a run with other settings is not silently resumed under new ones."""
     path = fileio.join(config.workdir, "config.json")
-    if config.get("allow_config_change", False) or not fileio.exists(path):
+    if not fileio.exists(path):
         return
     try:
         with fileio.open(path) as f:
             recorded = json.load(f)
     except (OSError, ValueError) as e:
+        if config.get("allow_config_change", False):
+            return
         raise UsageError(
             f"{path} is not a readable config.json ({first_line(e)}): use another --workdir, or add "
             "--allow_config_change to resume and write it anew"
         ) from None
+    _check_engine(config, recorded)
+    if config.get("allow_config_change", False):
+        return
     changes = [f"--{name}: {old!r} -> {new!r}" for name, old, new in config_changes(config, recorded)]
     if changes:
         raise UsageError(
             f"{config.workdir} holds a run with other settings ({'; '.join(changes)}): rerun with its flags, "
             "use another --workdir, or add --allow_config_change to resume under the new ones"
+        )
+
+
+def _check_engine(config, recorded):
+    """Not even --allow_config_change moves a run to the other engine: their checkpoints hold the
+    state in different layouts (trainers/loop.py, trainers/jax_loop.py)."""
+    engine = config.get("engine", _default("engine"))
+    before = recorded.get("engine", _default("engine")) if isinstance(recorded, dict) else engine
+    if before != engine:
+        raise UsageError(
+            f"{config.workdir} holds a run of --engine={before}, whose checkpoints --engine={engine} "
+            f"cannot load: rerun it with --engine={before}, or use another --workdir"
         )

@@ -1,0 +1,242 @@
+"""Every trainer command on the jax engine (--engine=jax): the tf engine's flags, outputs and
+exit codes.
+
+The engine picks Keras' backend when its process starts (trainers/engine_env.py) and pytest's
+process runs TensorFlow's, so each jax engine run here is a subprocess; the runs are shared
+between the tests (module fixtures). The digits need no download; the model is the digits
+preset's with one block.
+"""
+
+import glob
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from trainer_cli import ROOT, plugin_tags, read_results, run_cli, scalar_tags
+
+from trainers import demo, errors, finetune, validation
+from trainers import flags as trainer_flags
+
+DIGITS = ["--dataset=digits", "--num_layers=1", "--batch_size=32", "--warmup_steps=2", "--seed=3"]
+FINETUNE = DIGITS + [
+    "--total_steps=8",
+    "--steps_per_loop=4",
+    "--eval_every=4",
+    "--checkpoint_every=4",
+    "--mixup=0.2",  # soft targets through the jax engine's loss
+    "--grad_norm_clip=1",
+    "--fewshot_datasets=digits:5-9",
+    "--fewshot_shots=1,2",
+    "--fewshot_seeds=1",
+    "--fewshot_every=4",
+]
+PRETRAIN = DIGITS + [
+    "--objective=masked_patch",
+    "--pre_logits=false",  # as the demo's: the objective trains no pre-logits layer
+    "--total_steps=6",
+    "--steps_per_loop=3",
+    "--eval_every=3",
+    "--checkpoint_every=3",
+]
+FEWSHOT = ["--dataset=digits:5-9", "--num_layers=1", "--shots=1,5", "--seeds=2"]
+
+
+def _ok(proc):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory):
+    """{engine: (workdir, stdout)} of the same short fine-tuning run on each engine."""
+    root = tmp_path_factory.mktemp("finetune")
+    runs = {}
+    for engine in ("tf", "jax"):
+        workdir = str(root / engine)
+        proc = _ok(run_cli("finetune", FINETUNE + [f"--engine={engine}", f"--workdir={workdir}"]))
+        runs[engine] = workdir, proc.stdout
+    return runs
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """(workdir, stdout) of a masked patch pre-training on the jax engine."""
+    workdir = str(tmp_path_factory.mktemp("pretrain") / "run")
+    return workdir, _ok(run_cli("pretrain", PRETRAIN + ["--engine=jax", f"--workdir={workdir}"])).stdout
+
+
+@pytest.mark.slow
+def test_finetune_on_the_jax_engine_writes_what_the_tf_engine_writes(finetuned):
+    (tf_dir, _), (jax_dir, stdout) = finetuned["tf"], finetuned["jax"]
+    assert "hardware: jax engine, JAX data parallel: 1 replica(s)" in stdout
+    assert "final test: accuracy" in stdout
+    tf_results, jax_results = read_results(tf_dir), read_results(jax_dir)
+    assert set(jax_results) == set(tf_results)
+    assert jax_results["steps"] == 8 and jax_results["replicas"] == 1
+    assert jax_results["eval"]["test"]["examples"] == tf_results["eval"]["test"]["examples"]
+    assert 0 <= jax_results["eval"]["test"]["accuracy"] <= 1
+    assert np.isfinite(jax_results["train_loss"])
+    for key in ("fewshot/digits_5-9/1shot_accuracy", "fewshot/digits_5-9/2shot_accuracy"):
+        assert 0 < jax_results[key] <= 1
+    assert sorted(os.listdir(jax_dir)) == sorted(os.listdir(tf_dir))
+
+
+@pytest.mark.slow
+def test_the_jax_engine_logs_the_same_tensorboard_tags(finetuned):
+    (tf_dir, _), (jax_dir, _) = finetuned["tf"], finetuned["jax"]
+    for part in ("train", "eval"):
+        assert glob.glob(os.path.join(jax_dir, part, "events.out.tfevents.*"))
+        assert set(scalar_tags(os.path.join(jax_dir, part))) == set(scalar_tags(os.path.join(tf_dir, part)))
+    pictures = plugin_tags(os.path.join(jax_dir, "eval"), "images")
+    assert pictures == plugin_tags(os.path.join(tf_dir, "eval"), "images")
+    assert "pictures/test/attention_rollout" in pictures and "fewshot/accuracy_by_shots_plot" in pictures
+    loss = scalar_tags(os.path.join(jax_dir, "train"))["loss"]
+    assert [step for step, _ in loss] == [1, 4, 8]
+
+
+@pytest.mark.slow
+def test_the_jax_engines_model_npz_loads_and_classifies_as_evaluated(finetuned):
+    from keras_vit import run_dir
+
+    jax_dir, _ = finetuned["jax"]
+    model = run_dir.load_run(jax_dir, include_preprocessing=False).model
+    assert model.output.shape[-1] == 10
+    assert np.isfinite(np.asarray(model(np.zeros((1, 16, 16, 3), np.float32)))).all()
+
+
+@pytest.mark.slow
+def test_masked_patch_pretraining_on_the_jax_engine(pretrained):
+    workdir, stdout = pretrained
+    assert "hardware: jax engine" in stdout and "masked_patch_accuracy" in stdout
+    results = read_results(workdir)
+    assert results["steps"] == 6
+    assert 0 <= results["eval"]["test"]["masked_patch_accuracy"] <= 1
+    assert "masked_patch_accuracy" in scalar_tags(os.path.join(workdir, "train"))
+
+
+@pytest.mark.slow
+def test_fewshot_probes_agree_between_the_engines_on_the_same_weights(pretrained, tmp_path):
+    weights = os.path.join(pretrained[0], "model.npz")
+    results = {}
+    for engine in ("tf", "jax"):
+        workdir = str(tmp_path / engine)
+        proc = _ok(
+            run_cli(
+                "fewshot", FEWSHOT + [f"--weights={weights}", f"--engine={engine}", f"--workdir={workdir}"]
+            )
+        )
+        assert "1-shot accuracy" in proc.stdout
+        results[engine] = read_results(workdir)
+        assert glob.glob(os.path.join(workdir, "eval", "events.out.tfevents.*"))
+    assert set(results["jax"]) == set(results["tf"])
+    for k in (1, 5):
+        for key in (f"{k}shot_accuracy", f"{k}shot_accuracy_std"):
+            assert results["jax"][key] == pytest.approx(results["tf"][key], abs=1e-5)
+    assert results["jax"]["feature_dim"] == results["tf"]["feature_dim"] == 64
+
+
+def test_the_demo_passes_the_engine_to_every_stage(tmp_path):
+    stages = demo.stage_configs(str(tmp_path), **demo.SMALL, engine="jax")
+    assert {config.engine for _, config in stages.values()} == {"jax"}
+    # The jax engine always compiles with XLA: its stages leave --jit_compile alone.
+    assert {config.get("jit_compile", "auto") for _, config in stages.values()} == {"auto"}
+    tf_stages = demo.stage_configs(str(tmp_path), **demo.SMALL)
+    assert {config.engine for _, config in tf_stages.values()} == {"tf"}
+    assert demo.command(demo.SMALL | {"small": True}, "jax").endswith("--engine=jax --small")
+
+
+def test_a_demo_workdir_is_resumed_by_its_own_engine_only(tmp_path):
+    demo._check_workdir(str(tmp_path), dict(demo.SMALL))
+    with pytest.raises(demo.UsageError, match="holds a demo run with other settings"):
+        demo._check_workdir(str(tmp_path), dict(demo.SMALL), "jax")
+
+
+def test_an_unknown_engine_is_a_one_line_error(tmp_path, capsys):
+    # An unknown engine starts the tf engine's backend (trainers/engine_env.py), as this process.
+    code = finetune.main(["finetune", *DIGITS, "--engine=nope", f"--workdir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["finetune: error: flag --engine=nope: value should be one of <tf|jax>"]
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_run_does_not_move_to_the_other_engine_even_when_changes_are_allowed(tmp_path):
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    config = finetune.get_config("digits")
+    config.update(workdir=str(workdir), engine="jax")
+    (workdir / "config.json").write_text(trainer_flags.config_to_json(config))
+    config.update(engine="tf", allow_config_change=True)
+    with pytest.raises(errors.UsageError, match="holds a run of --engine=jax, whose checkpoints --engine=tf"):
+        validation.check_rerun(config)
+
+
+def test_float16_on_the_jax_engine_is_a_one_line_error(tmp_path):
+    args = [*DIGITS, "--engine=jax", "--mixed_precision=float16", f"--workdir={tmp_path / 'run'}"]
+    proc = run_cli("finetune", args)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(err) == 1, err
+    assert err[0].startswith("finetune: error: --mixed_precision=float16 (loss scaling) is for --engine=tf")
+    assert "use --mixed_precision=bfloat16 or auto" in err[0]
+    assert not os.path.exists(tmp_path / "run")
+
+
+# The jax engine's losses against the tf engine's on the same numbers: mixup's soft targets,
+# the sigmoid loss on multi-hot and on integer labels, and masked patch prediction's per-patch
+# loss and hits for each target. The jax side runs in a process on Keras' JAX backend and saves
+# its inputs and results; the tf side runs here.
+_JAX_SIDE = """
+import sys
+from types import SimpleNamespace
+import numpy as np
+from trainers import jax_loop, jax_objectives
+rng = np.random.default_rng(0)
+saved = {"logits": rng.normal(size=(6, 5)).astype("float32")}
+saved["soft"] = rng.dirichlet(np.ones(5), 6).astype("float32")
+saved["multi_hot"] = (rng.uniform(size=(6, 5)) < 0.4).astype("float32")
+saved["integers"] = rng.integers(0, 5, 6).astype("int32")
+for loss, labels in %(losses)r:
+    saved[f"{loss}_{labels}"] = np.asarray(jax_loop.per_example_loss(loss, saved[labels], saved["logits"]))
+patches = {
+    "mean_color": (rng.normal(size=(2, 4, 512)), rng.integers(0, 512, (2, 4))),
+    "downsampled": (rng.normal(size=(2, 4, 16 * 512)), rng.integers(0, 512, (2, 4, 16))),
+    "l2": (rng.uniform(-1, 1, (2, 4, 48)), rng.uniform(-1, 1, (2, 4, 48))),
+}
+for target, (outputs, targets) in patches.items():
+    saved[f"{target}_outputs"] = outputs.astype("float32")
+    saved[f"{target}_targets"] = targets.astype("float32" if target == "l2" else "int32")
+    objective = SimpleNamespace(target=target, predictor=SimpleNamespace(channels=3))
+    pair = saved[f"{target}_outputs"], saved[f"{target}_targets"]
+    loss, hits = jax_objectives.MaskedPatch._per_patch(objective, *pair)
+    saved[f"{target}_loss"], saved[f"{target}_hits"] = np.asarray(loss), np.asarray(hits)
+np.savez(sys.argv[1], **saved)
+"""
+_LOSSES = [("softmax", "soft"), ("softmax", "integers"), ("sigmoid", "multi_hot"), ("sigmoid", "integers")]
+
+
+def test_the_jax_engines_losses_match_the_tf_engines(tmp_path):
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+
+    from trainers import loop, objectives
+
+    path = str(tmp_path / "jax.npz")
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    code = _JAX_SIDE % {"losses": _LOSSES}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, path], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jax_side = dict(np.load(path))
+    for loss, labels in _LOSSES:
+        theirs = loop.per_example_loss(loss, tf.constant(jax_side[labels]), tf.constant(jax_side["logits"]))
+        np.testing.assert_allclose(jax_side[f"{loss}_{labels}"], theirs.numpy(), rtol=1e-5, atol=1e-6)
+    for target in ("mean_color", "downsampled", "l2"):
+        objective = SimpleNamespace(target=target)
+        outputs, targets = (tf.constant(jax_side[f"{target}_{part}"]) for part in ("outputs", "targets"))
+        loss, hits = objectives.MaskedPatch._per_patch(objective, outputs, targets, 3)
+        np.testing.assert_allclose(jax_side[f"{target}_loss"], loss.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(jax_side[f"{target}_hits"], hits.numpy())
