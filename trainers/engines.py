@@ -7,7 +7,8 @@ banner, checkpoints' files and faults, exports). An engine supplies three things
   trainers/jax_distribute.py), created from the same --strategy, --tpu and --cpu_devices;
 * its Trainer: trainers/loop.py (tf) or trainers/jax_loop.py (jax), with one interface
   (train, evaluate, step, checkpoint_objects, before_save, after_restore);
-* whether XLA is a choice (tf: --jit_compile) or always on (jax).
+* whether XLA is a choice (tf: --jit_compile) or always on (jax);
+* its objectives besides classification (trainers/objectives.py, trainers/jax_objectives.py).
 
 tf is the default: TPUStrategy, MirroredStrategy and MultiWorkerMirroredStrategy as they were.
 jax runs Keras on its JAX backend, which the process chose when it started (trainers/engine_env.py).
@@ -16,7 +17,7 @@ jax runs Keras on its JAX backend, which the process chose when it started (trai
 import keras
 
 from configs.fields import ENGINES
-from trainers import distribute, loop
+from trainers import distribute, loop, objectives
 from trainers.engine_env import BACKENDS
 from trainers.errors import UsageError
 
@@ -70,6 +71,15 @@ def trainer_class(strategy):
 
         return jax_loop.Trainer
     return loop.Trainer
+
+
+def make_objective(config, model):
+    """The engine's objective for --objective (None: classification)."""
+    if config.get("engine", "tf") == "jax" and config.get("objective", "classification") == "masked_patch":
+        from trainers import jax_objectives
+
+        return jax_objectives.MaskedPatch(model, config.masked_target, config.seed)
+    return objectives.make_objective(config, model)
 
 
 def is_jax(strategy):

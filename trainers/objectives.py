@@ -121,15 +121,11 @@ def _layer_weights(model, name):
 
 
 def make_objective(config, model):
-    """The objective --objective asks for, or None for classification (the Trainer's own); the
-    jax engine's (trainers/jax_objectives.py) under --engine=jax."""
+    """The tf engine's objective --objective asks for, or None for classification (the Trainer's
+    own); trainers/engines.py picks the jax engine's for --engine=jax."""
     objective = config.get("objective", "classification")
     if objective == "classification":
         return None
     if objective == "masked_patch":
-        if config.get("engine", "tf") == "jax":
-            from trainers import jax_objectives  # JAX is imported by the jax engine only
-
-            return jax_objectives.MaskedPatch(model, config.masked_target, config.seed)
         return MaskedPatch(model, config.masked_target, config.seed)
     raise ValueError(f"unknown objective {objective!r}")

@@ -37,7 +37,6 @@ from trainers.errors import UsageError
 from trainers.evaluators import classification as classification_lib
 from trainers.evaluators import from_config
 from trainers.flags import config_to_json, parse_eval_splits
-from trainers.objectives import make_objective
 from trainers.run_checkpoints import RunCheckpoints
 from trainers.validation import check_replicas, check_rerun, validate_training
 
@@ -140,7 +139,7 @@ def build_trainer(config, strategy, spec):
 def _objective(config, model):
     """The objective --objective asks for (None: classification); a model it cannot train is a UsageError."""
     try:
-        return make_objective(config, model)
+        return engines.make_objective(config, model)
     except ValueError as e:
         raise UsageError(f"--objective={config.objective}: {e}") from None
 
