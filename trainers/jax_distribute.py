@@ -15,6 +15,13 @@ devices one element each, in order, as MirroredStrategy does, so both engines se
 examples on the same replica. Several hosts join through `jax.distributed`, with the cluster
 read from TF_CONFIG (the tf engine's multi_worker flag and variable), or found by JAX itself on
 TPU pods and SLURM.
+
+With several processes every step, evaluation and `any_process` is a collective, so every
+process must make the same calls: the evaluation splits are padded to whole global batches by
+trainers/data/pipeline.py, so each process's pipeline yields the same number of elements; the
+state is replicated, so each process reads (checkpoints, exports) its own local copy and never
+needs a global array on the host (`fetch` gathers one where it must). The chief (process 0) writes
+the workdir; the others save into a temporary folder they delete (trainers/run_checkpoints.py).
 """
 
 import collections
