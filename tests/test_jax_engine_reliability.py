@@ -6,7 +6,7 @@ to the previous one, a full disk at a save is one line with nothing lost, and tw
 (--strategy=multi_worker, one device each) stop together on one SIGTERM and end as one process
 of two devices. Every run is the same small digits training on two (simulated) CPU devices, so
 one uninterrupted run is the reference of them all; runs share what they can (one run meets
-both checkpoint faults), about 2-3 minutes on 2 CPU cores.
+both checkpoint faults), about 2 minutes on 2 CPU cores.
 """
 
 import json
@@ -34,7 +34,7 @@ from trainer_cli import (
 
 from trainers import preemption
 
-TOTAL, EVERY = 60, 10
+TOTAL, EVERY = 120, 20
 RUN = TINY_MODEL + [
     "--engine=jax",
     "--image_size=16",
