@@ -185,6 +185,7 @@ def faults(reference, jax_env, tmp_path_factory):
     return workdir, original, proc
 
 
+@pytest.mark.slow  # alone, with the reference run it needs: about 30 s
 def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous_one(faults):
     workdir, original, proc = faults
     said = [line for line in proc.stdout.splitlines() if "cannot be read" in line]
@@ -194,6 +195,7 @@ def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous_one(faults):
     assert sorted(os.listdir(aside)) == [DATA.format(TOTAL), INDEX.format(TOTAL)]  # moved, not deleted
 
 
+@pytest.mark.slow  # alone, with the reference run it needs: about 30 s
 def test_a_full_disk_at_a_save_is_one_line_and_loses_nothing(faults):
     workdir, original, proc = faults
     folder = os.path.join(workdir, "checkpoints")
