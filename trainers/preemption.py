@@ -18,8 +18,8 @@ every worker has read it, and then every worker saves that same step and stops.
 
 Several JAX processes (--engine=jax with --strategy=multi_worker): the same promise without the
 handler, which is tf.distribute's. At every loop boundary each process passes its own flag to
-one collective (`JaxStrategy.any_process`, an all-gather of one bool: microseconds next to a loop
-call); every process gets the same answer, so when any of them was signalled all of them save
+one collective (`JaxStrategy.any_process`, an all-gather of one bool, small next to a loop call);
+every process gets the same answer, so when any of them was signalled all of them save
 that same step and stop, with status 0. Ctrl-C on one process: that process exits 130 after the
 shared save, the others stop as after SIGTERM.
 """
