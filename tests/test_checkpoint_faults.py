@@ -8,9 +8,7 @@ uninterrupted run or stops with one line, the right exit code, and the checkpoin
 
 import os
 import random
-import resource
 import shutil
-import signal
 import subprocess
 import time
 
@@ -20,6 +18,8 @@ from trainer_cli import (
     _env,
     checkpoint_steps,
     command,
+    error_line,
+    limit_file_size,
     read_results,
     run_cli,
     start_cli,
@@ -54,13 +54,6 @@ def _assert_same_results(a, b):
     for split in b["eval"]:
         assert a["eval"][split]["loss"] == pytest.approx(b["eval"][split]["loss"], rel=1e-6)
         assert a["eval"][split]["accuracy"] == b["eval"][split]["accuracy"]
-
-
-def _error_lines(proc):
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("finetune: error:")]
-    assert len(lines) == 1, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return lines[0]
 
 
 def _killed_after_step_10(reference, workdir):
@@ -126,21 +119,12 @@ def test_with_every_checkpoint_unreadable_one_line_says_what_was_found_and_exits
     before = {name: _read(os.path.join(folder, name)) for name in os.listdir(folder)}
     proc = run_cli("finetune", _args(data_dir, workdir))
     assert proc.returncode == 2
-    line = _error_lines(proc)
+    line = error_line(proc)
     assert "no readable checkpoint" in line and "found 3" in line, line
     assert all(f"ckpt-{step}" in line for step in (10, 20, 30)), line
     # Nothing moved or deleted: the user decides (a good copy, or starting over).
     assert {name: _read(os.path.join(folder, name)) for name in os.listdir(folder)} == before
     assert not os.path.exists(os.path.join(workdir, "results.json"))
-
-
-def _limit_file_size(limit):
-    def apply():
-        # Writes past the limit then fail with EFBIG, as on a full disk, instead of killing the process.
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    return apply
 
 
 @pytest.mark.slow
@@ -157,10 +141,10 @@ def test_a_save_that_fails_stops_with_one_line_leaves_the_previous_checkpoint_an
         capture_output=True,
         text=True,
         timeout=300,
-        preexec_fn=_limit_file_size(size // 2),
+        preexec_fn=limit_file_size(size // 2),
     )
     assert proc.returncode == 1
-    line = _error_lines(proc)
+    line = error_line(proc)
     assert f"{folder}/ckpt-20" in line and "file too large" in line, line
     assert f"{folder}/ckpt-10 and is intact" in line, line
     _assert_only_step_10(folder, reference)
@@ -213,7 +197,7 @@ def test_a_full_tmpfs_warns_before_the_save_stops_with_one_line_and_resumes_once
     workdir = os.path.dirname(folder)
     proc = run_cli("finetune", _args(data_dir, workdir))
     assert proc.returncode == 1
-    line = _error_lines(proc)
+    line = error_line(proc)
     assert f"{folder}/ckpt-30" in line and "no space left" in line, line
     warnings = [w for w in proc.stderr.splitlines() if w.startswith("warning:")]
     assert len(warnings) == 1 and "ckpt-20" in warnings[0], proc.stderr[-3000:]
@@ -251,7 +235,7 @@ def test_a_read_only_checkpoint_folder_stops_the_run_with_one_line(data_dir, ref
         else:
             os.chmod(folder, 0o755)
     assert proc.returncode == 1
-    line = _error_lines(proc)
+    line = error_line(proc)
     assert f"{folder}/ckpt-20" in line and cause in line, line
     _assert_only_step_10(folder, reference)
 

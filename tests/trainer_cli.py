@@ -3,6 +3,8 @@
 import glob
 import json
 import os
+import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -88,6 +90,25 @@ def start_cli(module, args, env=None, log_path=None):
     return subprocess.Popen(
         command(module, args), cwd=ROOT, env=_env(env), stdout=log, stderr=subprocess.STDOUT, text=True
     )
+
+
+def error_line(proc, module="finetune"):
+    """The one `MODULE: error:` line of a finished run's stderr (and no traceback)."""
+    lines = [line for line in proc.stderr.splitlines() if line.startswith(f"{module}: error:")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return lines[0]
+
+
+def limit_file_size(limit):
+    """A preexec_fn: a full disk, as any user can make one (no mount): writes past `limit` bytes
+    fail with EFBIG instead of killing the process."""
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
 
 
 def free_ports(count):

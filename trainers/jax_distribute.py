@@ -15,12 +15,20 @@ devices one element each, in order, as MirroredStrategy does, so both engines se
 examples on the same replica. Several hosts join through `jax.distributed`, with the cluster
 read from TF_CONFIG (the tf engine's multi_worker flag and variable), or found by JAX itself on
 TPU pods and SLURM.
+
+With several processes every step, evaluation and `any_process` is a collective, so every
+process must make the same calls: the evaluation splits are padded to whole global batches by
+trainers/data/pipeline.py, so each process's pipeline yields the same number of elements; the
+state is replicated, so each process reads (checkpoints, exports) its own local copy and never
+needs a global array on the host (`fetch` gathers one where it must). The chief (process 0) writes
+the workdir; the others save into a temporary folder they delete (trainers/run_checkpoints.py).
 """
 
 import collections
 import contextlib
 import json
 import os
+import sys
 
 import jax
 import numpy as np
@@ -69,8 +77,38 @@ def create_strategy(strategy="auto", tpu=None, cpu_devices=1):
                 f"--xla_force_host_platform_device_count={cpu_devices} before JAX is imported"
             )
         devices = devices[:cpu_devices] if jax.process_count() == 1 else devices
-        return JaxStrategy(devices)
-    return JaxStrategy(jax.devices())
+        return _connected(JaxStrategy(devices))
+    return _connected(JaxStrategy(jax.devices()))
+
+
+def _connected(strategy):
+    """`strategy` after its processes' first collective. On CPU, JAX's collectives (gloo) print
+    a line to stdout when they connect, in the middle of the progress lines unless it happens
+    here, with the start-up's other lines, hidden unless --verbose."""
+    if strategy.process_count == 1:
+        return strategy
+    hide = startup.quiet_start()
+    with startup.native_stderr_hidden(hide=hide), _native_stdout_hidden(hide=hide):
+        strategy.any_process(False)
+    return strategy
+
+
+@contextlib.contextmanager
+def _native_stdout_hidden(hide):
+    """File descriptor 1 sent to /dev/null (C++ libraries write there past sys.stdout)."""
+    if not hide:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _keep_tensorflow_off_accelerators():

@@ -15,6 +15,13 @@ worker that stopped alone would leave the others waiting forever in the next all
 tf.distribute's PreemptionCheckpointHandler coordinates the stop: the signalled worker posts on the
 cluster's coordination service the boundary to save at (the one after the next loop call), waits until
 every worker has read it, and then every worker saves that same step and stops.
+
+Several JAX processes (--engine=jax with --strategy=multi_worker): the same promise without the
+handler, which is tf.distribute's. At every loop boundary each process passes its own flag to
+one collective (`JaxStrategy.any_process`, an all-gather of one bool, small next to a loop call);
+every process gets the same answer, so when any of them was signalled all of them save
+that same step and stop, with status 0. Ctrl-C on one process: that process exits 130 after the
+shared save, the others stop as after SIGTERM.
 """
 
 import os
@@ -41,7 +48,7 @@ class Preemption:
         self.interrupted = False
         self._previous = {}
         self._watcher = None
-        self._cluster = _cluster_handler(strategy) if _worker_count(strategy) > 1 else None
+        self._cluster = _coordinator(strategy)
 
     def __enter__(self):
         for signum, handler in ((signal.SIGTERM, self._on_sigterm), (signal.SIGINT, self._on_sigint)):
@@ -151,6 +158,28 @@ class _InterruptWatcher:
         self._thread.join(timeout=5)
         self._write.close()
         self._read.close()
+
+
+def _coordinator(strategy):
+    """What agrees on the stop across processes: None for one process."""
+    if getattr(strategy, "engine", "tf") == "jax":  # trainers/jax_distribute.py
+        return _JaxProcesses(strategy) if strategy.process_count > 1 else None
+    return _cluster_handler(strategy) if _worker_count(strategy) > 1 else None
+
+
+class _JaxProcesses:
+    """Several JAX processes: one flag all-gathered at every loop boundary (every process calls
+    `saved_checkpoint` at each boundary, so the collectives pair up); `run` as in _ClusterHandler."""
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+        self.run = None
+
+    def saved_checkpoint(self):
+        if not self.strategy.any_process(self.run.signalled):
+            return False
+        self.run.save()
+        return True
 
 
 def _worker_count(strategy):

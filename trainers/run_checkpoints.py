@@ -5,7 +5,9 @@ names in `checkpoint_objects()`: the model, the optimizer, the step, the dropout
 states and the last train loss (the jax engine: host copies of its device state, taken by
 `before_save()` and put back by `after_restore()`). Under MultiWorkerMirrored
 every worker must take part in a save, but only the chief's copy is kept: the others write into
-a temporary folder they delete.
+a temporary folder they delete. Several JAX processes do the same (each saves its own copy of the
+replicated state, with no collective, and only process 0's is kept), so both engines' workers
+save and stop at the same steps.
 
 The faults of long runs:
 

@@ -208,7 +208,7 @@ class _Run:
         if self.chief:
             fileio.makedirs(self.workdir)
             fileio.write_atomic(fileio.join(self.workdir, "config.json"), config_to_json(config) + "\n")
-        task_id = 0 if self.chief else strategy.cluster_resolver.task_id
+        task_id = 0 if self.chief else distribute.task_id(strategy)
         checkpoints = RunCheckpoints(
             trainer, self.workdir, chief=self.chief, task_id=task_id, keep=config.keep_checkpoints
         )

@@ -1,0 +1,275 @@
+"""The jax engine keeps the tf engine's promises for long runs, end to end (subprocesses: the
+engine runs Keras on JAX, and pytest's own process runs TensorFlow).
+
+SIGKILL and SIGTERM resume to the bit-identical model, an unreadable newest checkpoint falls back
+to the previous one, a full disk at a save is one line with nothing lost, and two processes
+(--strategy=multi_worker, one device each) stop together on one SIGTERM and end as one process
+of two devices. Every run is the same small digits training on two (simulated) CPU devices, so
+one uninterrupted run is the reference of them all; runs share what they can (one run meets
+both checkpoint faults), about 2 minutes on 2 CPU cores.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from trainer_cli import (
+    TINY_MODEL,
+    _env,
+    checkpoint_steps,
+    command,
+    error_line,
+    free_ports,
+    limit_file_size,
+    read_results,
+    run_cli,
+    start_cli,
+)
+
+from trainers import preemption
+
+TOTAL, EVERY = 120, 20
+RUN = TINY_MODEL + [
+    "--engine=jax",
+    "--image_size=16",
+    "--dataset=digits",
+    "--batch_size=16",
+    f"--total_steps={TOTAL}",
+    "--warmup_steps=5",
+    "--base_lr=0.1",
+    "--steps_per_loop=2",
+    "--eval_every=0",
+    f"--checkpoint_every={EVERY}",
+    "--seed=1",
+]
+ONE_PROCESS = RUN + ["--cpu_devices=2"]
+TWO_PROCESSES = RUN + ["--strategy=multi_worker", "--cpu_devices=1"]
+PREEMPTED = re.compile(r"^preempted \(SIGTERM\): saved a checkpoint at step (\d+); rerun", re.M)
+DATA, INDEX = "ckpt-{}.data-00000-of-00001", "ckpt-{}.index"
+
+
+class _Processes:
+    """What preemption asks of a JaxStrategy of two processes; `elsewhere`: the other's flag."""
+
+    engine, process_count = "jax", 2
+
+    def __init__(self, elsewhere):
+        self.elsewhere, self.asked = elsewhere, []
+
+    def any_process(self, flag):
+        self.asked.append(flag)
+        return flag or self.elsewhere
+
+
+@pytest.mark.parametrize("here, elsewhere", [(False, False), (False, True), (True, False)])
+def test_several_jax_processes_save_when_any_of_them_was_signalled(here, elsewhere):
+    strategy, saves = _Processes(elsewhere), []
+    with preemption.Preemption(strategy, lambda: saves.append(1)) as preempted:
+        preempted.signalled = here
+        stopped = preempted.saved_checkpoint()
+    assert strategy.asked == [here]  # every boundary asks, signalled or not: the collectives pair up
+    assert stopped == (here or elsewhere) and saves == ([1] if stopped else [])
+
+
+@pytest.fixture(scope="module")
+def jax_env(tmp_path_factory):
+    """JAX's compilation cache, shared by the module's runs: each process then loads the step
+    the first one compiled (seconds saved per run) instead of compiling it again."""
+    cache = str(tmp_path_factory.mktemp("jax_cache"))
+    return {"JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, jax_env):
+    """An uninterrupted run: what every interrupted, recovered or two-process run must end as."""
+    workdir = str(tmp_path_factory.mktemp("jax_reference") / "run")
+    proc = run_cli("finetune", ONE_PROCESS + [f"--workdir={workdir}"], env=jax_env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert checkpoint_steps(workdir) == [TOTAL - 2 * EVERY, TOTAL - EVERY, TOTAL]
+    return workdir
+
+
+def _weights(workdir):
+    with np.load(os.path.join(workdir, "model.npz")) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+def _assert_identical(workdir, reference):
+    """The same weights bit for bit and the same results (all but the wall time)."""
+    got, want = _weights(workdir), _weights(reference)
+    assert got.keys() == want.keys()
+    different = [name for name in want if got[name].tobytes() != want[name].tobytes()]
+    assert not different, different
+    results, expected = read_results(workdir), read_results(reference)
+    for key in ("steps", "train_loss", "eval", "replicas"):
+        assert results[key] == expected[key], key
+
+
+def _wait_for(proc, log, done, timeout=240):
+    """Polls until done(); fails with the log if the process ends or time runs out first."""
+    deadline = time.time() + timeout
+    while not done():
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(log.read_text()[-3000:])
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_sigkill_and_sigterm_mid_training_then_a_rerun_ends_bit_for_bit_as_an_uninterrupted_run(
+    reference, jax_env, tmp_path
+):
+    """Killed after its first checkpoint; the rerun resumes from it and is preempted (SIGTERM:
+    a save, exit 0); the last rerun resumes from that save and must end as the reference."""
+    workdir = str(tmp_path / "run")
+    args = ONE_PROCESS + [f"--workdir={workdir}"]
+    killed = tmp_path / "killed.log"
+    proc = start_cli("finetune", args, env=jax_env, log_path=str(killed))
+    _wait_for(proc, killed, lambda: checkpoint_steps(workdir))
+    proc.kill()
+    proc.wait()
+    assert not os.path.exists(os.path.join(workdir, "results.json")), "it finished before the kill"
+    kept = checkpoint_steps(workdir)[-1]
+
+    preempted = tmp_path / "preempted.log"
+    proc = start_cli("finetune", args, env=jax_env, log_path=str(preempted))
+    _wait_for(proc, preempted, lambda: f"/{TOTAL}  loss" in preempted.read_text())  # training again
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, preempted.read_text()[-3000:]
+    out = preempted.read_text()
+    assert f"at step {kept}." in out
+    (step,) = [int(s) for s in PREEMPTED.findall(out)]
+    assert kept < step < TOTAL and checkpoint_steps(workdir)[-1] == step
+    assert not os.path.exists(os.path.join(workdir, "results.json"))
+
+    proc = run_cli("finetune", args, env=jax_env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"at step {step}." in proc.stdout
+    _assert_identical(workdir, reference)
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.fixture(scope="module")
+def faults(reference, jax_env, tmp_path_factory):
+    """(workdir, reference's checkpoint files, run) of one run that meets both faults: its newest
+    checkpoint is truncated (it falls back to the one before), and the disk is full when it
+    saves again (a file-size limit of half a checkpoint)."""
+    workdir = str(tmp_path_factory.mktemp("jax_faults") / "run")
+    shutil.copytree(reference, workdir)
+    for name in ("results.json", "model.npz"):
+        os.remove(os.path.join(workdir, name))
+    folder = os.path.join(workdir, "checkpoints")
+    original = {name: _read(os.path.join(folder, name)) for name in os.listdir(folder)}
+    newest = os.path.join(folder, DATA.format(TOTAL))
+    with open(newest, "r+b") as f:  # a copy cut short
+        f.truncate(os.path.getsize(newest) // 3)
+    proc = subprocess.run(
+        command("finetune", ONE_PROCESS + [f"--workdir={workdir}"]),
+        env=_env(jax_env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit_file_size(len(original[DATA.format(TOTAL)]) // 2),
+    )
+    return workdir, original, proc
+
+
+@pytest.mark.slow  # alone, with the reference run it needs: about 30 s
+def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous_one(faults):
+    workdir, original, proc = faults
+    said = [line for line in proc.stdout.splitlines() if "cannot be read" in line]
+    assert len(said) == 1 and f"ckpt-{TOTAL}" in said[0] and "unreadable" in said[0], proc.stdout
+    assert f"at step {TOTAL - EVERY}." in proc.stdout
+    aside = os.path.join(workdir, "checkpoints", "unreadable")
+    assert sorted(os.listdir(aside)) == [DATA.format(TOTAL), INDEX.format(TOTAL)]  # moved, not deleted
+
+
+@pytest.mark.slow  # alone, with the reference run it needs: about 30 s
+def test_a_full_disk_at_a_save_is_one_line_and_loses_nothing(faults):
+    workdir, original, proc = faults
+    folder = os.path.join(workdir, "checkpoints")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    line = error_line(proc)
+    assert f"{folder}/ckpt-{TOTAL}" in line and "file too large" in line, line
+    assert f"{folder}/ckpt-{TOTAL - EVERY} and is intact" in line, line
+    readable = [name.format(step) for step in (TOTAL - 2 * EVERY, TOTAL - EVERY) for name in (DATA, INDEX)]
+    assert sorted(os.listdir(folder)) == sorted(["checkpoint", "unreadable", *readable])
+    assert all(_read(os.path.join(folder, name)) == original[name] for name in readable)
+    assert not os.path.exists(os.path.join(workdir, "results.json"))
+
+
+def _start_two(tmp_path, workdir, name, env):
+    """Two processes of one cluster on loopback; returns (processes, log paths)."""
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
+    procs, logs = [], []
+    for index in range(2):
+        log = tmp_path / f"{name}{index}.log"
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        args = TWO_PROCESSES + [f"--workdir={workdir}"]
+        procs.append(start_cli("finetune", args, env={**env, "TF_CONFIG": tf_config}, log_path=str(log)))
+        logs.append(log)
+    return procs, logs
+
+
+def _wait_two(procs, logs, timeout=300):
+    """Both processes' output once both exited 0 (both are killed if either is still running at
+    `timeout`: a process left alone would wait in a collective forever)."""
+    deadline = time.time() + timeout
+    try:
+        for proc in procs:
+            proc.wait(timeout=max(1, deadline - time.time()))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    codes = [proc.returncode for proc in procs]
+    assert codes == [0, 0], [log.read_text()[-2000:] for log in logs]
+    return [log.read_text() for log in logs]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_of_two_processes_stops_both_at_one_step_and_they_end_as_one_process(
+    reference, jax_env, tmp_path
+):
+    workdir = str(tmp_path / "run")
+    procs, logs = _start_two(tmp_path, workdir, "preempted", jax_env)
+    try:
+        _wait_for(procs[0], logs[0], lambda: f"/{TOTAL}  loss" in logs[0].read_text())
+        procs[1].send_signal(signal.SIGTERM)  # the non-chief: the chief learns of it only by the collective
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        raise
+    outputs = _wait_two(procs, logs, timeout=120)
+    steps = [[int(s) for s in PREEMPTED.findall(out)] for out in outputs]
+    assert len(steps[0]) == 1 and steps[0] == steps[1], steps
+    step = steps[0][0]
+    assert 0 < step < TOTAL and checkpoint_steps(workdir)[-1] == step
+    assert not os.path.exists(os.path.join(workdir, "results.json"))
+    assert not [n for n in os.listdir(workdir) if n.startswith(".worker_")]
+
+    chief_out, other_out = _wait_two(*_start_two(tmp_path, workdir, "resumed", jax_env))
+    assert f"at step {step}." in chief_out and "Resumed" not in other_out
+    # The same model as one process of two devices, up to the order of the cross-process sum.
+    got, want = _weights(workdir), _weights(reference)
+    assert got.keys() == want.keys()
+    largest = max(float(np.max(np.abs(got[name] - want[name]))) for name in want)
+    print(f"two processes vs one of two devices: largest weight difference {largest:.3g}")
+    assert largest <= 1e-6
+    results, expected = read_results(workdir), read_results(reference)
+    assert results["steps"] == TOTAL and results["replicas"] == expected["replicas"] == 2
+    assert results["train_loss"] == pytest.approx(expected["train_loss"], rel=1e-5)
+    assert results["eval"]["test"]["loss"] == pytest.approx(expected["eval"]["test"]["loss"], rel=1e-5)
+    assert results["eval"]["test"]["examples"] == expected["eval"]["test"]["examples"]
