@@ -98,6 +98,8 @@ COVERAGE = {
     r"--strategy=tpu --tpu=local": "test_accelerator_commands_refuse_without_one",
     r"^from configs import finetune as finetune_config\n[\s\S]*strategy=\"tpu\"": "test_colab_tpu_block",
     r"^python -m trainers\.finetune --dataset=oxford_iiit_pet --weights=gs://": "test_finetune_from_own_npz",
+    r"^python -m trainers\.finetune --engine=jax": "test_engine_commands",
+    r"^python -m trainers\.finetune --dataset=digits --workdir=/tmp/reg_demo": "test_config_described_run",
     r"^python -m trainers\.pretrain --dataset=digits --objective=masked_patch": "test_masked_patch_command",
     r"^tensorboard --logdir(?!=runs/cpu)": Unrunnable(
         "a server that runs until stopped", "test_tensorboard_command"
@@ -1004,6 +1006,40 @@ def test_memory_benchmark_table():
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_engine_commands(tmp_path):
+    """The jax engine's commands, shortened, in child processes (Keras' backend is per process)."""
+    items = matching(r"^python -m trainers\.finetune --engine=jax")
+    assert len(items) == 2
+    for item, replicas in zip(items, (1, 2)):
+        workdir = tmp_path / f"jax{replicas}"
+        _, argv = split_command(
+            replaced(item.text, {"/tmp/digits_jax2": str(workdir), "/tmp/digits_jax": str(workdir)})
+        )
+        proc = subprocess.run(
+            [sys.executable, *argv[1:], *SHORT],
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=ROOT),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "hardware: jax engine, JAX data parallel: " in proc.stdout
+        assert read_results(workdir)["replicas"] == replicas
+
+
+def test_config_described_run(tmp_path, capsys):
+    item = only(r"^python -m trainers\.finetune --dataset=digits --workdir=/tmp/reg_demo")
+    config = trainer_config(item.text)
+    assert set(json.loads(config.evals)) == {"test", "top5"} and config.pp_train.endswith("|mixup(0.2)")
+    workdir = tmp_path / "reg_demo"
+    code, _, err = run_command(item.text, capsys, {"/tmp/reg_demo": str(workdir)}, SHORT)
+    assert code == 0, err
+    results = read_results(workdir)
+    assert results["eval"]["test"]["examples"] == 360 and 0 <= results["top5/top5_accuracy"] <= 1
+
+
 def test_augreg_block(tmp_path, capsys):
     item = only(r"^python -m trainers\.finetune --dataset=digits --workdir=/tmp/digits_augreg")
     config = trainer_config(item.text)
