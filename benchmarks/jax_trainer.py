@@ -57,7 +57,7 @@ def build(variant, image_size, batch, num_layers, mixed_precision, steps):
     config = train.finetune_config(
         variant, image_size, batch, num_layers, mixed_precision=mixed_precision, engine="jax"
     )
-    strategy = engines.create_strategy(config)
+    strategy = engines.strategy_of(config)
     trainer = training.build_trainer(config, strategy, train.Spec).trainer
     images, labels = train._batch(batch, image_size)
     rows = batch // strategy.num_replicas_in_sync  # the Feed's elements are per-replica batches

@@ -63,7 +63,7 @@ def run(config):
     """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict."""
     validate(config)
     engines.check(config)
-    strategy = engines.create_strategy(config)
+    strategy = engines.strategy_of(config)
     if config.batch_size % strategy.num_replicas_in_sync:
         raise UsageError(
             f"--batch_size {config.batch_size} is not divisible by {strategy.num_replicas_in_sync} replicas."
