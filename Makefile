@@ -28,7 +28,7 @@ test-fast: $(STAMP)
 # The documentation site, from docs/ into site/; any warning (a broken link or anchor, an API name
 # that does not resolve) fails the build.
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/mkdocs build --strict
 
 demo: $(STAMP)
 	$(BIN)/python -m trainers.demo --workdir=runs/demo
