@@ -9,7 +9,6 @@ one uninterrupted run is the reference of them all; runs share what they can (on
 both checkpoint faults), about 2 minutes on 2 CPU cores.
 """
 
-import json
 import os
 import re
 import shutil
@@ -25,11 +24,12 @@ from trainer_cli import (
     checkpoint_steps,
     command,
     error_line,
-    free_ports,
     limit_file_size,
     read_results,
     run_cli,
     start_cli,
+    start_cluster,
+    wait_all,
 )
 
 from trainers import preemption
@@ -210,32 +210,7 @@ def test_a_full_disk_at_a_save_is_one_line_and_loses_nothing(faults):
 
 
 def _start_two(tmp_path, workdir, name, env):
-    """Two processes of one cluster on loopback; returns (processes, log paths)."""
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
-    procs, logs = [], []
-    for index in range(2):
-        log = tmp_path / f"{name}{index}.log"
-        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        args = TWO_PROCESSES + [f"--workdir={workdir}"]
-        procs.append(start_cli("finetune", args, env={**env, "TF_CONFIG": tf_config}, log_path=str(log)))
-        logs.append(log)
-    return procs, logs
-
-
-def _wait_two(procs, logs, timeout=300):
-    """Both processes' output once both exited 0 (both are killed if either is still running at
-    `timeout`: a process left alone would wait in a collective forever)."""
-    deadline = time.time() + timeout
-    try:
-        for proc in procs:
-            proc.wait(timeout=max(1, deadline - time.time()))
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-    codes = [proc.returncode for proc in procs]
-    assert codes == [0, 0], [log.read_text()[-2000:] for log in logs]
-    return [log.read_text() for log in logs]
+    return start_cluster(tmp_path, TWO_PROCESSES + [f"--workdir={workdir}"], name, env)
 
 
 @pytest.mark.slow
@@ -252,7 +227,7 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_one_step_and_they_end_as_
             proc.kill()
             proc.wait()
         raise
-    outputs = _wait_two(procs, logs, timeout=120)
+    outputs = wait_all(procs, logs, timeout=120)
     steps = [[int(s) for s in PREEMPTED.findall(out)] for out in outputs]
     assert len(steps[0]) == 1 and steps[0] == steps[1], steps
     step = steps[0][0]
@@ -260,7 +235,7 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_one_step_and_they_end_as_
     assert not os.path.exists(os.path.join(workdir, "results.json"))
     assert not [n for n in os.listdir(workdir) if n.startswith(".worker_")]
 
-    chief_out, other_out = _wait_two(*_start_two(tmp_path, workdir, "resumed", jax_env))
+    chief_out, other_out = wait_all(*_start_two(tmp_path, workdir, "resumed", jax_env))
     assert f"at step {step}." in chief_out and "Resumed" not in other_out
     # The same model as one process of two devices, up to the order of the cross-process sum.
     got, want = _weights(workdir), _weights(reference)

@@ -4,14 +4,13 @@ The multi-worker test runs three two-process trainings on loopback (uninterrupte
 resumed): about 30-55 s on 2 CPU cores.
 """
 
-import json
 import os
 import re
 import signal
 import time
 
 import pytest
-from trainer_cli import TINY_MODEL, checkpoint_steps, free_ports, read_results, start_cli
+from trainer_cli import TINY_MODEL, checkpoint_steps, read_results, start_cli, start_cluster, wait_all
 
 from trainers import distribute, preemption
 
@@ -49,38 +48,11 @@ def test_one_process_saves_at_the_next_boundary_and_restores_the_handler():
 
 
 def _start_workers(tmp_path, workdir, name):
-    """Two worker processes of one cluster on loopback; returns (processes, log paths)."""
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
-    procs, logs = [], []
-    for index in range(2):
-        log = tmp_path / f"{name}{index}.log"
-        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        procs.append(
-            start_cli(
-                "finetune", RUN + [f"--workdir={workdir}"], env={"TF_CONFIG": tf_config}, log_path=str(log)
-            )
-        )
-        logs.append(log)
-    return procs, logs
-
-
-def _wait(procs, logs, timeout=300):
-    """Exit codes of both workers, killing both if either is still running after `timeout` s."""
-    deadline = time.time() + timeout
-    try:
-        for proc in procs:
-            proc.wait(timeout=max(1, deadline - time.time()))
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-    codes = [proc.returncode for proc in procs]
-    assert codes == [0, 0], [log.read_text()[-2000:] for log in logs]
-    return [log.read_text() for log in logs]
+    return start_cluster(tmp_path, RUN + [f"--workdir={workdir}"], name)
 
 
 def _train(tmp_path, workdir, name):
-    return _wait(*_start_workers(tmp_path, workdir, name))
+    return wait_all(*_start_workers(tmp_path, workdir, name))
 
 
 @pytest.mark.slow
@@ -103,7 +75,7 @@ def test_sigterm_to_one_worker_checkpoints_all_at_one_step_and_resumes_exactly(t
             proc.kill()
             proc.wait()
         raise
-    outputs = _wait(procs, logs, timeout=120)
+    outputs = wait_all(procs, logs, timeout=120)
     steps = [[int(s) for s in PREEMPTED.findall(out)] for out in outputs]
     assert len(steps[0]) == 1 and steps[0] == steps[1], steps
     step = steps[0][0]

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import tensorflow as tf
 
@@ -109,6 +110,37 @@ def limit_file_size(limit):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return apply
+
+
+def start_cluster(tmp_path, args, name, env=None):
+    """Two worker processes of one cluster on loopback (TF_CONFIG), each running
+    `trainers.finetune args`; returns (processes, log paths)."""
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
+    procs, logs = [], []
+    for index in range(2):
+        log = tmp_path / f"{name}{index}.log"
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        procs.append(
+            start_cli("finetune", args, env={**(env or {}), "TF_CONFIG": tf_config}, log_path=str(log))
+        )
+        logs.append(log)
+    return procs, logs
+
+
+def wait_all(procs, logs, timeout=300):
+    """The processes' outputs once all exited 0 (all are killed if any is still running at
+    `timeout`: a worker left alone would wait in a collective forever)."""
+    deadline = time.time() + timeout
+    try:
+        for proc in procs:
+            proc.wait(timeout=max(1, deadline - time.time()))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    codes = [proc.returncode for proc in procs]
+    assert codes == [0] * len(procs), [log.read_text()[-2000:] for log in logs]
+    return [log.read_text() for log in logs]
 
 
 def free_ports(count):
