@@ -1,4 +1,6 @@
-"""The trainers pick Keras' TensorFlow backend themselves, whatever KERAS_BACKEND says."""
+"""The trainers pick Keras' backend themselves: a command's --engine decides (TensorFlow unless
+--engine=jax), whatever KERAS_BACKEND says; a program that imported Keras on PyTorch first is
+told in one line."""
 
 import subprocess
 import sys
@@ -21,16 +23,28 @@ def test_a_trainer_runs_under_keras_backend_jax(tmp_path):
     assert "final test: accuracy" in proc.stdout
 
 
-def test_keras_already_on_another_backend_is_one_clear_error():
-    code = "import keras, trainers"
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
+def _import_after_keras(backend):
+    return subprocess.run(
+        [sys.executable, "-c", "import keras, trainers; print(keras.backend.backend())"],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={"KERAS_BACKEND": "jax", "PYTHONPATH": ROOT, "PATH": ""},
+        env={"KERAS_BACKEND": backend, "PYTHONPATH": ROOT, "PATH": ""},
         timeout=300,
     )
+
+
+def test_keras_already_on_pytorch_is_one_clear_error():
+    proc = _import_after_keras("torch")
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
-    assert "the trainers run on Keras' TensorFlow backend, and Keras was already imported with 'jax'" in last
+    assert (
+        "the trainers run on Keras' TensorFlow or JAX backend, and Keras was already imported with 'torch'"
+        in last
+    )
+
+
+def test_keras_already_on_jax_is_the_jax_engine_s_backend():
+    proc = _import_after_keras("jax")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "jax"
