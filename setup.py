@@ -29,6 +29,8 @@ TRAIN_REQUIRES = [
     "scikit-learn",
     # The attention and few-shot pictures the trainers log to TensorBoard.
     "matplotlib",
+    # The jax engine (--engine=jax); on a GPU or TPU install JAX's build for it.
+    "jax",
 ]
 
 # `python -m keras_vit.export`: SavedModel and LiteRT files need TensorFlow, ONNX files tf2onnx

@@ -14,8 +14,8 @@ import sys
 
 import numpy as np
 import pytest
+import trainer_cli
 
-from tests import trainer_cli
 from trainers import engine_env, engines
 from trainers.errors import UsageError
 

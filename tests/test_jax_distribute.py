@@ -10,8 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-
-from tests import trainer_cli
+import trainer_cli
 
 FEED_CHECK = """
 import json

@@ -962,7 +962,10 @@ def test_accum_auto_card_command(tfds_dir, tmp_path, capsys, monkeypatch):
     assert code == 0, err
     printed = [line for line in out.splitlines() if line.startswith(("batch:", "step 1/", "step 2/"))]
     assert len(printed) == len(sample), out
+    # What --mixed_precision=auto picked says why in words that depend on this machine's CPU.
+    reason = re.compile(r"\(auto: [^)]*\)")
     for line, expected in zip(printed, sample):
+        line, expected = reason.sub("(auto: REASON)", line), reason.sub("(auto: REASON)", expected)
         assert re.fullmatch(console_pattern(expected), line), (expected, line)
     assert "= 16 micro-batches of 32 (gradients summed); accum_steps auto: 16" in printed[0]
     assert read_results(tmp_path / "card")["steps"] == 2
@@ -1013,9 +1016,8 @@ def test_engine_commands(tmp_path):
     assert len(items) == 2
     for item, replicas in zip(items, (1, 2)):
         workdir = tmp_path / f"jax{replicas}"
-        _, argv = split_command(
-            replaced(item.text, {"/tmp/digits_jax2": str(workdir), "/tmp/digits_jax": str(workdir)})
-        )
+        stand_ins = {"/tmp/digits_jax2": str(workdir), "/tmp/digits_jax": str(workdir)}
+        _, argv = split_command(replaced(item.text, stand_ins, strict=False))
         proc = subprocess.run(
             [sys.executable, *argv[1:], *SHORT],
             cwd=ROOT,
@@ -1080,7 +1082,10 @@ def test_console_sample(tmp_path, capsys):
     printed = [line for line in out.replace(str(tmp_path / "run"), workdir).splitlines() if line.strip()]
     sample = item.text.strip().splitlines()
     assert len(printed) == len(sample), "\n".join(printed)
+    # What --mixed_precision=auto picked says why in words that depend on this machine's CPU.
+    reason = re.compile(r"\(auto: [^)]*\)")
     for line, expected in zip(printed, sample):
+        line, expected = reason.sub("(auto: REASON)", line), reason.sub("(auto: REASON)", expected)
         assert re.fullmatch(console_pattern(expected), line), (expected, line)
 
 
