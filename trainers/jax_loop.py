@@ -73,11 +73,9 @@ class Trainer:
             self, strategy, model, optimizer, global_batch_size, accum_steps, grad_norm_clip, loss, objective
         )
         self.jit_compile = True  # the engine has no other way to run
-        self.loss_scaling = False
         # Host-side counters, as the tf engine's (the controller and the checkpoints read them).
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.last_loss = tf.Variable(float("nan"), dtype=tf.float32, trainable=False, name="last_train_loss")
-        self.rng_state = []  # the dropout states are model variables here, in `_others`
         if not optimizer.built:
             optimizer.build(self.trained_variables)
         self._trained = list(self.trained_variables)
