@@ -12,7 +12,8 @@ import tensorflow as tf
 
 from configs.fields import FIELDS, TRAINING, fields
 from keras_vit import checkpoints
-from trainers import data, finetune, loop, validation
+from trainers import data, finetune, loop
+from trainers import plan as plan_lib
 from trainers.data import augreg
 from trainers.errors import UsageError
 
@@ -196,10 +197,11 @@ def test_the_training_guide_table_of_checkpoint_levels_is_what_their_file_names_
 def test_mixup_refuses_a_per_replica_batch_it_cannot_pair():
     config = fields(TRAINING)
     config.augreg, config.batch_size = "medium2", 6
-    validation.check_replicas(config, 1)
+    one, two = tf.distribute.get_strategy(), tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    assert plan_lib.resolve(config, one).mixes
     with pytest.raises(
         UsageError, match="Mixup mixes pairs of examples: --batch_size 6 must be a multiple of 2 x 2"
     ):
-        validation.check_replicas(config, 2)
+        plan_lib.resolve(config, two)
     config.mixup = "0"  # Mixup off: no pairs needed
-    validation.check_replicas(config, 2)
+    assert not plan_lib.resolve(config, two).mixes

@@ -30,6 +30,20 @@ class FakeCheckpoints:
     def save(self):
         self.saved.append("preempted")
 
+    def save_if_new(self):
+        self.saved.append("final")
+
+
+class Evaluation:
+    """An evaluation action: records its steps, returns a tag per step."""
+
+    def __init__(self, every, name, log):
+        self.every, self.name, self.log = every, name, log
+
+    def __call__(self, step, out=None, seconds=None):
+        self.log.append((self.name, step))
+        return {f"{self.name}/step": float(step)}
+
 
 class Record:
     def __init__(self, every, log):
@@ -39,7 +53,7 @@ class Record:
         self.log.append((self.every, step))
 
 
-def _controller(trainer, actions, total=12, steps_per_loop=5, logged=None):
+def _controller(trainer, actions, total=12, steps_per_loop=5, logged=None, evaluations=(), finish=None):
     return Controller(
         trainer=trainer,
         strategy=distribute.create_strategy("cpu"),
@@ -47,7 +61,9 @@ def _controller(trainer, actions, total=12, steps_per_loop=5, logged=None):
         steps_per_loop=steps_per_loop,
         log=lambda start, end, out, seconds: logged.append((start, end)),
         actions=actions,
+        evaluations=evaluations,
         checkpoints=FakeCheckpoints(),
+        finish=finish or (lambda step, tags: {"steps": step, **tags}),
     )
 
 
@@ -83,3 +99,39 @@ def test_console_text_of_evaluations():
     assert (
         describe("fewshot", {"fewshot/d/1shot_accuracy": 0.125}) == "fewshot: fewshot/d/1shot_accuracy 0.1250"
     )
+
+
+def test_run_trains_saves_then_evaluates_everything_once_at_the_end_and_finishes():
+    ran = []
+    evaluations = [Evaluation(4, "periodic", ran), Evaluation(0, "final_only", ran)]
+    controller = _controller(FakeTrainer(), [], logged=[], evaluations=evaluations)
+    results = controller.run(iterator=None, step=0)
+    # During training only the evaluation that has an `every`; at the end every one, in order.
+    assert ran == [("periodic", 4), ("periodic", 8), ("periodic", 12), ("final_only", 12)]
+    assert results == {"steps": 12, "periodic/step": 12.0, "final_only/step": 12.0}
+    assert controller.checkpoints.saved == ["final"]  # saved before the final evaluation
+
+
+def test_a_preempted_run_neither_evaluates_nor_finishes(monkeypatch):
+    ran, finished = [], []
+    controller = _controller(
+        FakeTrainer(),
+        [],
+        logged=[],
+        evaluations=[Evaluation(0, "final_only", ran)],
+        finish=lambda step, tags: finished.append(step),
+    )
+    monkeypatch.setattr(controller, "train", lambda iterator, step: (5, True))
+    assert controller.run(iterator=None, step=0) == {"preempted": True, "steps": 5}
+    assert ran == [] and finished == [] and controller.checkpoints.saved == []
+
+
+def test_evaluate_only_needs_no_trainer():
+    ran = []
+    controller = Controller(
+        strategy=distribute.create_strategy("cpu"),
+        evaluations=[Evaluation(0, "probe", ran)],
+        finish=lambda step, tags: {"at": step, **tags},
+    )
+    assert controller.evaluate_only() == {"at": 0, "probe/step": 0.0}
+    assert ran == [("probe", 0)]

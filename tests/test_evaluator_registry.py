@@ -40,7 +40,8 @@ def _context(config):
         requested.append(split)
         return data.make_input_fn(spec, split, image_size=8, global_batch_size=32, training=False)
 
-    context = from_config.Context(config, tf.distribute.get_strategy(), spec, trainer, eval_input)
+    splits = parse_eval_splits(config.eval_splits)
+    context = from_config.Context(config, tf.distribute.get_strategy(), spec, trainer, eval_input, splits)
     return context, requested
 
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from keras_vit import fileio, run_dir
 from keras_vit import weights as weights_lib
+from trainers import results as results_lib
 from trainers.console import Console, duration
 
 
@@ -93,10 +94,12 @@ class SaveCheckpoint:
 class Evaluate:
     """Runs an evaluator, writes its tags to WORKDIR/eval and prints them; returns the tags."""
 
-    def __init__(self, evaluator, model, summaries, strategy, console=None):
+    def __init__(self, evaluator, model, summaries, strategy, console=None, quiet=False):
+        """quiet: no console line (for a command that prints a summary of its own)."""
         self.evaluator, self.model, self.summaries, self.strategy = evaluator, model, summaries, strategy
         self.console = console or Console()
         self.every = evaluator.every
+        self.quiet = quiet
 
     def __call__(self, step, out=None, seconds=None):
         with self.strategy.scope():  # so the evaluator shares the trainer's devices
@@ -109,7 +112,8 @@ class Evaluate:
             for tag, value in tags.items():
                 if not tag.endswith("/examples"):
                     tf.summary.scalar(tag, value)
-        self.console.print(f"step {step}  {describe(self.evaluator.name, tags)}")
+        if not self.quiet:
+            self.console.print(f"step {step}  {describe(self.evaluator.name, tags)}")
         return tags
 
 
@@ -130,9 +134,7 @@ class Export:
                 fileio.join(self.workdir, run_dir.CLASS_NAMES_FILE),
                 json.dumps(self.class_names, indent=1) + "\n",
             )
-        fileio.write_atomic(
-            fileio.join(self.workdir, "results.json"), json.dumps(results, indent=2, sort_keys=True) + "\n"
-        )
+        results_lib.write(self.workdir, results)
 
 
 def describe(name, tags):

@@ -1,9 +1,14 @@
-"""The controller: the host loop around one small distributed step (trainers/loop.py).
+"""The controller: the host loop around one small distributed step (trainers/loop.py), and the
+whole run around it.
 
-It calls `Trainer.train` for as many steps as there are until the next step at which an action
-is due (trainers/actions.py: log, checkpoint, evaluate), runs the due actions, and stops early
-and cleanly when a preemption asks (trainers/preemption.py). The boundaries are a pure function
-of the step, so a resumed run splits its remaining steps into the same loop calls as an
+`run` trains, saves the final checkpoint, runs every evaluation once more at the last step and
+hands their tags to `finish` (the run's results and export). `evaluate_only` is the same end
+without training: trainers.fewshot probes a frozen model through it.
+
+`train` calls `Trainer.train` for as many steps as there are until the next step at which an
+action is due (trainers/actions.py: log, checkpoint, evaluate), runs the due actions, and stops
+early and cleanly when a preemption asks (trainers/preemption.py). The boundaries are a pure
+function of the step, so a resumed run splits its remaining steps into the same loop calls as an
 uninterrupted one, which is what makes resume exact.
 """
 
@@ -16,12 +21,50 @@ FIRST_CALL_STEPS = 1
 
 
 class Controller:
-    def __init__(self, *, trainer, strategy, total_steps, steps_per_loop, log, actions, checkpoints):
+    """`evaluations`: actions.Evaluate-like callables, run when due during training (with `every`)
+    and all of them at the end. `finish(step, tags)` -> the run's results: called once, with the
+    end's evaluation tags. `actions`: the rest of what runs between loop calls (checkpoints)."""
+
+    def __init__(
+        self,
+        *,
+        strategy,
+        finish,
+        evaluations=(),
+        trainer=None,
+        total_steps=0,
+        steps_per_loop=0,
+        log=None,
+        actions=(),
+        checkpoints=None,
+    ):
         self.trainer, self.strategy = trainer, strategy
         self.total_steps, self.steps_per_loop = total_steps, steps_per_loop
         self.log = log  # called after every loop call, the last one included
-        self.actions = list(actions)
+        self.evaluations = list(evaluations)
+        self.actions = [*actions, *self.evaluations]
         self.checkpoints = checkpoints
+        self.finish = finish
+
+    def run(self, iterator, step):
+        """Trains from `step` to the end, then evaluates and finishes: the run's results, or
+        {"preempted": True, "steps": step} when a preemption stopped it (its checkpoint saved)."""
+        step, preempted = self.train(iterator, step)
+        if preempted:
+            return {"preempted": True, "steps": step}
+        self.checkpoints.save_if_new()
+        return self.evaluate_only(step)
+
+    def evaluate_only(self, step=0):
+        """Every evaluation once at `step`, and the results `finish` makes of their tags."""
+        return self.finish(step, self.evaluate(step))
+
+    def evaluate(self, step):
+        """Runs every evaluation at `step`; their tags, merged."""
+        tags = {}
+        for evaluation in self.evaluations:
+            tags.update(evaluation(step))
+        return tags
 
     def next_boundary(self, step):
         """The next step at which the host must act."""

@@ -40,6 +40,7 @@ from configs import pretrain as pretrain_config
 from configs.fields import ENGINES, FIELDS
 from keras_vit import fileio
 from trainers import cli, console, fewshot, finetune, pretrain, reproducible
+from trainers import results as results_lib
 from trainers.errors import UsageError
 
 UPSTREAM, DOWNSTREAM = "digits:0-4", "digits:5-9"
@@ -378,9 +379,7 @@ def run(workdir, *, small=False, pinned=None, engine=DEFAULT_ENGINE, **overrides
     results["cpu_kernels"] = kernels
     results["engine"] = engine
     results["machine"] = _machine(engine)
-    fileio.write_atomic(
-        fileio.join(workdir, "results.json"), json.dumps(results, indent=2, sort_keys=True) + "\n"
-    )
+    results_lib.write(workdir, results)
     print("\n" + table(results, results["settings"], seconds))
     print(
         f"\nresults: {fileio.join(workdir, 'results.json')}\nTensorBoard: tensorboard --logdir {workdir}",

@@ -11,7 +11,6 @@ WORKDIR/results.json ({k}shot_accuracy, {k}shot_accuracy_std) and TensorBoard sc
 WORKDIR/eval. Defaults: configs/fewshot.py; every flag overrides.
 """
 
-import json
 import sys
 import time
 
@@ -20,8 +19,10 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_config
 from keras_vit import VARIANTS, fileio
-from trainers import cli, distribute, engines, image_summaries
+from trainers import actions, cli, distribute, engines, image_summaries
+from trainers import results as results_lib
 from trainers.console import Console
+from trainers.controller import Controller
 from trainers.errors import UsageError
 from trainers.evaluators.fewshot import FewShotEvaluator, parse_l2_reg, parse_shots
 from trainers.features import PIXELS, extract_features  # noqa: F401 (public API)
@@ -86,35 +87,44 @@ def run(config):
     spec = evaluator.specs["data"]
     with strategy.scope():
         model = build_feature_model(config, spec.num_classes)
-        scores = evaluator.run(model)
+    chief = distribute.is_chief(strategy)
+    summaries = actions.Summaries(config.workdir, chief)
+    # The probes print their own summary lines (_finish): the evaluation's own line would repeat them.
+    probes = actions.Evaluate(evaluator, model, summaries, strategy, console, quiet=True)
 
+    def finish(step, scores):
+        return _finish(config, evaluator, scores, summaries, console, chief, time.time() - start)
+
+    # The controller's evaluate-only mode: the end of a training run, without the training.
+    return Controller(strategy=strategy, evaluations=[probes], finish=finish).evaluate_only()
+
+
+def _finish(config, evaluator, scores, summaries, console, chief, seconds):
+    """results.json (returned too), the probes' TensorBoard curves and console lines."""
     results = {
         "dataset": config.dataset,
         "model": config.model,
         "weights": config.weights,
         "shots": list(evaluator.shots),
         "seeds": evaluator.seeds,
-        "wall_time_s": round(time.time() - start, 2),
+        "wall_time_s": round(seconds, 2),
     }
     for k in evaluator.shots:
         results[f"{k}shot_accuracy"] = scores[f"fewshot/data/{k}shot_accuracy"]
         results[f"{k}shot_accuracy_std"] = scores[f"fewshot/data/{k}shot_accuracy_std"]
         results[f"{k}shot_l2_reg"] = evaluator.l2_used[("data", k)]
     results.update(evaluator.stats["data"])
-
-    fileio.makedirs(config.workdir)
-    fileio.write_atomic(fileio.join(config.workdir, "config.json"), config_to_json(config) + "\n")
-    writer = tf.summary.create_file_writer(fileio.join(config.workdir, "eval"))
-    with writer.as_default():
+    with summaries.eval.as_default():
         for k in evaluator.shots:
             tf.summary.scalar(f"fewshot/{k}shot_accuracy", results[f"{k}shot_accuracy"], step=0)
             # One curve over k: accuracy against the number of examples per class.
             tf.summary.scalar("fewshot/accuracy_by_shots", results[f"{k}shot_accuracy"], step=k)
         image_summaries.log_accuracy_by_shots(scores, step=0, rename={"data": config.dataset})
-    writer.flush()
-    fileio.write_atomic(
-        fileio.join(config.workdir, "results.json"), json.dumps(results, indent=2, sort_keys=True) + "\n"
-    )
+    summaries.flush()
+    if chief:
+        fileio.makedirs(config.workdir)
+        fileio.write_atomic(fileio.join(config.workdir, "config.json"), config_to_json(config) + "\n")
+        results_lib.write(config.workdir, results)
     for k in evaluator.shots:
         console.print(
             f"{k}-shot accuracy {results[f'{k}shot_accuracy']:.4f} "

@@ -22,7 +22,6 @@ from tensorflow.python.client import device_lib
 from trainers import distribute, precision
 from trainers.data.pipeline import PREFETCH_BATCHES
 from trainers.errors import UsageError
-from trainers.flags import parse_accum_steps
 
 GB = 1e9
 # Per image, per block: numbers kept for the backward pass (see the module docstring).
@@ -142,13 +141,13 @@ def _available_ram():
         return None
 
 
-def resolve_accum_steps(config, strategy, model):
-    """(accumulation steps, a note for the banner) for this run's --accum_steps and device.
+def resolve_accum_steps(config, strategy, model, setting):
+    """(accumulation steps, a note for the banner) for `setting` (the run's --accum_steps, parsed:
+    an int or "auto") on this device.
 
     "auto": the fewest micro-batches that fit (1 where the device's memory is unknown). A number
     is kept; if its step looks too big, the note says so and what auto would choose.
     """
-    setting = parse_accum_steps(config.accum_steps)
     replicas = strategy.num_replicas_in_sync
     per_replica = config.batch_size // replicas
     mixed_precision = precision.of_model(model)  # "auto" resolved when the model was built

@@ -110,7 +110,14 @@ def weights_arg(config):
     return None if config.weights.lower() in ("", "none") else config.weights
 
 
-def build_model(config, num_classes, pre_logits_from_weights=False, include_top=True):
+def params_read(config):
+    """The --weights file's parameters if they were read already (the command line reads a file to
+    learn the model's shape from it), else None: create_model then reads the file itself."""
+    weights = weights_arg(config)
+    return _PARAMS_READ.pop(weights, None) if weights else None
+
+
+def build_model(config, num_classes, pre_logits_from_weights=False, include_top=True, params=None):
     """The model for this config.
 
     pre_logits_from_weights: the weights file decides whether the model has a pre-logits
@@ -118,6 +125,7 @@ def build_model(config, num_classes, pre_logits_from_weights=False, include_top=
     --pre_logits does (fine-tuning drops the checkpoint's, as vit_jax does).
     include_top: False builds no head (a frozen feature model): its output is the pooled
     representation, and loading says nothing about a head.
+    params: the weights file's parameters, read once already (trainers/plan.py).
     """
     weights = weights_arg(config)
     if is_weights_file(weights) and not fileio.exists(weights):
@@ -136,7 +144,7 @@ def build_model(config, num_classes, pre_logits_from_weights=False, include_top=
     if not include_top:
         kwargs.update(include_top=False, pooling=kwargs["classifier"])
     try:
-        params = _PARAMS_READ.pop(weights, None) if weights else None
+        params = params_read(config) if params is None else params
         model = keras_vit.create_model(config.model, weights=weights, params=params, **kwargs)
     except (ValueError, OSError) as e:
         raise UsageError(

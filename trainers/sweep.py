@@ -21,6 +21,7 @@ from tensorboard.plugins.hparams import api as hp
 
 from keras_vit import fileio
 from trainers import loop, training
+from trainers import results as results_lib
 from trainers.errors import TrainingError, UsageError
 from trainers.flags import parse_eval_splits
 from trainers.validation import RERUN_FREE_FIELDS, config_changes
@@ -144,10 +145,10 @@ def run(config):
 def _run_or_reuse(config, label):
     """A sub-run's results: read back if it finished before, else trained (resumed if begun)."""
     _check_same_settings(config)
-    path = fileio.join(config.workdir, "results.json")
-    if fileio.exists(path):
+    finished = results_lib.read(config.workdir)
+    if finished is not None:
         print(f"sweep: {label}: reusing the finished run in {config.workdir}", flush=True)
-        return _read_json(path)
+        return finished
     print(f"sweep: {label}: fine-tuning in {config.workdir}", flush=True)
     return training.run(config)
 
@@ -184,11 +185,10 @@ def _print_summary(summary):
 
 def _save_summary(workdir, summary):
     """WORKDIR/results.json (atomically) and, when the summary is new, TensorBoard under WORKDIR/sweep."""
-    path = fileio.join(workdir, "results.json")
-    if fileio.exists(path) and _read_json(path) == summary:
+    if results_lib.read(workdir) == summary:
         return  # a re-run of a finished sweep: the logs already hold this summary
     _log_summary(fileio.join(workdir, "sweep"), summary)
-    fileio.write_atomic(path, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    results_lib.write(workdir, summary)
 
 
 def _log_summary(logdir, summary):

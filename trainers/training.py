@@ -30,15 +30,15 @@ from trainers import (
     optimizers,
     precision,
 )
+from trainers import plan as plan_lib
 from trainers.console import Console
 from trainers.controller import Controller
-from trainers.data import pp
 from trainers.errors import UsageError
 from trainers.evaluators import classification as classification_lib
 from trainers.evaluators import from_config
-from trainers.flags import config_to_json, parse_eval_splits
+from trainers.flags import config_to_json
 from trainers.run_checkpoints import RunCheckpoints
-from trainers.validation import check_replicas, check_rerun, validate_training
+from trainers.validation import check_rerun, validate_training
 
 
 def run(config):
@@ -52,23 +52,22 @@ def run(config):
     validate_training(config)
     engines.check(config)
     strategy = engines.strategy_of(config)
-    check_replicas(config, strategy.num_replicas_in_sync)
+    # From here on the run reads the plan's parsed and decided values (trainers/plan.py).
+    plan = plan_lib.resolve(config, strategy)
     spec = data.get_spec(
         config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
     )
     _check_labels(config, spec)
-    built = build_trainer(config, strategy, spec)
-    trainer = built.trainer
+    built = build_trainer(config, strategy, spec, plan)
     # The evaluators of --evals, or of the evaluation flags (trainers/evaluators/from_config.py).
-    eval_input = functools.partial(
-        _input_fn, config, spec, training=False, batch_size=trainer.micro_batch_size
-    )
-    evaluators = from_config.build(config, from_config.Context(config, strategy, spec, trainer, eval_input))
-    classification = classification_lib.combined(evaluators, trainer)
+    batch_size = built.trainer.micro_batch_size
+    eval_input = functools.partial(_input_fn, plan, spec, training=False, batch_size=batch_size)
+    context = from_config.Context(config, strategy, spec, built.trainer, eval_input, plan.eval_splits)
+    evaluators = from_config.build(config, context)
     check_rerun(config)
     # Validation is over: from here on the workdir is written.
     try:
-        return _Run(config, strategy, spec, built, classification, evaluators).train()
+        return _Run(config, plan, strategy, spec, built, evaluators).run()
     except (OSError, tf.errors.OpError) as error:
         # A damaged data file or a write the disk refused: one line (trainers/faults.py).
         fault = faults.as_trainer_error(error, workdir=config.workdir, spec=spec)
@@ -95,19 +94,18 @@ def _check_labels(config, spec):
 BuiltTrainer = collections.namedtuple("BuiltTrainer", "trainer schedule memory_note precision_note")
 
 
-def build_trainer(config, strategy, spec):
+def build_trainer(config, strategy, spec, plan=None):
     """BuiltTrainer for `config` under `strategy`: the engine's Trainer with the model,
     objective, optimizer, accumulation, precision and XLA choice a run uses (benchmarks.train
     times this same trainer), its learning-rate schedule, and the banner's notes on memory and
-    precision. `spec` needs only `num_classes`."""
+    precision. `spec` needs only `num_classes`; `plan`: the config's (resolved here if None)."""
+    plan = plan or plan_lib.resolve(config, strategy)
     keras.utils.set_random_seed(config.seed)
-    jit = use_jit(config.jit_compile, strategy)
-    mixed_precision, precision_note = resolve_precision(config, strategy)
     previous_policy = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy(precision.POLICIES[mixed_precision])
+    keras.mixed_precision.set_global_policy(precision.POLICIES[plan.precision])
     try:
         with strategy.scope():
-            model = model_builder.build_model(config, spec.num_classes)
+            model = model_builder.build_model(config, spec.num_classes, params=plan.params)
             objective = _objective(config, model)
             schedule = optimizers.WarmupDecay(
                 config.base_lr, config.total_steps, config.warmup_steps, config.decay_type
@@ -117,23 +115,23 @@ def build_trainer(config, strategy, spec):
                 schedule,
                 momentum_dtype=config.momentum_dtype,
                 weight_decay=config.weight_decay,
-                loss_scaling=mixed_precision == "float16",
+                loss_scaling=plan.precision == "float16",
             )
-            accum_steps, memory_note = memory.resolve_accum_steps(config, strategy, model)
+            accum_steps, memory_note = memory.resolve_accum_steps(config, strategy, model, plan.accum_steps)
             trainer = engines.trainer_class(strategy)(
                 strategy=strategy,
                 model=model,
                 optimizer=optimizer,
-                global_batch_size=config.batch_size,
+                global_batch_size=plan.batch_size,
                 accum_steps=accum_steps,
                 grad_norm_clip=config.grad_norm_clip,
-                jit_compile=jit,
+                jit_compile=plan.jit,
                 loss=config.loss,
                 objective=objective,
             )
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
-    return BuiltTrainer(trainer, schedule, memory_note, precision_note)
+    return BuiltTrainer(trainer, schedule, memory_note, plan.precision_note)
 
 
 def _objective(config, model):
@@ -144,67 +142,41 @@ def _objective(config, model):
         raise UsageError(f"--objective={config.objective}: {e}") from None
 
 
-def _input_fn(config, spec, split, training, start_step=0, batch_size=None):
-    """`batch_size`: evaluation's global batch (default --batch_size); the micro-batches of an
-    accumulating run, whose full batch would not fit."""
-    # The ops come from the config in one place (trainers/data/pp.py: --pp_train / --pp_eval, or the flags).
-    ops, batch_ops = pp.train_pipeline(config) if training else (pp.eval_pipeline(config), [])
+def _input_fn(plan, spec, split, training, start_step=0, batch_size=None):
+    """`batch_size`: evaluation's global batch (default: the training batch); the micro-batches
+    of an accumulating run, whose full batch would not fit."""
     return data.make_input_fn(
         spec,
         split,
-        ops=ops,
-        global_batch_size=batch_size or config.batch_size,
+        ops=list(plan.train_ops if training else plan.eval_ops),
+        global_batch_size=batch_size or plan.batch_size,
         training=training,
-        seed=config.seed,
+        seed=plan.seed,
         start_step=start_step,
         # only the training split is subsampled; evaluation sees the whole split
-        examples_per_class=(config.examples_per_class or None) if training else None,
+        examples_per_class=plan.examples_per_class if training else None,
         # Batch ops (Mixup) mix training batches only; evaluation keeps hard labels.
-        batch_ops=batch_ops,
-    )
-
-
-def use_jit(setting, strategy):
-    """XLA for the per-replica step. "auto": on GPUs only. TPUStrategy compiles the whole step
-    with XLA anyway. On CPU, "true" works for any number of replicas (loop.Trainer), but the
-    step measured slower under XLA than without (README, "Mixed precision and backends"), so
-    "auto" leaves it off there."""
-    if engines.is_jax(strategy):
-        return True  # the jax engine always compiles its step
-    if setting != "auto":
-        return setting == "true"
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        return False
-    return distribute.all_gpus(distribute.worker_devices(strategy))
-
-
-def resolve_precision(config, strategy):
-    """(precision, the banner's note) for this run's --mixed_precision under `strategy`
-    (trainers/precision.py: what "auto" picks, from the device, XLA and the encoder's size)."""
-    hidden_size, num_patches = model_builder.encoder_size(config)
-    return precision.resolve(
-        config.mixed_precision,
-        strategy,
-        jit=use_jit(config.jit_compile, strategy),
-        hidden_size=hidden_size,
-        num_patches=num_patches,
+        batch_ops=list(plan.batch_ops) if training else [],
     )
 
 
 class _Run:
-    """The workdir side of a run: resume, the controller's actions, the final evaluation and export."""
+    """The workdir side of a run: config.json, resume, the banner, the controller with its actions,
+    and what the end leaves behind (results.json, model.npz)."""
 
-    def __init__(self, config, strategy, spec, built, classification, evaluators):
-        self.config, self.strategy, self.spec = config, strategy, spec
+    def __init__(self, config, plan, strategy, spec, built, evaluators):
+        self.config, self.plan, self.strategy, self.spec = config, plan, strategy, spec
         self.built, self.trainer, self.schedule = built, built.trainer, built.schedule
-        self.classification, self.evaluators = classification, evaluators
+        self.evaluators = evaluators
+        # results.json's "eval": every classification split, whichever evaluator ran it.
+        self.classification = classification_lib.combined(evaluators, built.trainer)
         self.workdir = config.workdir
         self.chief = distribute.is_chief(strategy)
         self.console = Console(self.chief)
 
-    def train(self):
-        config, trainer, strategy = self.config, self.trainer, self.strategy
-        start_time = time.time()
+    def run(self):
+        config, plan, trainer, strategy = self.config, self.plan, self.trainer, self.strategy
+        self.start_time = time.time()
         if self.chief:
             fileio.makedirs(self.workdir)
             fileio.write_atomic(fileio.join(self.workdir, "config.json"), config_to_json(config) + "\n")
@@ -219,7 +191,7 @@ class _Run:
             spec=self.spec,
             strategy=strategy,
             model=trainer.model,
-            eval_splits=parse_eval_splits(config.eval_splits),
+            eval_splits=plan.eval_splits,
             accum_steps=trainer.accum_steps,
             memory_note=self.built.memory_note,
             precision_note=self.built.precision_note,
@@ -248,24 +220,20 @@ class _Run:
                 self.summaries,
                 self.schedule,
                 total_steps=config.total_steps,
-                batch_size=config.batch_size,
-                replicas=strategy.num_replicas_in_sync,
+                batch_size=plan.batch_size,
+                replicas=plan.replicas,
                 console=self.console,
             ),
-            actions=[actions.SaveCheckpoint(checkpoints, config.checkpoint_every), *evaluations],
+            actions=[actions.SaveCheckpoint(checkpoints, config.checkpoint_every)],
+            evaluations=evaluations,
             checkpoints=checkpoints,
+            finish=self._finish,
         )
-        train_input = _input_fn(config, self.spec, config.train_split, training=True, start_step=step)
-        step, preempted = controller.train(iter(data.distribute(strategy, train_input)), step)
-        if preempted:
-            return {"preempted": True, "steps": step}
-        checkpoints.save_if_new()
-        tags = {}
-        for evaluation in evaluations:
-            tags.update(evaluation(step))
-        return self._finish(step, tags, time.time() - start_time)
+        train_input = _input_fn(plan, self.spec, plan.train_split, training=True, start_step=step)
+        return controller.run(iter(data.distribute(strategy, train_input)), step)
 
-    def _finish(self, step, tags, seconds):
+    def _finish(self, step, tags):
+        """results.json (returned too), the final lines, model.npz: the end of a run that reached it."""
         config = self.config
         metrics = self.classification.by_split(tags)
         metrics = {name: {**m, "examples": int(m["examples"])} for name, m in metrics.items()}
@@ -276,8 +244,8 @@ class _Run:
             "train_loss": float(self.trainer.last_loss.numpy()),
             "eval": metrics,
             "skipped_images": int(getattr(self.spec, "skipped", 0) or 0),
-            "wall_time_s": round(seconds, 2),
-            "replicas": self.strategy.num_replicas_in_sync,
+            "wall_time_s": round(time.time() - self.start_time, 2),
+            "replicas": self.plan.replicas,
         }
         results.update({tag: value for tag, value in tags.items() if tag.partition("/")[0] not in metrics})
         metric = self.trainer.metric_name
@@ -291,9 +259,9 @@ class _Run:
 
     def _first_eval_split(self):
         """(name, this process's evaluation dataset) of the first --eval_splits entry."""
-        name, split = next(iter(parse_eval_splits(self.config.eval_splits).items()))
+        name, split = next(iter(self.plan.eval_splits.items()))
         batch = self.trainer.micro_batch_size
-        input_fn = _input_fn(self.config, self.spec, split, training=False, batch_size=batch)
+        input_fn = _input_fn(self.plan, self.spec, split, training=False, batch_size=batch)
         return name, input_fn(tf.distribute.InputContext())
 
     def _pictures(self):

@@ -8,15 +8,8 @@ import json
 import keras_vit
 from configs.fields import FIELDS
 from keras_vit import fileio
-from trainers.data import augreg, pp
 from trainers.errors import UsageError, first_line
-from trainers.flags import (
-    ARCHITECTURE_OVERRIDES,
-    check_known_fields,
-    config_to_json,
-    parse_accum_steps,
-    parse_eval_splits,
-)
+from trainers.flags import ARCHITECTURE_OVERRIDES, check_known_fields, config_to_json
 
 
 def validate_common(config, *, models=tuple(keras_vit.VARIANTS), known_fields=None):
@@ -63,30 +56,10 @@ def validate_training(config):
         raise UsageError(f"--dropout_rate must be below 1, got {config.dropout_rate}.")
     if not 0 <= config.stochastic_depth < 1:
         raise UsageError(f"--stochastic_depth must be in [0, 1), got {config.stochastic_depth}.")
-    augreg.resolve(config)  # a bad --randaug or --mixup is one line here
-    pp.check(config)  # so is a bad --pp_train or --pp_eval
-    accum = parse_accum_steps(config.accum_steps)
-    if accum != "auto" and config.batch_size % accum:
-        raise UsageError(f"--batch_size {config.batch_size} is not divisible by --accum_steps {accum}.")
     if config.device_memory_gb < 0:
         raise UsageError(f"--device_memory_gb must not be negative, got {config.device_memory_gb}.")
-    if not parse_eval_splits(config.eval_splits):
-        raise UsageError("--eval_splits is empty; give at least one name=split pair.")
-
-
-def check_replicas(config, replicas):
-    accum = parse_accum_steps(config.accum_steps)
-    accum = 1 if accum == "auto" else accum  # auto picks a divisor of the per-replica batch
-    if config.batch_size % (replicas * accum):
-        raise UsageError(
-            f"--batch_size {config.batch_size} is not divisible by {replicas} replicas x --accum_steps "
-            f"{accum}; use a multiple of {replicas * accum}."
-        )
-    if pp.mixes(config) and (config.batch_size // replicas) % 2:
-        raise UsageError(
-            f"Mixup mixes pairs of examples: --batch_size {config.batch_size} must be a multiple of "
-            f"2 x {replicas} replicas."
-        )
+    # The fields written as text (--accum_steps, --eval_splits, --pp_*, --augreg's --randaug and
+    # --mixup) are parsed, and checked, once: when the run's plan is resolved (trainers/plan.py).
 
 
 # Where and how long a run executes, and what it logs, not what it computes: a re-run may change

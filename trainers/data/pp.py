@@ -72,17 +72,11 @@ def eval_pipeline(config):
     return image_ops
 
 
-def check(config):
-    """Both pipelines of a run built once, so that a bad op or argument is one line before training."""
-    image_ops, batch_ops = train_pipeline(config)
-    ops.Chain(image_ops)
+def check(train_ops, batch_ops, eval_ops):
+    """Builds the pipelines' ops once, so that a bad op argument is one line before training."""
+    ops.Chain(train_ops)
     ops.BatchChain(batch_ops)
-    ops.Chain(eval_pipeline(config))
-
-
-def mixes(config):
-    """Whether training mixes pairs of examples (Mixup), which needs an even per-replica batch."""
-    return any(name == "mixup" for name, _ in train_pipeline(config)[1])
+    ops.Chain(eval_ops)
 
 
 def _given(config, name):

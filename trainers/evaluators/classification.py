@@ -45,18 +45,19 @@ class ClassificationEvaluator(Evaluator):
 def create(name, context, *, split=None, every=None):
     """evals entry: `split` a split (tags NAME/accuracy, ...) or name=split pairs as --eval_splits
     takes (tags per name; the default: --eval_splits); `every` steps (default: --eval_every)."""
-    config = context.config
-    split = config.eval_splits if split is None else split
-    if not isinstance(split, str) or not split.strip():
+    if split is None:
+        splits = dict(context.eval_splits)
+    elif not isinstance(split, str) or not split.strip():
         raise UsageError(
             f"evals.{name}.split must be a split such as 'test' or name=split pairs, got {split!r}"
         )
-    splits = parse_eval_splits(split) if "=" in split else {name: split.strip()}
+    else:
+        splits = parse_eval_splits(split) if "=" in split else {name: split.strip()}
     datasets = {
         key: data.distribute(context.strategy, context.eval_input(value)) for key, value in splits.items()
     }
     return ClassificationEvaluator(
-        context.trainer, datasets, every=registry.every(name, every, config.eval_every)
+        context.trainer, datasets, every=registry.every(name, every, context.config.eval_every)
     )
 
 

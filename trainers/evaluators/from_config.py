@@ -16,7 +16,7 @@ evals empty (the default): the evaluators the flags give, as runs had them befor
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from trainers.errors import UsageError, first_line
 
@@ -34,6 +34,7 @@ class Context:
     spec: object  # the dataset's DatasetSpec
     trainer: object  # the engine's Trainer; trainer.model is the model evaluated
     eval_input: Callable  # split -> the evaluation InputFn of that split (--pp_eval, one pass, padded)
+    eval_splits: Mapping  # name -> split of --eval_splits, parsed once (trainers/plan.py)
 
 
 def parse(value):

@@ -1,0 +1,108 @@
+"""A training run's config resolved once, right after validation, into the values it runs on.
+
+The flags and a Python config say things in text ("auto", "minival=train[90%:],test=test",
+"decode|resize(224)|mixup(0.5)"); the run needs them parsed, checked against the hardware and
+decided ("auto" precision and XLA for this device). `resolve` does all of that in one place, so
+each is parsed once, and a bad value is one `UsageError` line before anything is built or
+written. The parts of a run are handed the Plan's fields, not the ConfigDict.
+"""
+
+import dataclasses
+import types
+
+import tensorflow as tf
+
+from trainers import distribute, engines, model_builder, precision
+from trainers.data import pp
+from trainers.errors import UsageError
+from trainers.flags import parse_accum_steps, parse_eval_splits
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    engine: str  # "tf" or "jax" (trainers/engines.py)
+    replicas: int  # devices in sync, over every process
+    batch_size: int  # the global batch of one update
+    accum_steps: object  # micro-batches per update: an int, or "auto" (decided with the model: memory.py)
+    seed: int
+    train_split: str
+    examples_per_class: object  # the training split's subset (None: every example)
+    eval_splits: types.MappingProxyType  # name -> split of the classification evaluation, in order
+    train_ops: tuple  # ((op name, kwargs), ...): the image ops of training (trainers/data/pp.py)
+    batch_ops: tuple  # the batch ops of training (Mixup)
+    eval_ops: tuple  # the image ops of evaluation
+    jit: bool  # XLA for the step
+    precision: str  # "none", "bfloat16" or "float16": "auto" decided for this device
+    precision_note: str  # the banner's reason for that precision
+    params: object  # the --weights file's parameters, read once; None: nothing read yet
+
+    @property
+    def mixes(self):
+        """Whether training mixes pairs of examples (Mixup), which needs an even per-replica batch."""
+        return any(name == "mixup" for name, _ in self.batch_ops)
+
+
+def resolve(config, strategy):
+    """The Plan of a validated training `config` under `strategy`."""
+    accum_steps = parse_accum_steps(config.accum_steps)
+    eval_splits = parse_eval_splits(config.eval_splits)
+    if not eval_splits:
+        raise UsageError("--eval_splits is empty; give at least one name=split pair.")
+    train_ops, batch_ops = pp.train_pipeline(config)
+    eval_ops = pp.eval_pipeline(config)
+    pp.check(train_ops, batch_ops, eval_ops)  # a bad op argument is one line here
+    replicas = strategy.num_replicas_in_sync
+    check_batch(config.batch_size, replicas, accum_steps, mixes=any(n == "mixup" for n, _ in batch_ops))
+    jit = use_jit(config.jit_compile, strategy)
+    hidden_size, num_patches = model_builder.encoder_size(config)
+    mixed_precision, precision_note = precision.resolve(
+        config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches
+    )
+    return Plan(
+        engine=config.engine,
+        replicas=replicas,
+        batch_size=config.batch_size,
+        accum_steps=accum_steps,
+        seed=config.seed,
+        train_split=config.train_split,
+        examples_per_class=config.examples_per_class or None,
+        eval_splits=types.MappingProxyType(eval_splits),
+        train_ops=tuple(train_ops),
+        batch_ops=tuple(batch_ops),
+        eval_ops=tuple(eval_ops),
+        jit=jit,
+        precision=mixed_precision,
+        precision_note=precision_note,
+        params=model_builder.params_read(config),
+    )
+
+
+def check_batch(batch_size, replicas, accum_steps, mixes):
+    """The global batch splits evenly into replicas x micro-batches (and into pairs, for Mixup)."""
+    accum = 1 if accum_steps == "auto" else accum_steps  # auto picks a divisor of the per-replica batch
+    if batch_size % accum:
+        raise UsageError(f"--batch_size {batch_size} is not divisible by --accum_steps {accum}.")
+    if batch_size % (replicas * accum):
+        raise UsageError(
+            f"--batch_size {batch_size} is not divisible by {replicas} replicas x --accum_steps "
+            f"{accum}; use a multiple of {replicas * accum}."
+        )
+    if mixes and (batch_size // replicas) % 2:
+        raise UsageError(
+            f"Mixup mixes pairs of examples: --batch_size {batch_size} must be a multiple of "
+            f"2 x {replicas} replicas."
+        )
+
+
+def use_jit(setting, strategy):
+    """XLA for the per-replica step. "auto": on GPUs only. TPUStrategy compiles the whole step
+    with XLA anyway. On CPU, "true" works for any number of replicas (loop.Trainer), but the
+    step measured slower under XLA than without (docs/guides/benchmarks.md), so "auto" leaves
+    it off there."""
+    if engines.is_jax(strategy):
+        return True  # the jax engine always compiles its step
+    if setting != "auto":
+        return setting == "true"
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return False
+    return distribute.all_gpus(distribute.worker_devices(strategy))
