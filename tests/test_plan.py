@@ -1,0 +1,95 @@
+"""trainers.plan: the config's text fields parsed once, the hardware's decisions taken once, and
+the weights file's parameters carried from the command line to the model."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from configs import finetune as finetune_config
+from keras_vit import weights as weights_lib
+from trainers import finetune, model_builder, training
+from trainers import flags as trainer_flags
+from trainers import plan as plan_lib
+from trainers.data import ops
+from trainers.errors import UsageError
+
+ONE = tf.distribute.get_strategy()
+
+
+def _config(**values):
+    config = finetune_config.get_config("digits")
+    config.update({"workdir": "/tmp/unused", "image_size": 16, "batch_size": 8, **values})
+    return config
+
+
+def test_the_text_fields_come_parsed_and_in_order():
+    config = _config(
+        accum_steps="2",
+        eval_splits="val=train[:10%], test=test",
+        pp_train="decode|resize(16)|value_range(-1,1)|mixup(0.5)",
+        pp_eval="decode|resize(16)|value_range(-1,1)",
+    )
+    plan = plan_lib.resolve(config, ONE)
+    assert plan.accum_steps == 2 and plan.replicas == 1 and plan.batch_size == 8
+    assert list(plan.eval_splits.items()) == [("val", "train[:10%]"), ("test", "test")]
+    assert [name for name, _ in plan.train_ops] == ["decode", "resize", "value_range"]
+    assert plan.batch_ops == (("mixup", {"p": 0.5}),) and plan.mixes
+    assert plan.eval_ops == plan.train_ops  # the same three image ops
+    assert (plan.precision, plan.jit) == ("none", False)  # this CPU: float32, no XLA
+
+
+def test_empty_pp_fields_give_the_flags_pipelines():
+    config = _config(augreg="medium1", crop_min_area=0.5)
+    plan = plan_lib.resolve(config, ONE)
+    assert list(plan.train_ops) == ops.train_ops(config) and list(plan.eval_ops) == ops.eval_ops(16)
+    assert plan.batch_ops == (("mixup", {"p": 0.2}),)  # medium1's Mixup
+
+
+def test_the_plan_cannot_be_changed_after_it_is_resolved():
+    plan = plan_lib.resolve(_config(), ONE)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.batch_size = 16
+    with pytest.raises(TypeError):
+        plan.eval_splits["extra"] = "train"
+
+
+@pytest.mark.parametrize(
+    "values, replicas, message",
+    [
+        (dict(accum_steps="3"), 1, "--batch_size 8 is not divisible by --accum_steps 3."),
+        (dict(batch_size=12, accum_steps="4"), 2, "--batch_size 12 is not divisible by 2 replicas x"),
+        (dict(eval_splits=" , "), 1, "--eval_splits is empty"),
+        (dict(pp_eval="decode|resize(0)"), 1, "image op resize(size=0)"),
+    ],
+)
+def test_a_bad_combination_is_one_line(values, replicas, message):
+    strategy = ONE if replicas == 1 else tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with pytest.raises(Exception) as error:
+        plan_lib.resolve(_config(**values), strategy)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+    assert isinstance(error.value, (UsageError, ValueError))
+
+
+def test_the_weights_file_is_read_once_from_the_command_line_to_the_model(tmp_path, monkeypatch):
+    source = keras_vit.ViT(
+        image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, num_classes=10
+    )
+    path = str(tmp_path / "small.npz")
+    weights_lib.save_npz(source, path)
+    reads = []
+    read_params = weights_lib.read_params
+    monkeypatch.setattr(weights_lib, "read_params", lambda p, *a: reads.append(p) or read_params(p, *a))
+    config = trainer_flags.parse_flags(
+        ["finetune", "--dataset=digits", f"--weights={path}", "--image_size=16", "--batch_size=8"],
+        finetune.get_config,
+    )
+    plan = plan_lib.resolve(config, ONE)
+    assert reads == [path] and plan.params is not None
+    assert model_builder.params_read(config) is None  # handed to the plan, not left behind
+    built = training.build_trainer(config, ONE, type("Spec", (), {"num_classes": 10}), plan)
+    assert reads == [path]  # the model was loaded from the plan's parameters
+    loaded = built.trainer.model.get_layer("embedding").kernel.numpy()
+    np.testing.assert_array_equal(loaded, source.get_layer("embedding").kernel.numpy())
