@@ -194,3 +194,6 @@ def test_a_run_with_two_evaluators_and_pp_strings_writes_both_tags(tmp_path, cap
     assert results["eval"]["test"]["accuracy"] <= results["top5/top5_accuracy"] <= 1
     out = capsys.readouterr().out
     assert "step 2  test: accuracy" in out and "step 2  top5: top5/top5_accuracy" in out
+    # The banner names the split the classification evaluator reads, not --eval_splits'.
+    (data_line,) = [line for line in out.splitlines() if line.startswith("data:")]
+    assert data_line.endswith("eval test ? (test[:64])"), data_line  # a slice's size is not counted

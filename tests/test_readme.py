@@ -1009,7 +1009,6 @@ def test_memory_benchmark_table():
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_engine_commands(tmp_path):
     """The jax engine's commands, shortened, in child processes (Keras' backend is per process)."""
     items = matching(r"^python -m trainers\.finetune --engine=jax")

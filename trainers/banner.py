@@ -64,7 +64,7 @@ def lines(
         f"model:    {variants.describe(model)} ({_millions(model.count_params())} parameters), "
         f"{config.image_size} px, {tokens} tokens, weights: {weights}",
         f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({config.train_split}); "
-        f"eval {_split_sizes(spec, eval_splits)}",
+        f"eval {_split_sizes(spec, eval_splits) if eval_splits else 'none (no classification evaluator)'}",
         f"hardware: {engines.name(strategy)} engine, {distribute.describe(strategy)}; "
         f"XLA {'on' if jit else 'off'}; "
         f"precision {precision_note}{_threads(config, engines.name(strategy))}",

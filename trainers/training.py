@@ -191,7 +191,8 @@ class _Run:
             spec=self.spec,
             strategy=strategy,
             model=trainer.model,
-            eval_splits=plan.eval_splits,
+            # What the classification evaluators read: --eval_splits, or the splits --evals names.
+            eval_splits=self.classification.splits,
             accum_steps=trainer.accum_steps,
             memory_note=self.built.memory_note,
             precision_note=self.built.precision_note,

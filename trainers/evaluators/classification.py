@@ -15,9 +15,10 @@ class ClassificationEvaluator(Evaluator):
 
     name = "eval"
 
-    def __init__(self, trainer, datasets, every):
+    def __init__(self, trainer, datasets, every, splits=None):
         self.trainer = trainer
         self.datasets = datasets  # split name -> distributed (images, labels, weights) dataset
+        self.splits = dict(splits or {})  # split name -> the split it reads ("test", "train[90%:]")
         self.every = every
         self.metric = trainer.metric_name
 
@@ -57,7 +58,7 @@ def create(name, context, *, split=None, every=None):
         key: data.distribute(context.strategy, context.eval_input(value)) for key, value in splits.items()
     }
     return ClassificationEvaluator(
-        context.trainer, datasets, every=registry.every(name, every, context.config.eval_every)
+        context.trainer, datasets, every=registry.every(name, every, context.config.eval_every), splits=splits
     )
 
 
@@ -68,4 +69,5 @@ def combined(evaluators, trainer):
     if len(found) == 1:
         return found[0]
     datasets = {key: value for e in found for key, value in e.datasets.items()}
-    return ClassificationEvaluator(trainer, datasets, every=0)
+    splits = {key: value for e in found for key, value in e.splits.items()}
+    return ClassificationEvaluator(trainer, datasets, every=0, splits=splits)
