@@ -1,16 +1,19 @@
 """The evaluator registry: an `evals` config's entries, their errors, the flags' default evaluators
 (the ones runs had before the field), a user's own type, and a run with two evaluators."""
 
+import dataclasses
 import json
 import os
 import sys
 import types
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from configs import finetune as finetune_config
-from trainers import data, finetune
+from trainers import data, features, finetune
+from trainers.data import pp
 from trainers.errors import UsageError
 from trainers.evaluators import classification, from_config, registry
 from trainers.evaluators.fewshot import FewShotEvaluator
@@ -196,4 +199,16 @@ def test_a_run_with_two_evaluators_and_pp_strings_writes_both_tags(tmp_path, cap
     assert "step 2  test: accuracy" in out and "step 2  top5: top5/top5_accuracy" in out
     # The banner names the split the classification evaluator reads, not --eval_splits'.
     (data_line,) = [line for line in out.splitlines() if line.startswith("data:")]
-    assert data_line.endswith("eval test ? (test[:64])"), data_line  # a slice's size is not counted
+    assert data_line.endswith("eval test 64 (test[:64])"), data_line
+
+
+def test_fewshot_features_see_images_through_the_runs_pp_eval():
+    config = _config(evals={"probe": {"type": "fewshot", "datasets": "digits:0-4", "shots": "1", "seeds": 1}})
+    plain, _ = _context(config)
+    zero_to_one = dataclasses.replace(plain, eval_ops=tuple(pp.parse("decode|resize(16)|value_range(0,1)")))
+    (default,) = from_config.build(config, plain)
+    (probe,) = from_config.build(config, zero_to_one)
+    pixels, _ = default._features(features.PIXELS, "digits_0-4", "train")
+    seen, _ = probe._features(features.PIXELS, "digits_0-4", "train")
+    assert pixels.min() == -1.0 and seen.min() == 0.0  # the flags' [-1, 1], the string's [0, 1]
+    np.testing.assert_allclose(seen, (pixels + 1) / 2, atol=1e-6)

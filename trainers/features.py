@@ -84,17 +84,17 @@ class FeatureExtractor:
 
         self._step = step
 
-    def __call__(self, spec, split, *, image_size, batch_size):
-        """(features float32 (n, d), labels int64 (n,)) of the whole `split`, in the split's order."""
+    def __call__(self, spec, split, *, image_size, batch_size, ops=None):
+        """(features float32 (n, d), labels int64 (n,)) of the whole `split`, in the split's order.
+        `ops`: the image ops (a run's --pp_eval); None: resize to `image_size`."""
         if spec.multi_label:
             raise data.DatasetError(
                 data.multi_label_refusal(
                     spec, "a linear probe", "probe a single-label dataset (e.g. cifar10, oxford_iiit_pet)"
                 )
             )
-        input_fn = data.make_input_fn(
-            spec, split, image_size=image_size, global_batch_size=batch_size, training=False
-        )
+        sizing = {"image_size": image_size} if ops is None else {"ops": list(ops)}
+        input_fn = data.make_input_fn(spec, split, global_batch_size=batch_size, training=False, **sizing)
         if self._step is None:  # pixels: the global batches, on the host
             dataset = input_fn(tf.distribute.InputContext())
         else:

@@ -81,6 +81,7 @@ class FewShotEvaluator(Evaluator):
         test_split="test",
         every=0,
         console=None,
+        ops=None,
     ):
         self.every = int(every)
         self.console = console  # shows feature extraction's progress
@@ -100,6 +101,7 @@ class FewShotEvaluator(Evaluator):
                     data.multi_label_refusal(spec, "a few-shot probe", "probe a single-label dataset")
                 )
         self.image_size = image_size
+        self.ops = ops  # the image ops of the features (a run's --pp_eval); None: resize to image_size
         self.batch_size = batch_size
         self.shots = parse_shots(shots)
         self.seeds = int(seeds)
@@ -118,7 +120,7 @@ class FewShotEvaluator(Evaluator):
             self._extractor = features.FeatureExtractor(model, self.strategy, self.console)
             self._extractor_model = model
         result = self._extractor(
-            self.specs[key], split, image_size=self.image_size, batch_size=self.batch_size
+            self.specs[key], split, image_size=self.image_size, batch_size=self.batch_size, ops=self.ops
         )
         if isinstance(model, str):
             self._pixel_cache[(key, split)] = result
@@ -172,6 +174,8 @@ def create(name, context, *, datasets=None, every=None, shots=None, seeds=None, 
                 strategy=context.strategy,
                 every=registry.every(name, every, config.fewshot_every),
                 console=Console(distribute.is_chief(context.strategy)),
+                # A --pp_eval string is how this run's model sees images, the probes' too.
+                ops=context.eval_ops or None,
             )
     except FewShotError as e:
         raise UsageError(f"few-shot evaluation: {e}") from None
