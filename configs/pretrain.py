@@ -60,10 +60,10 @@ def recipe_steps(images, epochs, batch_size=BATCH_SIZE):
 
 def get_config(dataset="imagenet2012", recipe=None, model=None):
     """The preset for `dataset`, with the Table 3 row of `recipe` (default: the dataset's) for `model`."""
+    # From the declared defaults (configs/fields.py): ViT-B/16, from scratch, 224 px, clip 1.
     c = fields(TRAINING + ("recipe", "objective", "masked_target"))
     c.dataset = dataset
-    c.model = model or "ViT-B_16"
-    c.weights = "none"
+    c.model = model or c.model
     c.recipe = recipe or default_recipe(dataset)
     if c.recipe not in RECIPES:
         # The flag's allowed values are checked with the others; keep the preset buildable meanwhile.
@@ -76,13 +76,11 @@ def get_config(dataset="imagenet2012", recipe=None, model=None):
     c.decay_type = row["decay_type"]
     c.weight_decay = row["weight_decay"]
     c.dropout_rate = row["dropout_rate"]
-    c.loss = row.get("loss", "softmax")
+    c.loss = row.get("loss", c.loss)
     c.total_steps = recipe_steps(row["images"], epochs)
     c.warmup_steps = WARMUP_STEPS
     c.batch_size = BATCH_SIZE
-    c.image_size = 224
     c.optimizer = "adam"
-    c.grad_norm_clip = 1.0
     c.pre_logits = True
     c.eval_every = 5000
     c.checkpoint_every = 1000
