@@ -1,5 +1,9 @@
 """Every configuration field, declared once: its default, its allowed values and its help text.
 
+The allowed values are the ones the module that acts on the field declares (the training loop
+its losses, trainers/optimizers.py its optimizers, ...), imported here, so a flag cannot offer a
+value its code does not take.
+
 The presets (configs/finetune.py, pretrain.py, fewshot.py) start from these defaults with
 `fields(...)` and change values, never declare new fields; the trainers' command-line flags,
 their `--help` and the flag table of docs/reference/flags.md are generated from here (trainers/flags.py,
