@@ -1,8 +1,9 @@
 """Experiment presets: one module per trainer, `get_config(dataset)` returns plain data.
 
-Every field is declared once, with its default, allowed values and help, in configs/fields.py;
-it is also a command-line flag of the trainer (`--total_steps=...`), and a flag that is given
-overrides the preset. `base_config()` holds the fields both training trainers share.
+Every field is declared once, with its default and help, in configs/fields.py (its allowed
+values come from the module that acts on them); it is also a command-line flag of the trainer
+(`--total_steps=...`), and a flag that is given overrides the preset. `base_config()` holds the
+fields both training trainers share. The demo's stages are presets too (configs/demo.py).
 """
 
 from configs.fields import COMMON, TRAINING, fields

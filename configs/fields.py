@@ -1,5 +1,9 @@
 """Every configuration field, declared once: its default, its allowed values and its help text.
 
+The allowed values are the ones the module that acts on the field declares (the training loop
+its losses, trainers/optimizers.py its optimizers, ...), imported here, so a flag cannot offer a
+value its code does not take.
+
 The presets (configs/finetune.py, pretrain.py, fewshot.py) start from these defaults with
 `fields(...)` and change values, never declare new fields; the trainers' command-line flags,
 their `--help` and the flag table of docs/reference/flags.md are generated from here (trainers/flags.py,
@@ -10,6 +14,19 @@ import dataclasses
 
 import ml_collections
 
+# First, so that the trainers pick Keras' backend (trainers/engine_env.py) before the library loads it.
+import trainers  # noqa: F401
+from configs.recipes import RECIPES
+from keras_vit.masked_patches import TARGETS as MASKED_TARGETS
+from keras_vit.models import CLASSIFIERS
+from keras_vit.position_embeddings import POSEMB_TYPES
+from trainers.distribute import STRATEGIES
+from trainers.engines import ENGINES
+from trainers.loop import LOSSES
+from trainers.objectives import OBJECTIVES
+from trainers.optimizers import DECAY_TYPES, MOMENTUM_DTYPES, OPTIMIZERS
+from trainers.precision import PRECISIONS
+
 
 @dataclasses.dataclass(frozen=True)
 class Field:
@@ -18,20 +35,11 @@ class Field:
     choices: tuple = ()
 
 
-LOSSES = ("softmax", "sigmoid")
-OPTIMIZERS = ("sgd", "adam")
-MOMENTUM_DTYPES = ("float32", "bfloat16")
-DECAY_TYPES = ("cosine", "linear")
-STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
-# What runs the step (trainers/engines.py): tf.distribute, or Keras on JAX under one XLA program.
-ENGINES = ("tf", "jax")
-RECIPES = ("imagenet2012", "imagenet21k", "jft")
-# keras_vit.position_embeddings.POSEMB_TYPES (configs do not import the library; a test keeps them equal).
-POSEMB_TYPES = ("learned_1d", "learned_2d", "sincos_2d", "relative", "none")
-OBJECTIVES = ("classification", "masked_patch")
-# keras_vit.masked_patches.TARGETS (configs do not import the library).
-MASKED_TARGETS = ("mean_color", "downsampled", "l2")
-# "How to train your ViT?" levels, weakest to strongest (trainers/data/augreg.py holds their values).
+# The allowed values of a flag belong to the module that acts on them; they are offered here.
+# Not yet owned elsewhere: --jit_compile's (read by trainers/training.py, which imports this
+# module) and the AugReg levels (trainers/data/augreg.py holds their values and checks the names:
+# the data package reads the declared defaults from here, so it cannot be imported here).
+JIT_COMPILE = ("auto", "true", "false")
 AUGREG_LEVELS = ("none", "light1", "light2", "medium1", "medium2", "strong1", "strong2")
 
 FIELDS = {
@@ -93,7 +101,7 @@ FIELDS = {
     "num_layers": Field(0, "override the variant's depth (0 = the variant's)"),
     "num_heads": Field(0, "override the variant's attention heads (0 = the variant's)"),
     "mlp_dim": Field(0, "override the variant's MLP width (0 = the variant's)"),
-    "classifier": Field("token", "token (class token) or gap (global average pooling)", ("token", "gap")),
+    "classifier": Field("token", "token (class token) or gap (global average pooling)", CLASSIFIERS),
     "pre_logits": Field(False, "add the tanh pre-logits layer (size = hidden size) before the head"),
     "posemb": Field(
         "learned_1d",
@@ -122,7 +130,7 @@ FIELDS = {
         "pre-training recipe, a row of the paper's Table 3: imagenet2012, "
         "imagenet21k or jft (default: the dataset's; sets lr, decay, weight decay, dropout, loss "
         "and steps)",
-        RECIPES,
+        tuple(RECIPES),
     ),
     "objective": Field(
         "classification",
@@ -211,13 +219,13 @@ FIELDS = {
         "8.0+, CPUs with AMX (AVX-512 BF16 alone measured slower) with XLA off for models ViT-Ti wide "
         "or wider on 64+ patches; float32 elsewhere), none (float32), bfloat16, or float16 (GPUs, with "
         "loss scaling)",
-        ("auto", "none", "bfloat16", "float16"),
+        PRECISIONS,
     ),
     "jit_compile": Field(
         "auto",
         "XLA for the step: auto (on GPUs; off on CPU, where the step measured slower with it), "
         "true (any device and replica count) or false",
-        ("auto", "true", "false"),
+        JIT_COMPILE,
     ),
     # Few-shot probes during training (any trainer).
     "fewshot_datasets": Field("", "comma-separated datasets for few-shot linear probes during training"),

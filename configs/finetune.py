@@ -46,22 +46,16 @@ LONG = {"cifar10": (10_000, 500), "cifar100": (10_000, 500), "imagenet2012": (20
 
 
 def get_config(dataset="oxford_iiit_pet"):
+    # The declared defaults (configs/fields.py) are the transfer recipe: ViT-B/16, SGD, base_lr
+    # 0.01 and the sweep's grid (appendix B.1.1 / Table 4), no weight decay, cosine decay, batch
+    # 512, clip 1, no dropout, no pre-logits layer (vit_jax drops it when fine-tuning) and a new
+    # zero head even when the loaded one has the right class count (--new_head).
     c = fields(TRAINING + ("new_head", "sweep_lrs"))
     c.dataset = dataset
-    c.model = "ViT-B_16"
     c.weights = "imagenet21k"
     c.image_size = 384
-    c.optimizer = "sgd"
     # A number, or "sweep" (see above): the field takes both, so it is typed object.
-    c.base_lr = ml_collections.FieldReference(0.01, field_type=object)
-    c.sweep_lrs = "0.001,0.003,0.01,0.03"  # the paper's grid, appendix B.1.1 / Table 4
-    c.weight_decay = 0.0
-    c.decay_type = "cosine"
-    c.batch_size = 512
-    c.grad_norm_clip = 1.0
-    c.pre_logits = False  # vit_jax drops the pre-logits layer when fine-tuning
-    c.new_head = True  # zero the loaded head even when its class count matches
-    c.dropout_rate = 0.0
+    c.base_lr = ml_collections.FieldReference(c.base_lr, field_type=object)
     c.total_steps, c.warmup_steps = LONG.get(dataset, (500, 100))
     if dataset in TRANSFER_SPLITS:
         c.train_split, c.eval_splits = TRANSFER_SPLITS[dataset]

@@ -44,37 +44,10 @@ import math
 
 from configs import DIGITS, TRANSFER_SPLITS
 from configs.fields import TRAINING, fields
+from configs.recipes import JFT_BY_MODEL, RECIPES
 
 BATCH_SIZE = 4096
 WARMUP_STEPS = 10_000
-
-# Table 3 of the paper, one entry per upstream dataset. `images` is the training set the epochs
-# count (ImageNet-1k train; ImageNet-21k fall 2011 release; JFT-300M's 303M images).
-RECIPES = {
-    "imagenet2012": dict(
-        images=1_281_167, epochs=300, base_lr=3e-3, decay_type="cosine", weight_decay=0.3, dropout_rate=0.1
-    ),
-    "imagenet21k": dict(
-        images=14_197_122,
-        epochs=90,
-        base_lr=1e-3,
-        decay_type="linear",
-        weight_decay=0.03,
-        dropout_rate=0.1,
-        loss="sigmoid",
-    ),
-    "jft": dict(
-        images=303_000_000,
-        epochs=7,
-        base_lr=8e-4,
-        decay_type="linear",
-        weight_decay=0.1,
-        dropout_rate=0.0,
-        loss="sigmoid",
-    ),
-}
-# JFT-300M rows that differ from the ViT-B one: (learning rate, epochs).
-JFT_BY_MODEL = {"ViT-L_32": (6e-4, 7), "ViT-L_16": (4e-4, 7), "ViT-H_14": (3e-4, 14)}
 
 
 def default_recipe(dataset):
@@ -87,10 +60,10 @@ def recipe_steps(images, epochs, batch_size=BATCH_SIZE):
 
 def get_config(dataset="imagenet2012", recipe=None, model=None):
     """The preset for `dataset`, with the Table 3 row of `recipe` (default: the dataset's) for `model`."""
+    # From the declared defaults (configs/fields.py): ViT-B/16, from scratch, 224 px, clip 1.
     c = fields(TRAINING + ("recipe", "objective", "masked_target"))
     c.dataset = dataset
-    c.model = model or "ViT-B_16"
-    c.weights = "none"
+    c.model = model or c.model
     c.recipe = recipe or default_recipe(dataset)
     if c.recipe not in RECIPES:
         # The flag's allowed values are checked with the others; keep the preset buildable meanwhile.
@@ -103,13 +76,11 @@ def get_config(dataset="imagenet2012", recipe=None, model=None):
     c.decay_type = row["decay_type"]
     c.weight_decay = row["weight_decay"]
     c.dropout_rate = row["dropout_rate"]
-    c.loss = row.get("loss", "softmax")
+    c.loss = row.get("loss", c.loss)
     c.total_steps = recipe_steps(row["images"], epochs)
     c.warmup_steps = WARMUP_STEPS
     c.batch_size = BATCH_SIZE
-    c.image_size = 224
     c.optimizer = "adam"
-    c.grad_norm_clip = 1.0
     c.pre_logits = True
     c.eval_every = 5000
     c.checkpoint_every = 1000

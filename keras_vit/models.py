@@ -23,6 +23,8 @@ from keras_vit.variants import VARIANTS
 
 DEFAULT_IMAGE_SIZE = grids.DEFAULT_IMAGE_SIZE
 DEFAULT_CLASSES = 1000
+# What the head reads: the class token, or the mean of the patch tokens (global average pooling).
+CLASSIFIERS = ("token", "gap")
 # Keras' own arguments of a model, besides the ViT's.
 _KERAS_ARGUMENTS = ("name", "trainable", "dtype")
 
@@ -154,7 +156,7 @@ class ViT(keras.Model):
             # call the model. Only the model's own name: its layers' names are the weight format.
             uid = keras.backend.get_uid("vit")
             kwargs["name"] = "vit" if uid == 1 else f"vit_{uid - 1}"
-        if classifier not in ("token", "gap"):
+        if classifier not in CLASSIFIERS:
             raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
         if pooling not in (None, "token", "gap"):
             raise ValueError(f"pooling must be None, 'token' or 'gap', got {pooling!r}.")

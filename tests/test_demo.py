@@ -11,7 +11,9 @@ from trainer_cli import ROOT, command, read_results, scalar_tags
 from trainer_cli import _env as cli_env
 
 from benchmarks import report
-from trainers import demo, reproducible, validation
+from configs import demo as demo_config
+from trainers import demo, fewshot, finetune, pretrain, reproducible, validation
+from trainers.flags import parse_flags
 
 STAGES = (
     "pretrain",
@@ -130,6 +132,34 @@ def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys, monk
     }
 
 
+def _as_flags(fields):
+    return [
+        f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
+        for name, value in fields.items()
+    ]
+
+
+@pytest.mark.parametrize("engine", ["tf", "jax"])
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_is_a_preset_its_trainers_command_line_gives(tmp_path, stage, engine):
+    """What the demo runs is the stage's preset (configs/demo.py), and that is the trainer's own
+    preset with the stage's fields given as flags: the one way a named set of settings is made."""
+    workdir = str(tmp_path / "demo")
+    trainer, config = demo.stage_configs(workdir, **SMALL, engine=engine)[stage]
+    assert tuple(demo_config.STAGES) == STAGES and demo_config.STAGES[stage] == trainer
+    assert config.to_dict() == demo_config.get_config(stage, workdir, **SMALL, engine=engine).to_dict()
+    given = demo_config.stage_flags(stage, workdir, **SMALL, engine=engine)
+    module = {"pretrain": pretrain, "fewshot": fewshot, "finetune": finetune}[trainer]
+    parsed = parse_flags([trainer, *_as_flags(given)], module.get_config)
+    assert parsed.to_dict() == config.to_dict()
+
+
+def test_the_demo_runs_the_stages_presets_at_its_full_budget_by_default(tmp_path):
+    full = demo.stage_configs(str(tmp_path), **demo.FULL)
+    for stage, (_, config) in full.items():
+        assert config.to_dict() == demo_config.get_config(stage, str(tmp_path)).to_dict(), stage
+
+
 def test_stages_pin_what_varies_by_machine(tmp_path):
     for name, (trainer, config) in demo.stage_configs(str(tmp_path), **SMALL).items():
         assert config.cpu_threads == reproducible.CPU_THREADS, name
@@ -141,10 +171,7 @@ def test_a_stage_runs_pinned_as_its_command_with_nothing_on_stderr(tmp_path):
     """The demo's last stage as `python -m trainers.finetune` with its config's flags, in the
     environment `python -m trainers.demo` sets: its banner names the pins, stderr stays empty."""
     _, config = demo.stage_configs(str(tmp_path / "demo"), **SMALL)["scratch_10per_class"]
-    flags = [
-        f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
-        for name, value in config.items()
-    ]
+    flags = _as_flags(config)
     env = dict(cli_env(), **reproducible.ENVIRONMENT)
     del env["TF_CPP_MIN_LOG_LEVEL"]  # as a user runs it: the trainers hide TensorFlow's own lines
     proc = subprocess.run(

@@ -4,6 +4,7 @@ A person starting a week-long run wants to see, before it starts, that it is the
 hardware, batch and schedule they meant; a log read later wants the same facts at its top.
 """
 
+from configs.fields import FIELDS
 from keras_vit import variants
 from trainers import distribute, engines, memory, reproducible
 
@@ -36,7 +37,7 @@ def _threads(config, engine):
     """A run that sets --cpu_threads asks for the same rounding on any CPU: whether the
     process's CPU kernels are pinned too (trainers/reproducible.py) belongs beside it. Under the
     jax engine the count is tf.data's only: XLA runs the step on its own threads."""
-    threads = config.get("cpu_threads", 0)
+    threads = config.get("cpu_threads", FIELDS["cpu_threads"].default)
     if not threads:
         return ""
     whose = " for tf.data" if engine == "jax" else ""

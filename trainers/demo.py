@@ -12,7 +12,8 @@ scans, upsampled) twice: supervised (the labels), and self-supervised by masked 
 The masked-patch target is the mean colour of each 4x4 patch in 3 bits per channel: the digits
 are grey (R = G = B), so of the 512 colour classes only the 8 grey levels occur.
 Every stage is a run of the trainers users run (trainers.pretrain, trainers.finetune,
-trainers.fewshot, through their run(config)), each in its own WORKDIR/<stage> with its
+trainers.fewshot, through their run(config)), its config a preset of configs/demo.py (the
+trainer's own preset with the stage's flags), each in its own WORKDIR/<stage> with its
 TensorBoard logs. The table is printed and WORKDIR/results.json gets every number.
 Re-running the same command resumes (finished stages are not redone).
 Every stage pins what makes float32 CPU runs round differently on different machines (PINNED,
@@ -33,44 +34,24 @@ import time
 
 from absl import flags
 
-from configs import DIGITS_ARCHITECTURE
-from configs import fewshot as fewshot_config
-from configs import finetune as finetune_config
-from configs import pretrain as pretrain_config
-from configs.fields import ENGINES, FIELDS
+from configs import demo as demo_config
+from configs.demo import (
+    ARCHITECTURE,
+    DEFAULT_ENGINE,
+    FEW_PER_CLASS,
+    FULL,
+    PINNED,  # noqa: F401  (the stages' pins, what run(pinned=...) replaces)
+    SHOTS,
+    SMALL,
+)
+from configs.fields import FIELDS
 from keras_vit import fileio
 from trainers import cli, console, fewshot, finetune, pretrain, reproducible
 from trainers import results as results_lib
+from trainers.engines import ENGINES
 from trainers.errors import UsageError
 
-UPSTREAM, DOWNSTREAM = "digits:0-4", "digits:5-9"
 UPSTREAM_CLASSES, DOWNSTREAM_CLASSES = range(0, 5), range(5, 10)
-SHOTS = (1, 5, 10)
-FEW_PER_CLASS = 10
-
-# The digits presets' model (configs/__init__.py).
-ARCHITECTURE = DIGITS_ARCHITECTURE
-# Step budgets (batch 64), chosen to fit `make demo` into minutes on 2 CPU cores (the README
-# has the measured time).
-FULL = dict(pretrain_steps=1500, finetune_steps=800, few_finetune_steps=200, seeds=5)
-# --small, the smoke test: every stage runs, with a few steps each.
-SMALL = dict(pretrain_steps=40, finetune_steps=20, few_finetune_steps=10, seeds=2)
-
-
-# What the stages pin so the table is the same on any x86-64 CPU (trainers/reproducible.py):
-# float32 whatever the CPU's instruction set (--mixed_precision=auto would pick by it), no XLA,
-# and a fixed number of kernel threads. The process pins the CPU kernels themselves.
-PINNED = dict(mixed_precision="none", jit_compile="false", cpu_threads=reproducible.CPU_THREADS)
-DEFAULT_ENGINE = FIELDS["engine"].default
-
-
-def engine_fields(pinned, engine):
-    """The stages' pinned fields and engine: the jax engine always compiles its step with XLA,
-    so its stages leave --jit_compile at auto."""
-    fields = dict(pinned, engine=engine)
-    if engine == "jax":
-        fields.pop("jit_compile", None)
-    return fields
 
 
 def stage_configs(
@@ -83,104 +64,21 @@ def stage_configs(
     pinned=None,
     engine=DEFAULT_ENGINE,
 ):
-    """{stage name: (trainer module name, config)} in the order they run. `pinned`: PINNED's
-    fields (default PINNED; the few-shot trainer takes only cpu_threads, it runs in float32).
-    `engine`: what runs every stage (--engine)."""
-    pinned = engine_fields(PINNED if pinned is None else pinned, engine)
-    pretrained = fileio.join(workdir, "pretrain", "model.npz")
-    masked_pretrained = fileio.join(workdir, "pretrain_masked_patch", "model.npz")
-    stages = {}
-
-    pre = pretrain_config.get_config("digits")
-    pre.update(ARCHITECTURE)
-    pre.update(
-        dataset=UPSTREAM,
-        workdir=fileio.join(workdir, "pretrain"),
-        pre_logits=True,
-        total_steps=pretrain_steps,
-        warmup_steps=max(1, pretrain_steps // 10),
-        base_lr=2e-3,
-        weight_decay=0.1,
-        batch_size=64,
-        steps_per_loop=_loop(pretrain_steps),
-        eval_every=_every(pretrain_steps),
-        checkpoint_every=_every(pretrain_steps),
-        fewshot_datasets=DOWNSTREAM,
-        fewshot_every=_every(pretrain_steps),
-        fewshot_shots=",".join(map(str, SHOTS)),
-        fewshot_seeds=seeds,
-        **pinned,
+    """{stage name: (trainer module name, config)} in the order they run: the stages' presets
+    (configs/demo.py) for these settings. `pinned`: PINNED's fields (default PINNED); `engine`:
+    what runs every stage (--engine)."""
+    settings = dict(
+        pretrain_steps=pretrain_steps,
+        finetune_steps=finetune_steps,
+        few_finetune_steps=few_finetune_steps,
+        seeds=seeds,
+        pinned=pinned,
+        engine=engine,
     )
-    stages["pretrain"] = ("pretrain", pre)
-
-    # The same run without labels: masked patch prediction (it trains no pre-logits layer).
-    masked = pre.copy_and_resolve_references()
-    masked.update(
-        workdir=fileio.join(workdir, "pretrain_masked_patch"),
-        objective="masked_patch",
-        masked_target="mean_color",
-        pre_logits=False,
-    )
-    stages["pretrain_masked_patch"] = ("pretrain", masked)
-
-    for name, weights, model in (
-        ("fewshot", pretrained, ARCHITECTURE["model"]),
-        ("fewshot_masked_patch", masked_pretrained, ARCHITECTURE["model"]),
-        ("fewshot_random_init", "none", ARCHITECTURE["model"]),
-        ("fewshot_pixels", "none", "pixels"),
-    ):
-        fs = fewshot_config.get_config(DOWNSTREAM)
-        fs.update(ARCHITECTURE)
-        fs.update(
-            dataset=DOWNSTREAM,
-            workdir=fileio.join(workdir, name),
-            weights=weights,
-            pre_logits=weights == "none",
-            shots=",".join(map(str, SHOTS)),
-            seeds=seeds,
-            cpu_threads=pinned["cpu_threads"],
-            engine=engine,
-        )
-        if model == "pixels":
-            fs.update(model="pixels", image_size=8)  # the scans' own 8x8 pixels, no resampling
-        stages[name] = ("fewshot", fs)
-
-    for name, weights, per_class, steps in (
-        ("finetune", pretrained, 0, finetune_steps),
-        ("finetune_10per_class", pretrained, FEW_PER_CLASS, few_finetune_steps),
-        ("finetune_masked_patch", masked_pretrained, 0, finetune_steps),
-        ("finetune_masked_patch_10per_class", masked_pretrained, FEW_PER_CLASS, few_finetune_steps),
-        ("scratch", "none", 0, finetune_steps),
-        ("scratch_10per_class", "none", FEW_PER_CLASS, few_finetune_steps),
-    ):
-        ft = finetune_config.get_config("digits")
-        ft.update(ARCHITECTURE)
-        ft.update(
-            dataset=DOWNSTREAM,
-            workdir=fileio.join(workdir, name),
-            weights=weights,
-            examples_per_class=per_class,
-            total_steps=steps,
-            warmup_steps=max(1, steps // 10),
-            batch_size=64 if not per_class else 50,
-            base_lr=0.03,
-            steps_per_loop=_loop(steps),
-            eval_every=_every(steps),
-            checkpoint_every=_every(steps),
-            **pinned,
-        )
-        stages[name] = ("finetune", ft)
-    return stages
-
-
-def _every(steps):
-    """Evaluation and checkpoint spacing: a quarter of the run, but at least 4 steps apart, so a
-    --small run (a few steps per stage) evaluates once or twice, not at every other step."""
-    return max(steps // 4, min(steps, 4))
-
-
-def _loop(steps):
-    return max(1, min(50, steps // 4))
+    return {
+        name: (trainer, demo_config.get_config(name, workdir, **settings))
+        for name, trainer in demo_config.STAGES.items()
+    }
 
 
 TRAINERS = {"pretrain": pretrain, "finetune": finetune, "fewshot": fewshot}

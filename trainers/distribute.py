@@ -14,8 +14,10 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from configs.fields import STRATEGIES
 from trainers.errors import StrategyError
+
+# --strategy's values; the jax engine's mesh (trainers/jax_distribute.py) takes the same.
+STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
 
 
 def create_strategy(

@@ -16,10 +16,12 @@ jax runs Keras on its JAX backend, which the process chose when it started (trai
 
 import keras
 
-from configs.fields import ENGINES
 from trainers import distribute, loop, objectives
 from trainers.engine_env import BACKENDS
 from trainers.errors import UsageError
+
+# --engine's values: tf.distribute, or Keras on JAX under one XLA program (one backend each).
+ENGINES = tuple(BACKENDS)
 
 
 def check(config):

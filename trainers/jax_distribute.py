@@ -37,8 +37,8 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from configs.fields import STRATEGIES
 from keras_vit import startup
+from trainers.distribute import STRATEGIES
 from trainers.errors import StrategyError
 
 BATCH_AXIS = "batch"

@@ -22,7 +22,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from configs.fields import LOSSES
 from trainers import loop
 
 # Checkpoint copies of integer states (the dropout layers' random-number states) are int64:
@@ -39,7 +38,7 @@ def per_example_loss(loss, labels, logits):
             return keras.losses.categorical_crossentropy(labels.astype(jnp.float32), logits, from_logits=True)
         return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
     if loss != "sigmoid":
-        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
+        raise ValueError(f"loss must be one of {', '.join(loop.LOSSES)}, got {loss!r}.")
     targets = labels.astype(jnp.float32) if multi_hot else jax.nn.one_hot(labels, logits.shape[-1])
     # max(x, 0) - x * z + log(1 + exp(-|x|)), as tf.nn.sigmoid_cross_entropy_with_logits.
     per_class = jnp.maximum(logits, 0.0) - logits * targets + jnp.log1p(jnp.exp(-jnp.abs(logits)))

@@ -24,9 +24,10 @@ as accuracy when every image has one label).
 import keras
 import tensorflow as tf
 
-from configs.fields import LOSSES
 from trainers import distribute, objectives
 
+# --loss: what the step minimises (configs/fields.py offers these as the flag's values).
+LOSSES = ("softmax", "sigmoid")
 METRIC_NAMES = {"softmax": "accuracy", "sigmoid": "prec@1"}
 
 

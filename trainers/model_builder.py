@@ -37,7 +37,7 @@ def model_kwargs(config, num_classes):
     hidden = kwargs.get("hidden_size", keras_vit.VARIANTS[config.model]["hidden_size"])
     # Masked patch prediction trains no pre-logits layer (it predicts from the patch tokens), so
     # its runs have none: the exported representation is the encoder's own.
-    masked_patch = config.get("objective", "classification") == "masked_patch"
+    masked_patch = config.get("objective", FIELDS["objective"].default) == "masked_patch"
     kwargs["representation_size"] = hidden if config.pre_logits and not masked_patch else None
     return kwargs
 
@@ -152,12 +152,13 @@ def build_model(config, num_classes, pre_logits_from_weights=False, include_top=
         ) from None
     if not include_top:
         return model
-    if weights and config.get("new_head", False):
+    # Only fine-tuning has --new_head: a pre-training run's --weights keep the head they have.
+    if weights and "new_head" in config and config.new_head:
         # The paper's fine-tuning always starts from a zero head, also when the checkpoint's
         # head happens to have the right number of classes.
         for variable in model.get_layer("head").weights:
             variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
-    if config.get("loss", "softmax") == "sigmoid":
+    if config.get("loss", FIELDS["loss"].default) == "sigmoid":
         _start_new_head_for_sigmoid(model.get_layer("head"))
     return model
 

@@ -22,6 +22,8 @@ import tensorflow as tf
 
 from keras_vit import masked_patches
 
+# --objective's values: the Trainer's own classification, or an objective of this file.
+OBJECTIVES = ("classification", "masked_patch")
 # The step number of evaluation's fixed draw (training steps count from 0).
 EVAL_DRAW = -1
 

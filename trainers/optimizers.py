@@ -15,7 +15,10 @@ import math
 import keras
 from keras import ops
 
-from configs.fields import DECAY_TYPES, MOMENTUM_DTYPES, OPTIMIZERS
+# The values of --optimizer, --decay_type and --momentum_dtype (configs/fields.py offers these).
+OPTIMIZERS = ("sgd", "adam")
+DECAY_TYPES = ("cosine", "linear")
+MOMENTUM_DTYPES = ("float32", "bfloat16")
 
 
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):

@@ -23,6 +23,8 @@ from trainers import distribute
 
 # --mixed_precision -> Keras dtype policy.
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+# --mixed_precision's values: one of the policies, or auto (resolve picks one for the hardware).
+PRECISIONS = ("auto", *POLICIES)
 CPU_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")  # as /proc/cpuinfo names them
 CPU_FAST_BFLOAT16_FLAGS = ("amx_bf16",)  # where bfloat16 measured faster than float32
 GPU_MIN_COMPUTE_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores

@@ -130,14 +130,14 @@ def check_rerun(config):
         with fileio.open(path) as f:
             recorded = json.load(f)
     except (OSError, ValueError) as e:
-        if config.get("allow_config_change", False):
+        if config.get("allow_config_change", _default("allow_config_change")):
             return
         raise UsageError(
             f"{path} is not a readable config.json ({first_line(e)}): use another --workdir, or add "
             "--allow_config_change to resume and write it anew"
         ) from None
     _check_engine(config, recorded)
-    if config.get("allow_config_change", False):
+    if config.get("allow_config_change", _default("allow_config_change")):
         return
     changes = [f"--{name}: {old!r} -> {new!r}" for name, old, new in config_changes(config, recorded)]
     if changes:
