@@ -10,7 +10,6 @@ import tensorflow as tf
 from trainer_cli import scalar_tags
 
 import keras_vit
-from configs.fields import MASKED_TARGETS
 from keras_vit import masked_patches
 from trainers import data, objectives, pretrain
 
@@ -32,8 +31,7 @@ RUN = [
 ]
 
 
-def test_the_config_offers_the_librarys_targets():
-    assert MASKED_TARGETS == masked_patches.TARGETS
+def test_pretraining_defaults_to_classification():
     assert pretrain.get_config("digits").objective == "classification"
 
 
