@@ -10,6 +10,10 @@ import dataclasses
 
 import ml_collections
 
+# configs' one import of the library: --posemb's values are the registered position-embedding
+# types, declared once (keras_vit/posembs). It loads keras_vit, and Keras, as the trainers do anyway.
+from keras_vit import posembs
+
 
 @dataclasses.dataclass(frozen=True)
 class Field:
@@ -26,13 +30,20 @@ STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
 # What runs the step (trainers/engines.py): tf.distribute, or Keras on JAX under one XLA program.
 ENGINES = ("tf", "jax")
 RECIPES = ("imagenet2012", "imagenet21k", "jft")
-# keras_vit.position_embeddings.POSEMB_TYPES (configs do not import the library; a test keeps them equal).
-POSEMB_TYPES = ("learned_1d", "learned_2d", "sincos_2d", "relative", "none")
+# The registered position-embedding types (keras_vit/posembs): the first is the default.
+POSEMB_TYPES = posembs.names()
 OBJECTIVES = ("classification", "masked_patch")
-# keras_vit.masked_patches.TARGETS (configs do not import the library).
+# keras_vit.masked_patches.TARGETS (copied: configs read no other library module; a test keeps them equal).
 MASKED_TARGETS = ("mean_color", "downsampled", "l2")
 # "How to train your ViT?" levels, weakest to strongest (trainers/data/augreg.py holds their values).
 AUGREG_LEVELS = ("none", "light1", "light2", "medium1", "medium2", "strong1", "strong2")
+
+
+def _posemb_help():
+    """'position information: learned_1d (official), ... or none', from each type's summary."""
+    named = [f"{kind.name} ({kind.summary})" if kind.summary else kind.name for kind in posembs.types()]
+    return "position information: " + ", ".join(named[:-1]) + " or " + named[-1]
+
 
 FIELDS = {
     # Data.
@@ -95,12 +106,7 @@ FIELDS = {
     "mlp_dim": Field(0, "override the variant's MLP width (0 = the variant's)"),
     "classifier": Field("token", "token (class token) or gap (global average pooling)", ("token", "gap")),
     "pre_logits": Field(False, "add the tanh pre-logits layer (size = hidden size) before the head"),
-    "posemb": Field(
-        "learned_1d",
-        "position information: learned_1d (official), learned_2d (X and Y halves), sincos_2d (fixed), "
-        "relative (attention bias per 2-D offset) or none",
-        POSEMB_TYPES,
-    ),
+    "posemb": Field(POSEMB_TYPES[0], _posemb_help(), POSEMB_TYPES),
     "dropout_rate": Field(0.0, "dropout rate in the encoder"),
     "stochastic_depth": Field(
         0.0, "stochastic depth: drop rate of the last block's residual branches (linear from 0 at the first)"
