@@ -17,9 +17,9 @@ import ml_collections
 # First, so that the trainers pick Keras' backend (trainers/engine_env.py) before the library loads it.
 import trainers  # noqa: F401
 from configs.recipes import RECIPES
+from keras_vit import posembs
 from keras_vit.masked_patches import TARGETS as MASKED_TARGETS
 from keras_vit.models import CLASSIFIERS
-from keras_vit.position_embeddings import POSEMB_TYPES
 from trainers.distribute import STRATEGIES
 from trainers.engines import ENGINES
 from trainers.loop import LOSSES
@@ -36,11 +36,20 @@ class Field:
 
 
 # The allowed values of a flag belong to the module that acts on them; they are offered here.
-# Not yet owned elsewhere: --jit_compile's (read by trainers/training.py, which imports this
+# Not yet owned elsewhere: --jit_compile's (read by trainers/plan.py, which imports this
 # module) and the AugReg levels (trainers/data/augreg.py holds their values and checks the names:
 # the data package reads the declared defaults from here, so it cannot be imported here).
 JIT_COMPILE = ("auto", "true", "false")
+# The registered position-embedding types (keras_vit/posembs): the first is the default.
+POSEMB_TYPES = posembs.names()
 AUGREG_LEVELS = ("none", "light1", "light2", "medium1", "medium2", "strong1", "strong2")
+
+
+def _posemb_help():
+    """'position information: learned_1d (official), ... or none', from each type's summary."""
+    named = [f"{kind.name} ({kind.summary})" if kind.summary else kind.name for kind in posembs.types()]
+    return "position information: " + ", ".join(named[:-1]) + " or " + named[-1]
+
 
 FIELDS = {
     # Data.
@@ -103,12 +112,7 @@ FIELDS = {
     "mlp_dim": Field(0, "override the variant's MLP width (0 = the variant's)"),
     "classifier": Field("token", "token (class token) or gap (global average pooling)", CLASSIFIERS),
     "pre_logits": Field(False, "add the tanh pre-logits layer (size = hidden size) before the head"),
-    "posemb": Field(
-        "learned_1d",
-        "position information: learned_1d (official), learned_2d (X and Y halves), sincos_2d (fixed), "
-        "relative (attention bias per 2-D offset) or none",
-        POSEMB_TYPES,
-    ),
+    "posemb": Field(POSEMB_TYPES[0], _posemb_help(), POSEMB_TYPES),
     "dropout_rate": Field(0.0, "dropout rate in the encoder"),
     "stochastic_depth": Field(
         0.0, "stochastic depth: drop rate of the last block's residual branches (linear from 0 at the first)"

@@ -8,7 +8,7 @@ Either way the package is a mix of two libraries that fails somewhere deep insid
 
 Importing this module is the check, so that it runs once, before anything reaches layers.py,
 wherever the package is entered: our __init__.py, the modules that import layers.py
-(models, position_embeddings), the command-line entry points (predict, export, convert,
+(models, position_embeddings, posembs), the command-line entry points (predict, export, convert,
 visualize) and trainers/__init__.py. The other project does not ship a file of this name, so
 the check survives its install over ours. Standard library only: it must run before Keras.
 """

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from keras_vit import fileio, keras_layout, labels
+from keras_vit import fileio, keras_layout, labels, posembs
 from keras_vit.errors import CheckpointError
 from keras_vit.hf_layout import (
     CONFIG_FILE,
@@ -86,7 +86,7 @@ def _check_exportable(model, to):
     what = None
     if getattr(model, "resnet_layers", None) is not None:
         what = "a hybrid (ResNet stem); timm's and transformers' ViTs have none in this format"
-    elif getattr(model, "posemb", "learned_1d") != "learned_1d":
+    elif not posembs.get(getattr(model, "posemb", posembs.OFFICIAL)).hf_exportable:
         what = f"posemb={model.posemb!r}; timm and transformers have learned 1-D position embeddings"
     elif model.representation_size and model.include_top:
         what = "a tanh pre-logits layer before the head, which their ViT classifiers do not have"

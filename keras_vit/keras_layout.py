@@ -14,13 +14,12 @@ import zipfile
 import h5py  # installed with Keras, which saves its weight files with it
 import numpy as np
 
-from keras_vit import grids
+from keras_vit import grids, posembs
 from keras_vit.errors import CheckpointError, first_line
 from keras_vit.layers import GELU_APPROXIMATE, LAYER_NORM_EPSILON
 from keras_vit.npz_layout import NUMERICS_EPSILON, NUMERICS_GELU_APPROXIMATE, POSEMB, POSEMB_GRID
-from keras_vit.position_embeddings import LEARNED_2D_LAYER, OWN_VARIABLES
+from keras_vit.posembs import learned_1d
 
-_TRANSFORMER_SCOPE = ("posembed_input", LEARNED_2D_LAYER, "encoder_norm")
 _KERAS_TO_FLAX = {"gamma": "scale", "beta": "bias"}
 # The attribute of a .weights.h5 file's root that records a non-square grid (npz_layout.POSEMB_GRID).
 _GRID_ATTRIBUTE = "keras_vit_posemb_grid"
@@ -32,7 +31,9 @@ def official_key(path):
     parts[-1] = _KERAS_TO_FLAX.get(parts[-1], parts[-1])
     if parts == ["cls", "token"]:
         return "cls"
-    if parts[0] in _TRANSFORMER_SCOPE or parts[0].startswith("encoderblock_"):
+    # The position types' own layers are official `Transformer/` ones, as posembed_input is;
+    # read from the registry on each call, so that a type registered later is in it too.
+    if parts[0] in ("encoder_norm", *posembs.top_level_layers()) or parts[0].startswith("encoderblock_"):
         parts.insert(0, "Transformer")
     return "/".join(parts)
 
@@ -71,9 +72,9 @@ def export_params(model):
 
 def non_square_grid(model):
     """The (h, w) grid of a model's learned 1-D position table when h != w, else None."""
-    if "posembed_input" not in {layer.name for layer in model.layers}:
+    if learned_1d.LAYER not in {layer.name for layer in model.layers}:
         return None
-    grid = tuple(int(size) for size in model.get_layer("posembed_input").grid_size)
+    grid = tuple(int(size) for size in model.get_layer(learned_1d.LAYER).grid_size)
     return grid if grid[0] != grid[1] else None
 
 
@@ -94,10 +95,9 @@ def _variable_names(layer_name, count):
         return ["gamma", "beta"][:count]
     if layer_name == "cls":
         return ["token"]
-    if layer_name == "posembed_input":
-        return ["pos_embedding"]
-    if layer_name in OWN_VARIABLES:  # the position variants' own weights (learned_2d, relative)
-        return list(OWN_VARIABLES[layer_name])
+    position_layers = posembs.layer_variables()  # the position types' own weights, by layer
+    if layer_name in position_layers:
+        return list(position_layers[layer_name])
     return ["kernel", "bias"][:count]
 
 
@@ -142,7 +142,7 @@ def _h5_params(handle, source):
 
 def _grid_of_config(config):
     """The non-square grid a saved ViT's learned 1-D position table has, from its arguments."""
-    if config.get("posemb", "learned_1d") != "learned_1d":
+    if config.get("posemb", learned_1d.TYPE.name) != learned_1d.TYPE.name:
         return None
     try:
         grid = grids.stored_grid(

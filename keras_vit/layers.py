@@ -241,6 +241,11 @@ class PositionEmbedding(keras.layers.Layer):
     def resize(self, new_grid):
         return resize_position_embedding(self.pos_embedding, self.grid_size, new_grid, self.num_prefix_tokens)
 
+    def patch_embeddings(self, grid):
+        """(h * w, D) embeddings of the patches of a (h, w) grid (the stored grid: no resize)."""
+        table = self.pos_embedding if tuple(grid) == tuple(self.grid_size) else self.resize(grid)
+        return table[0, self.num_prefix_tokens :]
+
     def get_config(self):
         config = super().get_config()
         config.update(

@@ -13,7 +13,7 @@ from keras_vit import (
     grids,
     initializers,
     keras_layout,
-    position_embeddings,
+    posembs,
     preprocessing,
     resnet,
 )
@@ -100,7 +100,8 @@ class ViT(keras.Model):
             whose grid the stored position embeddings cover on those axes (default 224;
             the constructors pass the weights' own size). Unused for a fixed size.
         posemb: position information: "learned_1d" (official), "learned_2d", "sincos_2d",
-            "relative" or "none"; see `keras_vit.position_embeddings`.
+            "relative" or "none" (see `keras_vit.position_embeddings`), or a type registered
+            with `keras_vit.posembs.register`.
         layer_norm_epsilon: epsilon of every LayerNorm (1e-6 official and timm; transformers'
             ViT configs say 1e-12).
         gelu_approximate: True: the MLP's GELU is the tanh approximation (official, Flax's
@@ -146,7 +147,7 @@ class ViT(keras.Model):
     ):
         check_arguments(kwargs, _VIT_ARGUMENTS, "ViT()")
         _check_data_format()
-        position_embeddings.check_posemb(posemb, hidden_size)
+        posembs.check(posemb, hidden_size)
         if fc_norm and classifier != "gap":
             raise ValueError(
                 "fc_norm=True normalises the mean of the patch tokens; it needs classifier='gap'."
@@ -191,18 +192,13 @@ class ViT(keras.Model):
             x = vit_layers.ClassToken(name="cls", dtype=policy)(x)
         # An any-size model's position layers read each call's grid off the patch input.
         grid_source = {"patch_input": patch_input} if dynamic else {}
+        # stored_grid: a fixed size's own grid; for any size, the grid of base_image_size.
+        position = posembs.get(posemb)
         posemb_args = (stored_grid, prefix, patch_size if dynamic else None)
-        if posemb == "learned_1d" and dynamic:
-            x = vit_layers.PositionEmbedding(
-                stored_grid, prefix, patch_size=patch_size, name="posembed_input", dtype=policy
-            )(x, patch_input)
-        elif posemb == "learned_1d":
-            x = vit_layers.PositionEmbedding(grid, prefix, name="posembed_input", dtype=policy)(x)
-        else:
-            position_layer = position_embeddings.input_layer(posemb, *posemb_args, dtype=policy)
-            if position_layer is not None:  # None: relative (in the attention) and none
-                x = position_layer(x, **grid_source)
-        attention_layer = position_embeddings.attention_layer(posemb, *posemb_args)
+        position_layer = position.input_layer(*posemb_args, dtype=policy)
+        if position_layer is not None:  # None: the type adds nothing to the tokens (relative, none)
+            x = position_layer(x, **grid_source)
+        attention_layer = position.attention_layer(*posemb_args)
         x = keras.layers.Dropout(dropout_rate, name="embedding_dropout", dtype=policy)(x)
         for index in range(num_layers):
             rate = stochastic_depth_rate * index / max(num_layers - 1, 1)
@@ -282,6 +278,8 @@ class ViT(keras.Model):
         self.fc_norm = fc_norm
         self.policy_argument = policy
         self._warned_double_scaling = False
+        # Whether the blocks take the patch input (attention_maps calls them as the model does).
+        self._blocks_take_grid = bool(grid_source and attention_layer)
 
     def get_config(self):
         return {
@@ -383,13 +381,12 @@ class ViT(keras.Model):
                 continue
             if layer.name == "embedding":
                 patch_input = x
-            if layer.name in position_embeddings.INPUT_LAYERS and layer.patch_size is not None:
+            if layer.name in posembs.input_layer_names() and layer.patch_size is not None:
                 x = layer(x, patch_input)
             else:
                 x = layer(x)
         maps = []
-        relative_any_size = self.posemb == "relative" and None in self.image_size
-        grid_source = {"patch_input": patch_input} if relative_any_size else {}
+        grid_source = {"patch_input": patch_input} if self._blocks_take_grid else {}
         for index in range(self.num_layers):
             x, probs = self.get_layer(f"encoderblock_{index}")(
                 x, training=False, return_attention_scores=True, **grid_source
@@ -466,7 +463,7 @@ def create_model(
     # Every argument is checked before any weights are read.
     check_arguments(kwargs, _VIT_ARGUMENTS, "create_model()")
     _check_data_format()
-    if weights in weights_lib.REGISTRY and kwargs.get("posemb", "learned_1d") != "learned_1d":
+    if weights in weights_lib.REGISTRY and kwargs.get("posemb", posembs.OFFICIAL) != posembs.OFFICIAL:
         raise ValueError(
             f"the official weights {weights!r} have learned 1-D position embeddings; build with "
             f"posemb='learned_1d' to load them, or without weights for posemb={kwargs['posemb']!r}."

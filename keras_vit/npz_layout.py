@@ -7,25 +7,18 @@ The canonical layout here is the original vit_jax file: Flax parameter paths joi
 its `vit.fix_old_checkpoints` and flax's `convert_pre_linen` describe, in reverse.
 """
 
-import math
 import re
 import zipfile
 
 import numpy as np
 
-from keras_vit import fileio
+from keras_vit import fileio, posembs
 from keras_vit.errors import CheckpointError, first_line
-from keras_vit.position_embeddings import ATTENTION_LAYER, LEARNED_2D_LAYER
 
-POSEMB = "Transformer/posembed_input/pos_embedding"
-# keras_vit's one addition to the layout: the (h, w) patch grid of a learned 1-D table whose
-# grid is not square, which its row count cannot tell (200 rows: 10 x 20, 20 x 10, 8 x 25...).
-# Official files have square grids and never carry it.
-POSEMB_GRID = "Transformer/posembed_input/grid_size"
-# The position variants' own weights (keras_vit.position_embeddings).
-POSEMB_X = f"Transformer/{LEARNED_2D_LAYER}/pos_embedding_x"
-POSEMB_Y = f"Transformer/{LEARNED_2D_LAYER}/pos_embedding_y"
-RELATIVE_0 = f"Transformer/encoderblock_0/{ATTENTION_LAYER}/relative_embedding"
+# The official table's key and keras_vit's record of its grid are the learned 1-D type's
+# (keras_vit/posembs/learned_1d.py); named here too, as keys of the layout.
+from keras_vit.posembs.learned_1d import POSEMB, POSEMB_GRID, split_posemb  # noqa: F401
+
 # Linen numbers sub-modules per type, pre-linen Flax numbered them in creation order.
 _LINEN_TO_VIT_JAX = {
     "LayerNorm_0": "LayerNorm_0",
@@ -113,44 +106,18 @@ def _rename_block_key(key):
     return "/".join(parts)
 
 
-def split_posemb(posemb):
-    """(number of prefix rows, patch grid side) of a (1, rows, D) square-grid embedding."""
-    rows = posemb.shape[1]
-    side = math.isqrt(rows)
-    if side * side == rows:
-        return 0, side
-    side = math.isqrt(rows - 1)
-    if side * side == rows - 1:
-        return 1, side
-    return None, None
-
-
 def posemb_of(params):
-    """The position variant whose weights a vit_jax-layout dict holds, None for none stored.
+    """The position type whose weights a vit_jax-layout dict holds, None for none stored.
 
-    None: "sincos_2d" or "none" (neither has weights), or a file without blocks.
+    None: a type that stores no weights ("sincos_2d", "none"), or a file without blocks.
     """
-    if POSEMB in params:
-        return "learned_1d"
-    if POSEMB_X in params:
-        return "learned_2d"
-    if RELATIVE_0 in params:
-        return "relative"
-    return None
+    return posembs.of_params(params)
 
 
 def stored_grid(params):
     """(h, w) of the patch grid the position weights are stored for, or None."""
-    if POSEMB in params and POSEMB_GRID in params:
-        return tuple(int(size) for size in params[POSEMB_GRID])
-    if POSEMB in params:
-        _, side = split_posemb(params[POSEMB])
-        return (side, side) if side else None
-    if POSEMB_X in params and POSEMB_Y in params:
-        return (params[POSEMB_Y].shape[0], params[POSEMB_X].shape[0])
-    if RELATIVE_0 in params:
-        return tuple((size + 1) // 2 for size in params[RELATIVE_0].shape[:2])
-    return None
+    posemb = posemb_of(params)
+    return None if posemb is None else posembs.get(posemb).stored_grid(params)
 
 
 def architecture(params):

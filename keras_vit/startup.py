@@ -21,6 +21,9 @@ VERBOSE_FLAG = "--verbose"
 _TRUE = ("", "=true", "=True", "=1")
 # The packages whose `python -m` commands start quietly (the trainers also when imported).
 COMMAND_PACKAGES = ("keras_vit", "trainers", "benchmarks")
+# Imported, these start quietly too: the trainers, and their configs, which import keras_vit
+# before the trainers (for --posemb's values) in a program that reads a preset first.
+QUIET_IMPORTERS = ("trainers", "configs")
 # Below this level TensorFlow's C++ log lines stay hidden after the import too (XLA service,
 # tf.data notes, CUDA probing errors on a machine without a GPU).
 QUIET_LOG_LEVEL = "3"
@@ -58,12 +61,14 @@ def quiet_start(orig_argv=None, argv=None, modules=None):
     """Whether this process hides TensorFlow's start-up lines.
 
     Yes for the project's commands (`python -m keras_vit.predict`, `-m trainers.finetune`, ...)
-    and while the trainers package is being imported, unless the command line has --verbose.
+    and while the trainers or their configs are being imported, unless the command line has --verbose.
     """
     orig_argv = getattr(sys, "orig_argv", sys.argv) if orig_argv is None else orig_argv
     argv = sys.argv if argv is None else argv
     modules = sys.modules if modules is None else modules
-    command = command_package(orig_argv) in COMMAND_PACKAGES or "trainers" in modules
+    command = command_package(orig_argv) in COMMAND_PACKAGES or any(
+        name in modules for name in QUIET_IMPORTERS
+    )
     return command and not verbose_requested(argv)
 
 

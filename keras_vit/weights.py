@@ -20,7 +20,6 @@ import urllib.error
 import urllib.request
 
 import numpy as np
-import scipy.ndimage
 
 from keras_vit import (
     checkpoints,
@@ -29,13 +28,13 @@ from keras_vit import (
     hub,
     keras_layout,
     npz_layout,
-    position_embeddings,
+    posembs,
     variants,
 )
 from keras_vit.checkpoints import REGISTRY, Checkpoint
 from keras_vit.errors import CheckpointError, first_line
 from keras_vit.keras_layout import export_params
-from keras_vit.npz_layout import POSEMB, POSEMB_GRID
+from keras_vit.npz_layout import POSEMB_GRID
 
 __all__ = [
     "REGISTRY",
@@ -290,6 +289,7 @@ def assign_params(model, params, source):
     targets = keras_layout.model_variables(model)
     model_keys = {key for key, _ in targets}
     _check_posemb(params, model, source)
+    position = posembs.get(getattr(model, "posemb", posembs.OFFICIAL))
     _check_numerics(params, model, source)
     # A timm / transformers checkpoint's own tensor names, for the messages.
     tensor_name = getattr(params, "tensor_name", None)
@@ -309,10 +309,8 @@ def assign_params(model, params, source):
         if key not in params:
             raise CheckpointError(f"{source}: {_missing_hint(key)}")
         value = params[key]
-        if key == POSEMB:
-            value = _adapt_posemb(value, model, "cls" in model_keys, source, params.get(POSEMB_GRID))
-        elif key.rsplit("/", 1)[-1] in position_embeddings.GRID_AXES:
-            value = position_embeddings.resize_grid_weight(key.rsplit("/", 1)[-1], value, shape)
+        if position.owns(key):  # resized to the model's grid as the type says
+            value = position.adapt(key, value, shape, model, params, source)
         if tuple(value.shape) != shape:
             found = f"{key!r} has shape {tuple(value.shape)} in the checkpoint"
             if tensor_name:
@@ -337,12 +335,17 @@ def assign_params(model, params, source):
 def _check_posemb(params, model, source):
     """A one-line error when the checkpoint's position variant is not the model's."""
     stored = npz_layout.posemb_of(params)
-    wanted = getattr(model, "posemb", "learned_1d")
+    wanted = getattr(model, "posemb", posembs.OFFICIAL)
     if "embedding/kernel" not in params or stored == wanted:
         return
-    if stored is None and wanted in ("sincos_2d", "none"):
-        return  # neither stores weights: the two cannot be told apart from the file
-    trained = f"posemb={stored!r}" if stored else "posemb='sincos_2d' or 'none' (no position weights)"
+    weightless = posembs.weightless()
+    if stored is None and wanted in weightless:
+        return  # none of them stores weights: they cannot be told apart from the file
+    trained = (
+        f"posemb={stored!r}"
+        if stored
+        else f"posemb={' or '.join(map(repr, weightless))} (no position weights)"
+    )
     raise CheckpointError(
         f"{source}: the checkpoint was trained with {trained} but the model has "
         f"posemb={wanted!r}; build the model with the checkpoint's posemb"
@@ -378,57 +381,6 @@ def _summary(params):
         if found[k]
     ]
     return "checkpoint has " + ", ".join(parts)
-
-
-def _adapt_posemb(posemb, model, model_has_cls, source, recorded_grid=None):
-    """The official high-resolution fine-tuning step, plus big_vision's no-class-row layout.
-
-    The stored grid: the one the file records (a non-square one), else the model's own when
-    the rows fit it (files of older versions from non-square models), else a square one.
-    """
-    grid = tuple(model.get_layer("posembed_input").grid_size)
-    rows_of = posemb.shape[1]
-    if recorded_grid is not None:
-        stored = tuple(int(size) for size in recorded_grid)
-        prefix = rows_of - stored[0] * stored[1]
-        if prefix not in (0, 1):
-            raise CheckpointError(
-                f"{source}: position embeddings with {rows_of} rows do not fit the "
-                f"{stored[0]}x{stored[1]} patch grid the file records; the file is damaged, save it again"
-            )
-    else:
-        stored, prefix = grid, rows_of - grid[0] * grid[1]
-    if prefix not in (0, 1):
-        prefix, side = npz_layout.split_posemb(posemb)
-        if prefix is None:
-            raise CheckpointError(
-                f"{source}: position embeddings with {rows_of} rows are neither the "
-                f"model's {grid[0]}x{grid[1]} patch grid nor a square one; build the model with "
-                "the input_shape the file was saved with"
-            )
-        stored = (side, side)
-    rows = posemb[:, prefix:]
-    if stored != grid:
-        zoom = (grid[0] / stored[0], grid[1] / stored[1], 1)
-        rows = scipy.ndimage.zoom(rows[0].reshape(*stored, -1), zoom, order=1)
-        rows = rows.reshape(1, grid[0] * grid[1], -1)
-        logger.info(
-            "keras_vit: resized position embeddings from a %dx%d to a %dx%d patch grid "
-            "(scipy.ndimage.zoom, order 1, class-token row kept)",
-            *stored,
-            *grid,
-        )
-    if not model_has_cls:
-        return rows
-    if prefix:
-        return np.concatenate([posemb[:, :1], rows], axis=1)
-    # big_vision adds position embeddings before prepending the class token, so the class
-    # token carries none: a zero row reproduces that exactly.
-    logger.info(
-        "keras_vit: checkpoint has no class-token position row (big_vision layout); "
-        "using zeros, which is what big_vision computes"
-    )
-    return np.concatenate([np.zeros_like(rows[:, :1]), rows], axis=1)
 
 
 def _log_head(params, head_kernel, keep_head, model_keys):

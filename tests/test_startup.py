@@ -38,6 +38,14 @@ def test_only_commands_start_quietly_and_verbose_shows_everything():
     assert startup.quiet_start(["python", "train.py"], ["train.py"], modules={"trainers": None})
 
 
+def test_a_program_that_reads_a_preset_first_starts_quietly_too():
+    # configs import keras_vit (the --posemb values) before the program imports the trainers.
+    assert startup.quiet_start(["python", "train.py"], ["train.py"], modules={"configs": None})
+    assert not startup.quiet_start(
+        ["python", "train.py"], ["train.py", "--verbose"], modules={"configs": None}
+    )
+
+
 def _run_as_a_user(*args):
     """A command as a user runs it: no TF_CPP_MIN_LOG_LEVEL, no KERAS_BACKEND set beforehand."""
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from keras_vit import visualize
+from keras_vit import posembs, visualize
 
 NUM_IMAGES = 4
 _FEWSHOT_TAG = re.compile(r"^fewshot/(?:(?P<dataset>.+)/)?(?P<shots>\d+)shot_accuracy(?P<std>_std)?$")
@@ -76,7 +76,7 @@ class Pictures:
                 distance, image_size=self.images.shape[1:3]
             ),
         }
-        if getattr(model, "posemb", "learned_1d") not in ("relative", "none"):  # else none to compare
+        if posembs.get(getattr(model, "posemb", posembs.OFFICIAL)).adds_to_tokens:  # else none to compare
             figures["position_embedding_similarity"] = visualize.plot_position_embedding_similarity(
                 visualize.position_embedding_similarity(model, grid)
             )

@@ -11,7 +11,10 @@
 import numpy as np
 
 # Before analysis.py imports Keras: `python -m keras_vit.visualize` runs this file first.
-from keras_vit import _clash  # noqa: F401  (refuses a package mixed with another's files)
+from keras_vit import (
+    _clash,  # noqa: F401  (refuses a package mixed with another's files)
+    posembs,
+)
 from keras_vit.visualize.analysis import (
     RESIDUAL_WEIGHT,
     attention_rollout,
@@ -50,7 +53,7 @@ def analyse(model, images, num_components=28):
         "rollout": attention_rollout(maps, grid, prefix),
         "attention_distance": mean_attention_distance(maps, grid, token_stride(model), prefix),
     }
-    if getattr(model, "posemb", "learned_1d") not in ("relative", "none"):  # else none to compare
+    if posembs.get(getattr(model, "posemb", posembs.OFFICIAL)).adds_to_tokens:  # else none to compare
         numbers["position_similarity"] = position_embedding_similarity(model, grid)
     if model.resnet_layers is None:  # a hybrid's patch filters see ResNet features, not pixels
         numbers["components"], numbers["explained_variance"] = patch_embedding_components(

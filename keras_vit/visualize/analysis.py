@@ -14,7 +14,7 @@ Patches are in row-major order everywhere: token `prefix + r * w + c` is grid ce
 import keras
 import numpy as np
 
-from keras_vit import resnet
+from keras_vit import posembs, resnet
 
 RESIDUAL_WEIGHT = 0.5  # rollout's 0.5 * A + 0.5 * I: the residual branch weighs as much as attention
 
@@ -110,23 +110,18 @@ def position_embedding_similarity(model, grid_size=None):
 
     `grid_size` (h, w): the embeddings resized to that grid first, exactly as loading or a
     call at another image size resizes them; default the grid they are stored for.
-    learned_2d and sincos_2d models: the per-patch embeddings those layers add.
+    For any type that adds position embeddings to the tokens, the per-patch ones its layer adds.
     """
-    posemb = getattr(model, "posemb", "learned_1d")
-    if posemb in ("relative", "none"):
+    kind = posembs.get(getattr(model, "posemb", posembs.OFFICIAL))
+    if not kind.adds_to_tokens:
+        adding = [other.name for other in posembs.types() if other.adds_to_tokens]
         raise ValueError(
-            f"a posemb={posemb!r} model adds no position embeddings to its tokens, so there are none "
-            "to compare; use a learned_1d, learned_2d or sincos_2d model"
+            f"a posemb={kind.name!r} model adds no position embeddings to its tokens, so there are none "
+            f"to compare; use a {', '.join(adding[:-1])} or {adding[-1]} model"
         )
-    if posemb != "learned_1d":
-        layer = next(layer for layer in model.layers if hasattr(layer, "patch_embeddings"))
-        grid = tuple(int(v) for v in (layer.grid_size if grid_size is None else _pair(grid_size)))
-        return embedding_similarity(layer.patch_embeddings(grid), grid)
-    layer = model.get_layer("posembed_input")
-    grid = layer.grid_size if grid_size is None else _pair(grid_size)
-    posemb = layer.pos_embedding if tuple(grid) == tuple(layer.grid_size) else layer.resize(grid)
-    posemb = to_numpy(posemb)[0, layer.num_prefix_tokens :]
-    return embedding_similarity(posemb, grid)
+    layer = model.get_layer(kind.layer_name)
+    grid = tuple(int(v) for v in (layer.grid_size if grid_size is None else _pair(grid_size)))
+    return embedding_similarity(layer.patch_embeddings(grid), grid)
 
 
 def principal_components(filters, num_components):
