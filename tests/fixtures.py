@@ -1,0 +1,100 @@
+"""What the tests share: the tiny ViT and hybrid, their shape as keyword arguments and as trainer
+flags, and fake TFDS data_dirs made once per test session.
+
+A test that needs "a small model" builds it here, and says with keyword overrides what it needs
+that the default lacks (two blocks, a 16 px input, a class count). A test whose shape is what it
+checks keeps its own: the official shapes (synthetic_checkpoints.py), the memory estimates, the
+Hugging Face references, and any model whose outputs are pinned (hashes, stored logits).
+
+tests/conftest.py exposes `fake_tfds_dir`, so a test module only names it:
+
+    @pytest.mark.parametrize("fake_tfds_dir", ["oxford_iiit_pet"], indirect=True)
+    def test_pets(fake_tfds_dir): ...
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import keras_vit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# ../shared sits beside the repository.
+FAKE_TFDS = os.path.join(os.path.dirname(ROOT), "shared", "tools", "fake_tfds.py")
+
+
+def flags(shape):
+    """Trainer flags (`--name=value`) of a model's keyword arguments."""
+    return [f"--{name}={value}" for name, value in shape.items()]
+
+
+# A ViT small enough to train in seconds on 2 CPU cores: 16 patches of 8x8, width 32, 1 block.
+TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
+# The same model on the trainers' command line: the flags a finetune or pretrain run takes.
+TINY_FLAGS = ["--model=ViT-Ti_16", "--weights=none", *flags(TINY)]
+# The hybrid's stem at its smallest: a root and two one-unit stages of half width (32 channels
+# at the root, one per GroupNorm group), 8x by the stem, so a 32 px input gives 4 x 4 tokens.
+TINY_HYBRID = dict(TINY, patch_size=1, resnet_layers=(1, 1), resnet_width=0.5)
+
+# Images per class of the shared fake data: (train, test). cifar10's is what the trainer tests'
+# 30-step reference run learns from (tests/trainer_cli.py CIFAR_RUN).
+FAKE_TFDS_SIZES = {"cifar10": (20, 10), "cifar100": (2, 1), "oxford_iiit_pet": (4, 2)}
+
+
+def tiny_vit(**overrides):
+    """keras_vit.ViT of the TINY shape, with `overrides` replacing or adding arguments."""
+    return keras_vit.ViT(**{**TINY, **overrides})
+
+
+def tiny_hybrid(**overrides):
+    """keras_vit.ViT with the TINY_HYBRID ResNet stem, with `overrides` applied."""
+    return keras_vit.ViT(**{**TINY_HYBRID, **overrides})
+
+
+def make_fake_tfds(data_dir, dataset, per_class, test_per_class):
+    """Prepares the fake `dataset` in `data_dir` with ../shared/tools/fake_tfds.py, which runs the
+    real TFDS builder on generated source files."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.setdefault("KERAS_BACKEND", "tensorflow")
+    env.pop("TF_CONFIG", None)
+    subprocess.run(
+        [
+            sys.executable,
+            FAKE_TFDS,
+            "--dataset",
+            dataset,
+            "--data_dir",
+            str(data_dir),
+            "--per_class",
+            str(per_class),
+            "--test_per_class",
+            str(test_per_class),
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+
+
+# dataset -> its data_dir: made at most once per session, even when pytest tears down and sets
+# up fake_tfds_dir again between parameters.
+_made = {}
+
+
+def shared_fake_tfds(dataset, tmp_path_factory):
+    """The session's data_dir of the fake `dataset` (FAKE_TFDS_SIZES), made on first use. Tests
+    read it; one that changes data copies it first."""
+    if dataset not in _made:
+        path = tmp_path_factory.mktemp(f"{dataset}_tfds")
+        make_fake_tfds(path, dataset, *FAKE_TFDS_SIZES[dataset])
+        _made[dataset] = str(path)
+    return _made[dataset]
+
+
+@pytest.fixture(scope="session")
+def fake_tfds_dir(request, tmp_path_factory):
+    """A TFDS data_dir holding the fake dataset named by indirect parametrisation, shared by the
+    whole session (copy it before changing anything in it)."""
+    return shared_fake_tfds(request.param, tmp_path_factory)
