@@ -31,12 +31,20 @@ def flags(shape):
 
 
 # A ViT small enough to train in seconds on 2 CPU cores: 16 patches of 8x8, width 32, 1 block.
-TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
+# TINY_SHAPE is its architecture alone, for the tests that build it at sizes of their own.
+TINY_SHAPE = dict(patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
+TINY = dict(image_size=32, **TINY_SHAPE)
 # The same model on the trainers' command line: the flags a finetune or pretrain run takes.
 TINY_FLAGS = ["--model=ViT-Ti_16", "--weights=none", *flags(TINY)]
+# Every size different (width 24 in 3 heads of 8, 2 blocks, 5 classes, 4 px patches), for the
+# tests that compare the model with the NumPy reference, across backends and in its shapes: a
+# swapped axis or block changes a value or a shape there. Those tests name its numbers (3 heads
+# for the reference, 24-wide features, 17 tokens at 16 px), so each gives its own image size.
+DISTINCT = dict(patch_size=4, hidden_size=24, num_layers=2, num_heads=3, mlp_dim=48, num_classes=5)
 # The hybrid's stem at its smallest: a root and two one-unit stages of half width (32 channels
 # at the root, one per GroupNorm group), 8x by the stem, so a 32 px input gives 4 x 4 tokens.
-TINY_HYBRID = dict(TINY, patch_size=1, resnet_layers=(1, 1), resnet_width=0.5)
+HYBRID_STEM = dict(patch_size=1, resnet_layers=(1, 1), resnet_width=0.5)
+TINY_HYBRID = dict(TINY, **HYBRID_STEM)
 
 # Images per class of the shared fake data: (train, test). cifar10's is what the trainer tests'
 # 30-step reference run learns from (tests/trainer_cli.py CIFAR_RUN).
