@@ -34,8 +34,9 @@ def flags(shape):
 # TINY_SHAPE is its architecture alone, for the tests that build it at sizes of their own.
 TINY_SHAPE = dict(patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
 TINY = dict(image_size=32, **TINY_SHAPE)
-# The same model on the trainers' command line: the flags a finetune or pretrain run takes.
-TINY_FLAGS = ["--model=ViT-Ti_16", "--weights=none", *flags(TINY)]
+# The same model in a trainer's config (new weights), and as the flags that set those fields.
+TINY_CONFIG = dict(model="ViT-Ti_16", weights="none", **TINY)
+TINY_FLAGS = flags(TINY_CONFIG)
 # Every size different (width 24 in 3 heads of 8, 2 blocks, 5 classes, 4 px patches), for the
 # tests that compare the model with the NumPy reference, across backends and in its shapes: a
 # swapped axis or block changes a value or a shape there. Those tests name its numbers (3 heads
