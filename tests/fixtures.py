@@ -48,8 +48,9 @@ HYBRID_STEM = dict(patch_size=1, resnet_layers=(1, 1), resnet_width=0.5)
 TINY_HYBRID = dict(TINY, **HYBRID_STEM)
 
 # Images per class of the shared fake data: (train, test). cifar10's is what the trainer tests'
-# 30-step reference run learns from (tests/trainer_cli.py CIFAR_RUN).
-FAKE_TFDS_SIZES = {"cifar10": (20, 10), "cifar100": (2, 1), "oxford_iiit_pet": (4, 2)}
+# 30-step reference run learns from (tests/trainer_cli.py CIFAR_RUN); oxford_iiit_pet's is the
+# 74 / 37 split whose counts tests/test_data.py checks.
+FAKE_TFDS_SIZES = {"cifar10": (20, 10), "cifar100": (2, 1), "oxford_iiit_pet": (2, 1)}
 
 
 def tiny_vit(**overrides):
@@ -87,23 +88,29 @@ def make_fake_tfds(data_dir, dataset, per_class, test_per_class):
     )
 
 
-# dataset -> its data_dir: made at most once per session, even when pytest tears down and sets
-# up fake_tfds_dir again between parameters.
+# (dataset, train, test images per class) -> its data_dir: made at most once per session, even
+# when pytest tears down and sets up fake_tfds_dir again between parameters.
 _made = {}
 
 
-def shared_fake_tfds(dataset, tmp_path_factory):
-    """The session's data_dir of the fake `dataset` (FAKE_TFDS_SIZES), made on first use. Tests
-    read it; one that changes data copies it first."""
-    if dataset not in _made:
+def shared_fake_tfds(dataset, tmp_path_factory, per_class=None, test_per_class=None):
+    """The session's data_dir of the fake `dataset`, of FAKE_TFDS_SIZES's size unless given, made
+    on first use. Tests read it; one that changes data copies it first."""
+    default = FAKE_TFDS_SIZES.get(dataset, (None, None))
+    key = (dataset, per_class or default[0], test_per_class or default[1])
+    if key not in _made:
+        if not os.path.exists(FAKE_TFDS):
+            pytest.skip(f"{FAKE_TFDS} (builds the stand-in TFDS data) is not here")
         path = tmp_path_factory.mktemp(f"{dataset}_tfds")
-        make_fake_tfds(path, dataset, *FAKE_TFDS_SIZES[dataset])
-        _made[dataset] = str(path)
-    return _made[dataset]
+        make_fake_tfds(path, *key)
+        _made[key] = str(path)
+    return _made[key]
 
 
 @pytest.fixture(scope="session")
 def fake_tfds_dir(request, tmp_path_factory):
-    """A TFDS data_dir holding the fake dataset named by indirect parametrisation, shared by the
-    whole session (copy it before changing anything in it)."""
-    return shared_fake_tfds(request.param, tmp_path_factory)
+    """A TFDS data_dir of the fake dataset that indirect parametrisation names, shared by the whole
+    session (copy it before changing anything in it): "cifar10", or ("oxford_iiit_pet", 4, 2) for
+    4 train and 2 test images per class instead of FAKE_TFDS_SIZES's."""
+    dataset, *sizes = (request.param,) if isinstance(request.param, str) else request.param
+    return shared_fake_tfds(dataset, tmp_path_factory, *sizes)

@@ -209,7 +209,7 @@ def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, refer
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fake_tfds_dir", ["oxford_iiit_pet"], indirect=True)
+@pytest.mark.parametrize("fake_tfds_dir", [("oxford_iiit_pet", 4, 2)], indirect=True, ids=["pets_4_2"])
 def test_oxford_iiit_pet_preset_splits(tmp_path, fake_tfds_dir):
     data_dir = fake_tfds_dir
     workdir = str(tmp_path / "run")
