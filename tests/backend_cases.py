@@ -20,6 +20,7 @@ import warnings
 
 import keras
 import numpy as np
+from fixtures import DISTINCT
 
 import keras_vit
 from keras_vit import visualize, weights
@@ -31,12 +32,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(os.path.dirname(ROOT), "shared", "fixtures")
 OTHER_BACKENDS = ("jax", "torch")
 
-TINY = dict(patch_size=4, hidden_size=24, num_layers=2, num_heads=3, mlp_dim=48, num_classes=5)
 HYBRID = dict(
-    TINY, image_size=32, patch_size=1, num_layers=1, resnet_layers=(1, 1), resnet_width=0.5
+    DISTINCT, image_size=32, patch_size=1, num_layers=1, resnet_layers=(1, 1), resnet_width=0.5
 )  # 32 channels at the root: one per GroupNorm group
 # One model for any size, stored for a 4 x 4 grid; called on the stored grid and a non-square one.
-ANY_SIZE = dict(TINY, image_size=(None, None), base_image_size=16)
+ANY_SIZE = dict(DISTINCT, image_size=(None, None), base_image_size=16)
 ANY_SIZES = ((16, 16), (24, 40))
 OTHER_POSEMBS = ("learned_2d", "sincos_2d", "relative")
 # The fixture's architecture (../shared/fixtures/README.md), as a model of any size.
@@ -81,15 +81,17 @@ def models():
     """{case: a new model of that case} (random weights; write_cases randomises them)."""
     common = dict(classifier_activation=None, include_preprocessing=False)
     built = {
-        "token": keras_vit.ViT(image_size=(16, 12), **common, **TINY),
-        "gap": keras_vit.ViT(image_size=(16, 12), classifier="gap", representation_size=6, **common, **TINY),
+        "token": keras_vit.ViT(image_size=(16, 12), **common, **DISTINCT),
+        "gap": keras_vit.ViT(
+            image_size=(16, 12), classifier="gap", representation_size=6, **common, **DISTINCT
+        ),
         "hybrid": keras_vit.ViT(**common, **HYBRID),
         "any_size": keras_vit.ViT(classifier_activation=None, **ANY_SIZE),
     }
     for posemb in OTHER_POSEMBS:
         built[posemb] = keras_vit.ViT(classifier_activation=None, posemb=posemb, **ANY_SIZE)
     # Pixels in, ImageNet-1k probabilities out: what preprocess_input and decode_predictions serve.
-    built["imagenet"] = keras_vit.ViT(image_size=16, **dict(TINY, num_classes=1000))
+    built["imagenet"] = keras_vit.ViT(image_size=16, **dict(DISTINCT, num_classes=1000))
     return built
 
 

@@ -25,16 +25,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+# The tests' shared models and data (tests/fixtures.py); its pytest fixtures are exposed here.
+from fixtures import fake_tfds_dir, shared_fake_tfds  # noqa: E402, F401
+
 
 @pytest.fixture(scope="session")
 def cifar10_data_dir(tmp_path_factory):
-    """Fake cifar10 (20 train and 10 test images per class) in a TFDS data_dir, made once for the
-    trainer tests that read it (each one copies it before changing anything in it)."""
-    from trainer_cli import make_fake_tfds
-
-    path = tmp_path_factory.mktemp("cifar10_tfds")
-    make_fake_tfds(path, "cifar10", per_class=20, test_per_class=10)
-    return str(path)
+    """fake_tfds_dir's cifar10 (20 train and 10 test images per class), for the trainer tests that
+    read it (each one copies it before changing anything in it)."""
+    return shared_fake_tfds("cifar10", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixtures import TINY_SHAPE, flags
 
 from configs.fields import FIELDS, TRAINING, fields
 from keras_vit import checkpoints
@@ -135,11 +136,7 @@ def test_softmax_loss_on_soft_targets_is_their_cross_entropy():
 RUN = [
     "--dataset=digits",
     "--image_size=16",
-    "--patch_size=8",
-    "--hidden_size=16",
-    "--mlp_dim=32",
-    "--num_layers=2",
-    "--num_heads=2",
+    *flags(dict(TINY_SHAPE, num_layers=2)),  # two blocks: two drop-path rates
     "--batch_size=16",
     "--total_steps=4",
     "--warmup_steps=1",

@@ -8,7 +8,7 @@ import os
 
 import ml_collections
 import pytest
-from trainer_cli import TINY_MODEL, make_fake_tfds, run_cli
+from trainer_cli import TINY_MODEL, run_cli
 
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
@@ -17,10 +17,8 @@ from trainers import flags as trainer_flags
 
 
 @pytest.fixture(scope="module")
-def cifar_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tfds")
-    make_fake_tfds(path, "cifar10", per_class=2, test_per_class=1)
-    return str(path)
+def cifar_dir(cifar10_data_dir):
+    return cifar10_data_dir  # tests/fixtures.py's, shared: the commands below fail before reading it
 
 
 @pytest.fixture

@@ -7,11 +7,13 @@ import sys
 import numpy as np
 import pytest
 import synthetic_checkpoints as synth
+from fixtures import TINY_SHAPE
 
 import keras_vit
 from keras_vit import convert, npz_layout, weights
 
-SMALL = dict(patch_size=16, hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128)
+# tests/fixtures.py's tiny ViT with 16 px patches and two blocks (each block's files map to its own).
+SMALL = dict(TINY_SHAPE, patch_size=16, num_layers=2)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -4,43 +4,23 @@ few-shot subsets, corrupt images and every DatasetError."""
 import hashlib
 import io
 import os
-import subprocess
-import sys
 import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from fixtures import shared_fake_tfds
 from PIL import Image
 
 from trainers import data, distribute
 from trainers.data import ops, pipeline, subsets, tfds_prepare
 
-# The stand-in TFDS builder shared with the other projects of this work tree (see DESIGN.md).
-FAKE_TFDS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "tools", "fake_tfds.py")
-
 
 @pytest.fixture(scope="session")
 def tfds_dir(tmp_path_factory):
-    """A real prepared TFDS data_dir with a small oxford_iiit_pet (2 train, 1 test image per class)."""
-    root = str(tmp_path_factory.mktemp("tfds"))
-    if not os.path.exists(FAKE_TFDS):
-        pytest.skip(f"{FAKE_TFDS} (builds the stand-in TFDS data) is not here")
-    command = [
-        sys.executable,
-        FAKE_TFDS,
-        "--dataset",
-        "oxford_iiit_pet",
-        "--data_dir",
-        root,
-        "--per_class",
-        "2",
-        "--test_per_class",
-        "1",
-    ]
-    subprocess.run(command, check=True, capture_output=True, timeout=300)
-    return root
+    """tests/fixtures.py's oxford_iiit_pet (2 train, 1 test image per class), shared by the session."""
+    return shared_fake_tfds("oxford_iiit_pet", tmp_path_factory, per_class=2, test_per_class=1)
 
 
 @pytest.fixture(scope="session")

@@ -15,21 +15,14 @@ import numpy as np
 import pytest
 import synthetic_checkpoints as synth
 import tensorflow as tf
+from fixtures import HYBRID_STEM, TINY_SHAPE
 
 import keras_vit
 from keras_vit import weights
 
 # Patch 16, so 224, 384 and 160 x 320 give the grids of the real models (14, 24, 10 x 20).
-SMALL = dict(patch_size=16, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
-HYBRID = dict(
-    patch_size=1,
-    hidden_size=32,
-    num_layers=1,
-    num_heads=2,
-    mlp_dim=64,
-    resnet_layers=(1, 1),
-    resnet_width=0.5,
-)
+SMALL = dict(TINY_SHAPE, patch_size=16, num_layers=2)
+HYBRID = dict(TINY_SHAPE, **HYBRID_STEM)  # tests/fixtures.py's tiny hybrid, built here at other sizes
 SIZES = [(224, 224), (384, 384), (160, 320)]
 # ../shared sits beside the repository (the project layout), never at a fixed absolute path.
 FIXTURES = os.path.join(

@@ -10,6 +10,7 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixtures import TINY_SHAPE, flags
 
 from configs import finetune as finetune_config
 from trainers import data, features, finetune
@@ -173,10 +174,7 @@ def test_a_run_with_two_evaluators_and_pp_strings_writes_both_tags(tmp_path, cap
     argv = [
         "finetune",
         "--dataset=digits",
-        "--hidden_size=16",
-        "--mlp_dim=32",
-        "--num_layers=1",
-        "--num_heads=2",
+        *flags(TINY_SHAPE),
         "--batch_size=16",
         "--total_steps=4",
         "--warmup_steps=1",

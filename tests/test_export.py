@@ -14,22 +14,24 @@ import numpy as np
 import PIL.Image
 import pytest
 import tensorflow as tf
+from fixtures import TINY
 from sklearn.datasets import load_sample_image
-from trainer_cli import TINY_MODEL, make_fake_tfds, run_cli
+from trainer_cli import TINY_MODEL, run_cli
 
 import keras_vit
 from keras_vit import export, images, predict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(ROOT, "..", "shared", "fixtures", "tiny_vit_vit_jax_layout.npz")
-TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
+# tests/fixtures.py's tiny ViT with a second block, so that the block's layers repeat in the graph.
+SHAPE = dict(TINY, num_layers=2)
 NAMES = ["cat", "dog", "emu", "fox", "gnu"]
 ENV = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
 
 
 @pytest.fixture(scope="module")
 def model():
-    model = keras_vit.create_model("ViT-Ti_16", num_classes=len(NAMES), **TINY)
+    model = keras_vit.create_model("ViT-Ti_16", num_classes=len(NAMES), **SHAPE)
     head = model.get_layer("head")  # zero at initialisation: give the outputs something to show
     head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32"))
     return model
@@ -172,12 +174,12 @@ def test_bad_input_is_one_line_and_status_2(capsys, tmp_path, argv, message):
 
 
 @pytest.mark.slow
-def test_a_finetuned_workdir_exports_with_its_class_names(tmp_path, photos, capsys):
-    make_fake_tfds(tmp_path / "tfds", "oxford_iiit_pet", per_class=2, test_per_class=1)
+@pytest.mark.parametrize("fake_tfds_dir", ["oxford_iiit_pet"], indirect=True)
+def test_a_finetuned_workdir_exports_with_its_class_names(tmp_path, photos, capsys, fake_tfds_dir):
     workdir = tmp_path / "pets"
     args = [
         "--dataset=oxford_iiit_pet",
-        f"--data_dir={tmp_path / 'tfds'}",
+        f"--data_dir={fake_tfds_dir}",
         f"--workdir={workdir}",
         "--total_steps=4",
         "--warmup_steps=1",

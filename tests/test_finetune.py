@@ -16,7 +16,6 @@ from trainer_cli import (
     TINY_MODEL,
     checkpoint_steps,
     free_ports,
-    make_fake_tfds,
     plugin_tags,
     read_results,
     run_cli,
@@ -210,9 +209,9 @@ def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, refer
 
 
 @pytest.mark.slow
-def test_oxford_iiit_pet_preset_splits(tmp_path):
-    data_dir = tmp_path / "tfds"
-    make_fake_tfds(data_dir, "oxford_iiit_pet", per_class=4, test_per_class=2)
+@pytest.mark.parametrize("fake_tfds_dir", [("oxford_iiit_pet", 4, 2)], indirect=True, ids=["pets_4_2"])
+def test_oxford_iiit_pet_preset_splits(tmp_path, fake_tfds_dir):
+    data_dir = fake_tfds_dir
     workdir = str(tmp_path / "run")
     proc = run_cli(
         "finetune",

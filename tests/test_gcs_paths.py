@@ -10,15 +10,14 @@ import uuid
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixtures import TINY_SHAPE
 
 from keras_vit import fileio
 from trainers import finetune, pretrain
 
+# tests/fixtures.py's tiny ViT at the digits' 16 px, and a run of 6 steps.
 TINY = dict(
-    hidden_size=16,
-    num_layers=1,
-    num_heads=2,
-    mlp_dim=32,
+    TINY_SHAPE,
     batch_size=32,
     total_steps=6,
     warmup_steps=1,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import reference_numpy  # tests/reference_numpy.py: written from DESIGN.md's equations
 import synthetic_checkpoints as synth
+from fixtures import tiny_hybrid
 
 import keras_vit
 from keras_vit import npz_layout, variants
@@ -42,17 +43,7 @@ def test_every_variant_is_told_from_its_twin_with_another_stem():
 
 
 def test_root_only_stem_is_kept_through_the_saved_config():
-    model = keras_vit.ViT(
-        image_size=32,
-        patch_size=4,
-        hidden_size=16,
-        num_layers=1,
-        num_heads=2,
-        mlp_dim=32,
-        num_classes=3,
-        resnet_layers=(),
-        resnet_width=0.5,
-    )
+    model = tiny_hybrid(patch_size=4, num_classes=3, resnet_layers=())
     names = [layer.name for layer in model.layers]
     assert "conv_root" in names and "root_pool" in names and "block1" not in names
     assert model.grid_size == (2, 2)  # 32 px, 4x by the root, 4x4 patches

@@ -12,22 +12,11 @@ import math
 import keras
 import numpy as np
 import pytest
+from fixtures import tiny_hybrid
 
 import keras_vit
 from keras_vit import initializers, layers
 
-TINY_HYBRID = dict(
-    image_size=32,
-    patch_size=1,
-    hidden_size=24,
-    num_layers=2,
-    num_heads=3,
-    mlp_dim=48,
-    num_classes=3,
-    representation_size=8,
-    resnet_layers=(1, 1),
-    resnet_width=0.5,
-)
 # ViT-B/16's encoder widths: sampling noise of a 768 x 12 x 64 kernel's variance is ~0.2%,
 # far below the gap between the Flax fans and Keras' convolution-style 3-D fans.
 BASE_ONE_BLOCK = dict(
@@ -53,6 +42,11 @@ def _design_constant(path):
     if path.endswith(("/beta", "/bias")) or path.startswith(("cls/", "head/")):
         return 0.0
     return None
+
+
+def _hybrid():
+    """tests/fixtures.py's tiny hybrid with two blocks and pre-logits: every kind of weight, twice."""
+    return tiny_hybrid(num_layers=2, num_classes=3, representation_size=8)
 
 
 def _weights(model):
@@ -85,7 +79,7 @@ def _assert_no_two_alike(weights):
 
 
 def test_constant_weights_start_at_their_official_values_and_the_rest_is_random():
-    model = keras_vit.ViT(**TINY_HYBRID)
+    model = _hybrid()
     for path, value in _weights(model).items():
         constant = _design_constant(path)
         if constant is None:
@@ -105,8 +99,8 @@ def test_vit_ti16_weights_are_all_drawn_independently_within_and_across_models()
 
 def test_hybrid_weights_are_all_drawn_independently_within_and_across_models():
     weights = {
-        **_random_weights(keras_vit.ViT(**TINY_HYBRID), "first"),
-        **_random_weights(keras_vit.ViT(**TINY_HYBRID), "second"),
+        **_random_weights(_hybrid(), "first"),
+        **_random_weights(_hybrid(), "second"),
     }
     assert sum("conv" in name for name in weights) == 2 * 9  # conv_root and 8 unit convs
     _assert_no_two_alike(weights)
@@ -161,7 +155,7 @@ def _assert_lecun_normal(kernel, fan_in, name):
 
 def test_hybrid_convolutions_are_lecun_normal_as_flax_conv():
     keras.utils.set_random_seed(0)
-    weights = _weights(keras_vit.ViT(**TINY_HYBRID))
+    weights = _weights(_hybrid())
     for path in ("conv_root/kernel", "block2/unit1/conv2/kernel", "block2/unit1/conv_proj/kernel"):
         kernel = weights[path]
         _assert_lecun_normal(kernel, math.prod(kernel.shape[:3]), path)
@@ -170,7 +164,7 @@ def test_hybrid_convolutions_are_lecun_normal_as_flax_conv():
 def test_set_random_seed_makes_builds_repeat_and_different_seeds_differ():
     def build(seed):
         keras.utils.set_random_seed(seed)
-        return _weights(keras_vit.ViT(**TINY_HYBRID))
+        return _weights(_hybrid())
 
     first, again, other = build(7), build(7), build(8)
     for path, value in first.items():

@@ -18,6 +18,14 @@ def direct_ridge(features, labels, num_classes, l2_reg):
     return x, w
 
 
+def direct_accuracy(train_x, train_y, test_x, test_y, num_classes, l2_reg):
+    """Test accuracy of direct_ridge's solution, the test features whitened as the train ones."""
+    _, w = direct_ridge(train_x, train_y, num_classes, l2_reg)
+    mean, std = train_x.mean(0), train_x.std(0) + lp.STD_EPSILON
+    x = np.concatenate([(test_x - mean) / std, np.full((len(test_x), 1), lp.BIAS_FEATURE)], 1)
+    return float(np.mean(np.argmax(x @ w, axis=1) == test_y))
+
+
 @pytest.mark.parametrize("n,d,primal", [(200, 12, True), (9, 60, False)])
 @pytest.mark.parametrize("l2_reg", [1e-3, 1.0, 2.0**10])
 def test_solver_matches_lstsq_in_both_forms(n, d, primal, l2_reg):
@@ -47,7 +55,9 @@ def test_probe_separates_separable_classes_and_generalises():
     train_x = centers[train_y] + rng.normal(size=(20, 30))
     test_x = centers[test_y] + rng.normal(size=(200, 30))
     weights, bias = lp.fit_ridge(train_x, train_y, 4, 1.0)
-    assert lp.accuracy(weights, bias, test_x, test_y) > 0.95
+    got = lp.accuracy(weights, bias, test_x, test_y)
+    assert got == direct_accuracy(train_x, train_y, test_x, test_y, 4, 1.0)
+    assert got > 0.95
 
 
 def test_constant_features_do_not_break_whitening():
@@ -89,7 +99,20 @@ def test_evaluate_probes_reports_mean_std_and_sweeps_l2():
     test_x = centers[test_y] + rng.normal(size=(90, 8))
     fixed = lp.evaluate_probes(train_x, train_y, test_x, test_y, 3, (1, 5), seeds=3, l2_reg=2.0**10)
     assert set(fixed) == {1, 5}
-    for mean, std, l2 in fixed.values():
-        assert 1 / 3 < mean <= 1 and std >= 0 and l2 == 2.0**10
+
+    def direct(k, seeds, l2):
+        """(mean, std) over seeds of direct_ridge's accuracy on the same k-shot samples."""
+        accs = []
+        for seed in range(seeds):
+            chosen = lp.sample_k_per_class(train_y, k, seed, 3)
+            accs.append(direct_accuracy(train_x[chosen], train_y[chosen], test_x, test_y, 3, l2))
+        return np.mean(accs), np.std(accs)
+
+    for k, (mean, std, l2) in fixed.items():
+        assert l2 == 2.0**10
+        assert (mean, std) == pytest.approx(direct(k, 3, l2), abs=1e-12)
+        assert 1 / 3 < mean
     swept = lp.evaluate_probes(train_x, train_y, test_x, test_y, 3, (5,), seeds=2, l2_reg="sweep")
-    assert swept[5][2] in lp.L2_SWEEP and swept[5][0] > 0.8
+    assert swept[5][2] in lp.L2_SWEEP
+    assert swept[5][:2] == pytest.approx(direct(5, 2, swept[5][2]), abs=1e-12)
+    assert swept[5][0] > 0.8

@@ -3,8 +3,8 @@
 import keras
 import numpy as np
 import pytest
+from fixtures import tiny_vit
 
-import keras_vit
 from keras_vit import masked_patches as mp
 
 
@@ -110,17 +110,8 @@ def test_l2_target_is_each_patchs_pixels_in_patch_order():
 
 
 def _vit(**kwargs):
-    return keras_vit.ViT(
-        image_size=16,
-        patch_size=4,
-        hidden_size=16,
-        num_layers=1,
-        num_heads=2,
-        mlp_dim=32,
-        num_classes=3,
-        include_preprocessing=False,
-        **kwargs,
-    )
+    """tests/fixtures.py's tiny ViT in 16 patches of 4 x 4 (16 px) that takes scaled images."""
+    return tiny_vit(image_size=16, patch_size=4, num_classes=3, include_preprocessing=False, **kwargs)
 
 
 @pytest.mark.parametrize("target, size", [("mean_color", 512), ("l2", 48)])
@@ -131,7 +122,8 @@ def test_predictor_reuses_the_vits_layers(target, size):
     roles = mp.corruption_plan(_noise(7, (2, 16)))
     sources = mp.replacement_sources(_noise(8, (2, 16)))
     keras.ops.convert_to_numpy(predictor(images, roles, sources))  # builds
-    predictor.head.kernel.assign(np.random.default_rng(9).normal(size=(16, size)).astype("float32"))
+    kernel = np.random.default_rng(9).normal(size=(vit.hidden_size, size)).astype("float32")
+    predictor.head.kernel.assign(kernel)
     before = keras.ops.convert_to_numpy(predictor(images, roles, sources))
     assert before.shape == (2, 16, size)
     # The ViT's own encoder computes the prediction: changing one of its weights changes it.
@@ -147,6 +139,4 @@ def test_predictor_refuses_what_it_cannot_train():
     with pytest.raises(ValueError, match="target must be one of mean_color, downsampled, l2"):
         mp.MaskedPatchPredictor(_vit(), "median")
     with pytest.raises(ValueError, match="include_preprocessing=False"):
-        mp.MaskedPatchPredictor(
-            keras_vit.ViT(image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32)
-        )
+        mp.MaskedPatchPredictor(tiny_vit(image_size=16, patch_size=4))

@@ -1,17 +1,15 @@
 """The trainers' model: built from a --weights file alone, which is read once."""
 
 import numpy as np
+from fixtures import tiny_vit
 
-import keras_vit
 from keras_vit import weights as weights_lib
 from trainers import finetune, model_builder
 from trainers import flags as trainer_flags
 
 
 def test_weights_file_without_model_is_read_once(tmp_path, monkeypatch):
-    source = keras_vit.ViT(
-        image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, num_classes=10
-    )
+    source = tiny_vit(image_size=16, num_classes=10)  # each dimension differs from the digits config
     path = str(tmp_path / "small.npz")
     weights_lib.save_npz(source, path)
     reads = []
@@ -23,7 +21,7 @@ def test_weights_file_without_model_is_read_once(tmp_path, monkeypatch):
     )
     model = model_builder.build_model(config, num_classes=10)
     assert reads == [path]
-    assert (model.hidden_size, model.num_layers, model.patch_size) == (16, 1, 4)
+    assert (model.hidden_size, model.num_layers, model.patch_size) == (32, 1, 8)
     np.testing.assert_array_equal(
         model.get_layer("embedding").kernel.numpy(), source.get_layer("embedding").kernel.numpy()
     )

@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 import reference_numpy  # tests/reference_numpy.py: written from DESIGN.md's equations
+from fixtures import DISTINCT, tiny_hybrid, tiny_vit
 
 import keras_vit
 from keras_vit.models import VARIANTS
@@ -37,7 +38,6 @@ PARAMETER_COUNTS = {
     "R50+ViT-L_32": 328_994_856,
 }
 LARGE = {"ViT-L_16", "ViT-L_32", "ViT-H_14", "R50+ViT-L_16", "R50+ViT-L_32"}
-TINY = dict(patch_size=4, hidden_size=24, num_layers=2, num_heads=3, mlp_dim=48, num_classes=5)
 
 
 def _variant_params(large):
@@ -87,7 +87,7 @@ def test_parameter_count_and_build_at_224_and_384(variant):
 
 
 def test_tiny_model_runs_at_any_divisible_size_including_non_square():
-    model = keras_vit.ViT(image_size=(16, 28), **TINY)
+    model = keras_vit.ViT(image_size=(16, 28), **DISTINCT)
     assert model.grid_size == (4, 7)
     out = model(_images((2, 16, 28, 3)))
     assert out.shape == (2, 5)
@@ -95,10 +95,10 @@ def test_tiny_model_runs_at_any_divisible_size_including_non_square():
 
 
 def test_indivisible_size_drops_the_partial_patches_like_the_official_valid_conv():
-    model = keras_vit.ViT(image_size=(30, 17), **TINY)
+    model = keras_vit.ViT(image_size=(30, 17), **DISTINCT)
     assert model.grid_size == (7, 4)
     x = _images((1, 30, 17, 3))
-    cropped = keras_vit.ViT(image_size=(28, 16), **TINY)
+    cropped = keras_vit.ViT(image_size=(28, 16), **DISTINCT)
     _randomise(model)
     cropped.set_weights(model.get_weights())
     np.testing.assert_allclose(model(x), cropped(x[:, :28, :16]), atol=1e-6)
@@ -106,51 +106,53 @@ def test_indivisible_size_drops_the_partial_patches_like_the_official_valid_conv
 
 def test_image_smaller_than_a_patch_is_a_clear_error():
     with pytest.raises(ValueError, match="smaller than one patch"):
-        keras_vit.ViT(image_size=3, **TINY)
+        keras_vit.ViT(image_size=3, **DISTINCT)
 
 
 @pytest.mark.parametrize("pooling,shape", [(None, (2, 17, 24)), ("token", (2, 24)), ("gap", (2, 24))])
 def test_include_top_false_pooling_shapes(pooling, shape):
-    model = keras_vit.ViT(image_size=16, include_top=False, pooling=pooling, **TINY)
+    model = keras_vit.ViT(image_size=16, include_top=False, pooling=pooling, **DISTINCT)
     assert tuple(model(_images((2, 16, 16, 3))).shape) == shape
     assert "head" not in [layer.name for layer in model.layers]
 
 
 def test_pooling_gap_is_the_mean_of_normalised_patch_tokens():
-    tokens = keras_vit.ViT(image_size=16, include_top=False, **TINY)
+    tokens = keras_vit.ViT(image_size=16, include_top=False, **DISTINCT)
     _randomise(tokens)
-    gap = keras_vit.ViT(image_size=16, include_top=False, pooling="gap", **TINY)
+    gap = keras_vit.ViT(image_size=16, include_top=False, pooling="gap", **DISTINCT)
     gap.set_weights(tokens.get_weights())
     x = _images((2, 16, 16, 3))
     np.testing.assert_allclose(gap(x), np.mean(tokens(x)[:, 1:], axis=1), atol=1e-5)
 
 
 def test_representation_size_adds_tanh_pre_logits():
-    model = keras_vit.ViT(image_size=16, representation_size=12, include_top=False, pooling="token", **TINY)
+    model = keras_vit.ViT(
+        image_size=16, representation_size=12, include_top=False, pooling="token", **DISTINCT
+    )
     out = model(_images((2, 16, 16, 3)))
     assert out.shape == (2, 12)
     assert np.all(np.abs(out) <= 1.0)
 
 
 def test_gap_classifier_has_no_class_token():
-    model = keras_vit.ViT(image_size=16, classifier="gap", **TINY)
+    model = keras_vit.ViT(image_size=16, classifier="gap", **DISTINCT)
     names = [layer.name for layer in model.layers]
     assert "cls" not in names
     assert model.get_layer("posembed_input").pos_embedding.shape == (1, 16, 24)
     with pytest.raises(ValueError, match="needs a class token"):
-        keras_vit.ViT(image_size=16, classifier="gap", include_top=False, pooling="token", **TINY)
+        keras_vit.ViT(image_size=16, classifier="gap", include_top=False, pooling="token", **DISTINCT)
 
 
 def test_head_starts_at_zero_so_predictions_start_uniform():
-    model = keras_vit.ViT(image_size=16, **TINY)
+    model = keras_vit.ViT(image_size=16, **DISTINCT)
     np.testing.assert_allclose(model(_images((2, 16, 16, 3))), 0.2, atol=1e-6)
 
 
 def test_include_preprocessing_maps_pixels_to_minus_one_one():
     raw = _randomise(
-        keras_vit.ViT(image_size=16, include_preprocessing=False, classifier_activation=None, **TINY)
+        keras_vit.ViT(image_size=16, include_preprocessing=False, classifier_activation=None, **DISTINCT)
     )
-    with_pre = keras_vit.ViT(image_size=16, classifier_activation=None, **TINY)
+    with_pre = keras_vit.ViT(image_size=16, classifier_activation=None, **DISTINCT)
     with_pre.set_weights(raw.get_weights())
     pixels = _images((2, 16, 16, 3))
     np.testing.assert_allclose(with_pre(pixels), raw(pixels / 127.5 - 1), atol=1e-5)
@@ -159,7 +161,7 @@ def test_include_preprocessing_maps_pixels_to_minus_one_one():
 def test_keras_file_round_trip_gives_identical_outputs(tmp_path):
     model = _randomise(
         keras_vit.ViT(
-            image_size=16, representation_size=8, dropout_rate=0.1, stochastic_depth_rate=0.1, **TINY
+            image_size=16, representation_size=8, dropout_rate=0.1, stochastic_depth_rate=0.1, **DISTINCT
         )
     )
     path = str(tmp_path / "tiny.keras")
@@ -172,19 +174,7 @@ def test_keras_file_round_trip_gives_identical_outputs(tmp_path):
 
 
 def test_hybrid_round_trip_and_feature_stride(tmp_path):
-    model = _randomise(
-        keras_vit.ViT(
-            image_size=32,
-            patch_size=1,
-            hidden_size=24,
-            num_layers=1,
-            num_heads=3,
-            mlp_dim=48,
-            num_classes=3,
-            resnet_layers=(1, 1),
-            resnet_width=0.5,
-        )
-    )
+    model = _randomise(tiny_hybrid(num_classes=3))
     assert model.grid_size == (4, 4)  # 32 / (4 * 2)
     path = str(tmp_path / "hybrid.keras")
     model.save(path)
@@ -194,7 +184,7 @@ def test_hybrid_round_trip_and_feature_stride(tmp_path):
 
 
 def test_attention_maps_shapes_and_rows_sum_to_one():
-    model = _randomise(keras_vit.ViT(image_size=16, **TINY))
+    model = _randomise(keras_vit.ViT(image_size=16, **DISTINCT))
     maps = model.attention_maps(_images((2, 16, 16, 3)))
     assert len(maps) == 2
     for probs in maps:
@@ -210,7 +200,7 @@ def test_attention_maps_come_from_the_same_forward_pass():
             image_size=16,
             include_top=False,
             num_layers=1,
-            **{k: v for k, v in TINY.items() if k != "num_layers"},
+            **{k: v for k, v in DISTINCT.items() if k != "num_layers"},
         )
     )
     x = _images((2, 16, 16, 3))
@@ -224,19 +214,19 @@ def test_attention_maps_come_from_the_same_forward_pass():
 
 
 def test_representation_model_outputs_pre_logits_or_pooled_token():
-    model = keras_vit.ViT(image_size=16, representation_size=6, **TINY)
+    model = keras_vit.ViT(image_size=16, representation_size=6, **DISTINCT)
     assert model.representation_model().output_shape == (None, 6)
-    model = keras_vit.ViT(image_size=16, include_top=False, **TINY)
+    model = keras_vit.ViT(image_size=16, include_top=False, **DISTINCT)
     assert model.representation_model().output_shape == (None, 24)
 
 
 def test_mixed_bfloat16_keeps_float32_weights_and_logits():
-    reference = _randomise(keras_vit.ViT(image_size=16, classifier_activation=None, **TINY))
+    reference = _randomise(keras_vit.ViT(image_size=16, classifier_activation=None, **DISTINCT))
     x = _images((2, 16, 16, 3))
     expected = reference(x).numpy()
     keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
     try:
-        model = keras_vit.ViT(image_size=16, classifier_activation=None, **TINY)
+        model = keras_vit.ViT(image_size=16, classifier_activation=None, **DISTINCT)
         model.set_weights(reference.get_weights())
         assert all(w.dtype == "float32" for w in model.weights)
         assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
@@ -264,7 +254,7 @@ def test_dtype_argument_runs_trains_saves_and_reloads_under_its_policy(tmp_path,
     # Only the constructor's dtype: the global policy stays float32. Dropout and drop-path on,
     # so that every internal layer of the block runs in the step.
     assert keras.config.dtype_policy().name == "float32"
-    config = dict(image_size=16, dropout_rate=0.1, stochastic_depth_rate=0.1, **{**TINY, "num_layers": 1})
+    config = dict(image_size=16, dropout_rate=0.1, stochastic_depth_rate=0.1, **{**DISTINCT, "num_layers": 1})
     model = keras_vit.ViT(dtype=policy, **config)
     name = keras.dtype_policies.get(policy).name
     assert model.get_config()["dtype"]["config"]["name"] == name
@@ -286,7 +276,7 @@ def test_dtype_argument_runs_trains_saves_and_reloads_under_its_policy(tmp_path,
 
 
 def test_mixed_float16_argument_gets_loss_scaling_from_compile():
-    model = keras_vit.ViT(image_size=16, dtype="mixed_float16", **TINY)
+    model = keras_vit.ViT(image_size=16, dtype="mixed_float16", **DISTINCT)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
 
@@ -296,7 +286,7 @@ def test_compile_and_fit_learns_a_small_problem():
     labels = rng.integers(0, 2, 64)
     images = rng.uniform(0, 80, (64, 16, 16, 3)).astype("float32")
     images[labels == 1, :8] += 150.0  # class 1: bright top half
-    model = keras_vit.ViT(image_size=16, **{**TINY, "num_classes": 2})
+    model = keras_vit.ViT(image_size=16, **{**DISTINCT, "num_classes": 2})
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
     )
@@ -316,7 +306,7 @@ def test_unknown_variant_lists_the_known_ones():
 
 
 def test_functional_graph_has_stable_layer_names():
-    model = keras_vit.ViT(image_size=16, representation_size=4, **TINY)
+    model = keras_vit.ViT(image_size=16, representation_size=4, **DISTINCT)
     names = [layer.name for layer in model.layers]
     assert names == [
         "image",
@@ -351,7 +341,7 @@ def test_keras_model_agrees_with_a_hand_written_numpy_forward_pass(classifier, r
             representation_size=representation_size,
             classifier_activation=None,
             include_preprocessing=False,
-            **TINY,
+            **DISTINCT,
         )
     )
     x = _images((3, 16, 12, 3), low=-1.0, high=1.0)
@@ -361,17 +351,11 @@ def test_keras_model_agrees_with_a_hand_written_numpy_forward_pass(classifier, r
 
 def test_a_model_is_named_vit_not_after_its_class():
     # Keras would call it "vi_t" (from the class name ViT) in its messages and summaries.
-    first = keras_vit.ViT(
-        image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8, num_classes=2
-    )
-    second = keras_vit.ViT(
-        image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8, num_classes=2
-    )
+    first = tiny_vit(num_classes=2)
+    second = tiny_vit(num_classes=2)
     assert re.fullmatch(r"vit(_\d+)?", first.name) and re.fullmatch(r"vit_\d+", second.name)
     assert first.name != second.name
-    named = keras_vit.ViT(
-        image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8, name="mine"
-    )
+    named = tiny_vit(name="mine")
     assert named.name == "mine"
     assert keras_vit.create_model("ViT-Ti_16", image_size=32, num_classes=2).name == "vit_ti_16"
     # The layers keep their names: they are the weight format.

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from fixtures import TINY_CONFIG
 from PIL import Image
 from test_data import assert_same_batches, global_batches, take
 from trainer_cli import TINY_MODEL, read_results, scalar_tags
@@ -88,10 +89,7 @@ def test_sigmoid_trainer_reports_prec_at_1_over_real_examples_on_two_replicas():
 
 def _tiny_config(**changes):
     config = finetune.get_config("digits")
-    for flag in TINY_MODEL:
-        name, value = flag[2:].split("=")
-        config[name] = type(config[name])(value)
-    config.update(changes)
+    config.update(TINY_CONFIG, **changes)
     return config
 
 

@@ -7,9 +7,9 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixtures import tiny_vit
 from trainer_cli import scalar_tags
 
-import keras_vit
 from keras_vit import masked_patches
 from trainers import data, objectives, pretrain
 
@@ -36,16 +36,7 @@ def test_pretraining_defaults_to_classification():
 
 
 def _objective(target):
-    vit = keras_vit.ViT(
-        image_size=16,
-        patch_size=4,
-        hidden_size=16,
-        num_layers=1,
-        num_heads=2,
-        mlp_dim=32,
-        num_classes=3,
-        include_preprocessing=False,
-    )
+    vit = tiny_vit(image_size=16, patch_size=4, num_classes=3, include_preprocessing=False)
     return objectives.MaskedPatch(vit, target, seed=3)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import PIL.Image
 import pytest
 import tensorflow as tf
+from fixtures import TINY
 from sklearn.datasets import load_sample_image
 from synthetic_checkpoints import TI16, vit_jax_params
 
@@ -22,7 +23,8 @@ from trainers.data import ops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(ROOT, "..", "shared", "fixtures", "tiny_vit_vit_jax_layout.npz")
-TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
+# tests/fixtures.py's tiny ViT with a second block, so that the block's layers repeat in the graph.
+SHAPE = dict(TINY, num_layers=2)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def photos(tmp_path_factory):
 @pytest.fixture(scope="module")
 def imagenet_model():
     """A ViT-Ti/16 at 32 px with a 1000-class head and random weights (so outputs differ)."""
-    model = keras_vit.create_model("ViT-Ti_16", num_classes=1000, **TINY)
+    model = keras_vit.create_model("ViT-Ti_16", num_classes=1000, **SHAPE)
     head = model.get_layer("head")
     head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32"))
     return model
@@ -129,7 +131,7 @@ def test_class_names_shipped_given_or_numbered(tmp_path):
 
 
 def test_any_size_model_loads_at_its_weights_size(photos):
-    shape = {key: value for key, value in TINY.items() if key != "image_size"}
+    shape = {key: value for key, value in SHAPE.items() if key != "image_size"}
     model = keras_vit.create_model("ViT-Ti_16", image_size=(None, None), base_image_size=48, **shape)
     assert images.target_size(model) == (48, 48)
     assert keras_vit.load_image(photos["jpeg"], model).shape == (1, 48, 48, 3)

@@ -10,12 +10,13 @@ from importlib import resources
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixtures import tiny_vit
 
-import keras_vit
 from keras_vit import preprocessing
 from keras_vit.preprocessing import DoubleScalingWarning, decode_predictions, preprocess_input
 
-TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8, num_classes=3)
+# tests/fixtures.py's tiny ViT at the size of _pixels(), with 3 classes.
+SIXTEEN = dict(image_size=16, num_classes=3)
 
 
 def _pixels(n=2, seed=0):
@@ -47,17 +48,13 @@ def test_preprocess_input_takes_the_keras_applications_data_format():
 
 
 def test_preprocess_input_matches_the_models_rescaling_layer():
-    import keras_vit
-
-    model = keras_vit.ViT(
-        image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8, num_classes=3
-    )
+    model = tiny_vit(**SIXTEEN)
     x = np.random.default_rng(0).uniform(0, 255, (1, 16, 16, 3)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(model.get_layer("rescaling")(x)), preprocess_input(x), atol=1e-6)
 
 
 def test_a_default_model_warns_once_when_given_preprocessed_images():
-    model = keras_vit.ViT(**TINY)
+    model = tiny_vit(**SIXTEEN)
     pixels = _pixels()
     with warnings.catch_warnings():
         warnings.simplefilter("error", DoubleScalingWarning)
@@ -75,7 +72,7 @@ def test_a_default_model_warns_once_when_given_preprocessed_images():
 
 @pytest.mark.parametrize("method", ["predict", "evaluate", "fit", "attention_maps"])
 def test_the_arrays_given_to_predict_evaluate_fit_and_attention_maps_are_checked(method):
-    model = keras_vit.ViT(**TINY)
+    model = tiny_vit(**SIXTEEN)
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
     scaled = preprocess_input(_pixels())
     calls = {
@@ -93,8 +90,8 @@ def test_models_that_take_scaled_inputs_and_compiled_calls_are_not_checked():
     scaled = preprocess_input(_pixels())
     with warnings.catch_warnings():
         warnings.simplefilter("error", DoubleScalingWarning)
-        keras_vit.ViT(include_preprocessing=False, **TINY)(scaled)
-        model = keras_vit.ViT(**TINY)
+        tiny_vit(include_preprocessing=False, **SIXTEEN)(scaled)
+        model = tiny_vit(**SIXTEEN)
         traced = tf.function(model)
         traced(scaled)
     # Nothing is added to a compiled graph: the check is Python-side, on concrete data only.

@@ -3,16 +3,14 @@
 import json
 
 import pytest
+from fixtures import TINY_SHAPE, flags
 
 from trainers import finetune
 from trainers import flags as trainer_flags
 
 TINY = [
     "--dataset=digits",
-    "--hidden_size=16",
-    "--mlp_dim=32",
-    "--num_layers=1",
-    "--num_heads=2",
+    *flags(TINY_SHAPE),
     "--batch_size=32",
     "--total_steps=4",
     "--warmup_steps=1",

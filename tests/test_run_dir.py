@@ -11,13 +11,15 @@ import os
 import finetuned_runs
 import numpy as np
 import pytest
+from fixtures import TINY
 
 import keras_vit
 from keras_vit import images, run_dir
 from keras_vit.errors import CheckpointError
 from trainers.data.digits import digits_spec
 
-TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
+# tests/fixtures.py's tiny ViT with a second block.
+SHAPE = dict(TINY, num_layers=2)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,7 @@ def _workdir(path, model, config, class_names=None):
 
 @pytest.fixture(scope="module")
 def tiny():
-    model = keras_vit.create_model("ViT-Ti_16", num_classes=3, **TINY)
+    model = keras_vit.create_model("ViT-Ti_16", num_classes=3, **SHAPE)
     head = model.get_layer("head")
     head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32"))
     return model

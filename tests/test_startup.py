@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from fixtures import tiny_vit
 from test_console import NOISE
 
 import keras_vit
@@ -57,7 +58,7 @@ def _run_as_a_user(*args):
 
 @pytest.mark.slow  # a fresh interpreter imports TensorFlow: about 20 s on two busy cores
 def test_convert_prints_its_summary_and_nothing_else(tmp_path):
-    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8)
+    model = tiny_vit()
     src = str(tmp_path / "src.npz")
     keras_vit.weights.save_npz(model, src)
     proc = _run_as_a_user("keras_vit.convert", src, str(tmp_path / "dst.npz"))

@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixtures import tiny_vit
 from trainer_cli import run_cli
 
-import keras_vit
 from trainers import image_summaries
 
 RUN = [
@@ -64,10 +64,8 @@ def test_a_pretraining_run_logs_the_pictures_at_each_evaluation(tmp_path):
 
 
 def test_pictures_of_a_model_name_true_and_predicted_classes():
-    model = keras_vit.ViT(
-        image_size=16, patch_size=4, hidden_size=12, num_layers=2, num_heads=2, mlp_dim=8,
-        num_classes=3, include_preprocessing=False,
-    )  # fmt: skip
+    # Two blocks for the rollout, 4 x 4 patches for the attention distances.
+    model = tiny_vit(image_size=16, patch_size=4, num_layers=2, num_classes=3, include_preprocessing=False)
     images = np.random.default_rng(0).uniform(-1, 1, (6, 16, 16, 3))
     writer = tf.summary.create_noop_writer()
     pictures = image_summaries.Pictures(model, writer, images, [2, 0, 1, 1, 0, 2], ["a", "b", "c"], 5, "val")

@@ -8,6 +8,7 @@ import pytest
 import reference_numpy
 import scipy.ndimage
 import synthetic_checkpoints as synth
+from fixtures import TINY_SHAPE
 
 import keras_vit
 from keras_vit import weights
@@ -88,7 +89,8 @@ def test_real_r50_hybrid_matches_numpy_reference(tmp_path):
     np.testing.assert_allclose(run(model, x), expected, atol=1e-4, rtol=1e-4)
 
 
-TINY = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
+# tests/fixtures.py's tiny ViT with a second block: a block loaded into the other shows.
+TINY = dict(TINY_SHAPE, num_layers=2)
 
 
 @pytest.fixture

@@ -5,11 +5,13 @@ import zipfile
 import numpy as np
 import pytest
 import synthetic_checkpoints as synth
+from fixtures import TINY_SHAPE
 
 import keras_vit
 from keras_vit import weights
 
-TINY = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
+# tests/fixtures.py's tiny ViT with a second block.
+TINY = dict(TINY_SHAPE, num_layers=2)
 
 
 @pytest.fixture(scope="module")

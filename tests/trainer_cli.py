@@ -11,21 +11,10 @@ import sys
 import time
 
 import tensorflow as tf
+from fixtures import FAKE_TFDS, ROOT, TINY_FLAGS, make_fake_tfds  # noqa: F401 (used by the tests)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAKE_TFDS = os.path.join(os.path.dirname(ROOT), "shared", "tools", "fake_tfds.py")
-
-# A ViT small enough to train in seconds on 2 CPU cores: 16 patches of 8x8, width 32, 1 block.
-TINY_MODEL = [
-    "--model=ViT-Ti_16",
-    "--weights=none",
-    "--image_size=32",
-    "--patch_size=8",
-    "--hidden_size=32",
-    "--num_layers=1",
-    "--num_heads=2",
-    "--mlp_dim=64",
-]
+# tests/fixtures.py's tiny ViT, as trainer flags.
+TINY_MODEL = TINY_FLAGS
 
 # The fine-tuning run of tests/test_finetune.py and tests/test_checkpoint_faults.py: 30 steps,
 # checkpoints at 10, 20, 30, ~8 s on 2 cores. The clip (0.5) is below the run's gradient norms,
@@ -42,26 +31,6 @@ CIFAR_RUN = TINY_MODEL + [
     "--grad_norm_clip=0.5",
     "--seed=1",
 ]
-
-
-def make_fake_tfds(data_dir, dataset, per_class, test_per_class):
-    subprocess.run(
-        [
-            sys.executable,
-            FAKE_TFDS,
-            "--dataset",
-            dataset,
-            "--data_dir",
-            str(data_dir),
-            "--per_class",
-            str(per_class),
-            "--test_per_class",
-            str(test_per_class),
-        ],
-        check=True,
-        capture_output=True,
-        env=_env(),
-    )
 
 
 def _env(extra=None):

@@ -1,0 +1,116 @@
+"""What the tests share: the tiny ViT and hybrid, their shape as keyword arguments and as trainer
+flags, and fake TFDS data_dirs made once per test session.
+
+A test that needs "a small model" builds it here, and says with keyword overrides what it needs
+that the default lacks (two blocks, a 16 px input, a class count). A test whose shape is what it
+checks keeps its own: the official shapes (synthetic_checkpoints.py), the memory estimates, the
+Hugging Face references, and any model whose outputs are pinned (hashes, stored logits).
+
+tests/conftest.py exposes `fake_tfds_dir`, so a test module only names it:
+
+    @pytest.mark.parametrize("fake_tfds_dir", ["oxford_iiit_pet"], indirect=True)
+    def test_pets(fake_tfds_dir): ...
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import keras_vit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# ../shared sits beside the repository.
+FAKE_TFDS = os.path.join(os.path.dirname(ROOT), "shared", "tools", "fake_tfds.py")
+
+
+def flags(shape):
+    """Trainer flags (`--name=value`) of a model's keyword arguments."""
+    return [f"--{name}={value}" for name, value in shape.items()]
+
+
+# A ViT small enough to train in seconds on 2 CPU cores: 16 patches of 8x8, width 32, 1 block.
+# TINY_SHAPE is its architecture alone, for the tests that build it at sizes of their own.
+TINY_SHAPE = dict(patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
+TINY = dict(image_size=32, **TINY_SHAPE)
+# The same model in a trainer's config (new weights), and as the flags that set those fields.
+TINY_CONFIG = dict(model="ViT-Ti_16", weights="none", **TINY)
+TINY_FLAGS = flags(TINY_CONFIG)
+# Every size different (width 24 in 3 heads of 8, 2 blocks, 5 classes, 4 px patches), for the
+# tests that compare the model with the NumPy reference, across backends and in its shapes: a
+# swapped axis or block changes a value or a shape there. Those tests name its numbers (3 heads
+# for the reference, 24-wide features, 17 tokens at 16 px), so each gives its own image size.
+DISTINCT = dict(patch_size=4, hidden_size=24, num_layers=2, num_heads=3, mlp_dim=48, num_classes=5)
+# The hybrid's stem at its smallest: a root and two one-unit stages of half width (32 channels
+# at the root, one per GroupNorm group), 8x by the stem, so a 32 px input gives 4 x 4 tokens.
+HYBRID_STEM = dict(patch_size=1, resnet_layers=(1, 1), resnet_width=0.5)
+TINY_HYBRID = dict(TINY, **HYBRID_STEM)
+
+# Images per class of the shared fake data: (train, test). cifar10's is what the trainer tests'
+# 30-step reference run learns from (tests/trainer_cli.py CIFAR_RUN); oxford_iiit_pet's is the
+# 74 / 37 split whose counts tests/test_data.py checks.
+FAKE_TFDS_SIZES = {"cifar10": (20, 10), "cifar100": (2, 1), "oxford_iiit_pet": (2, 1)}
+
+
+def tiny_vit(**overrides):
+    """keras_vit.ViT of the TINY shape, with `overrides` replacing or adding arguments."""
+    return keras_vit.ViT(**{**TINY, **overrides})
+
+
+def tiny_hybrid(**overrides):
+    """keras_vit.ViT with the TINY_HYBRID ResNet stem, with `overrides` applied."""
+    return keras_vit.ViT(**{**TINY_HYBRID, **overrides})
+
+
+def make_fake_tfds(data_dir, dataset, per_class, test_per_class):
+    """Prepares the fake `dataset` in `data_dir` with ../shared/tools/fake_tfds.py, which runs the
+    real TFDS builder on generated source files."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.setdefault("KERAS_BACKEND", "tensorflow")
+    env.pop("TF_CONFIG", None)
+    subprocess.run(
+        [
+            sys.executable,
+            FAKE_TFDS,
+            "--dataset",
+            dataset,
+            "--data_dir",
+            str(data_dir),
+            "--per_class",
+            str(per_class),
+            "--test_per_class",
+            str(test_per_class),
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+
+
+# (dataset, train, test images per class) -> its data_dir: made at most once per session, even
+# when pytest tears down and sets up fake_tfds_dir again between parameters.
+_made = {}
+
+
+def shared_fake_tfds(dataset, tmp_path_factory, per_class=None, test_per_class=None):
+    """The session's data_dir of the fake `dataset`, of FAKE_TFDS_SIZES's size unless given, made
+    on first use. Tests read it; one that changes data copies it first."""
+    default = FAKE_TFDS_SIZES.get(dataset, (None, None))
+    key = (dataset, per_class or default[0], test_per_class or default[1])
+    if key not in _made:
+        if not os.path.exists(FAKE_TFDS):
+            pytest.skip(f"{FAKE_TFDS} (builds the stand-in TFDS data) is not here")
+        path = tmp_path_factory.mktemp(f"{dataset}_tfds")
+        make_fake_tfds(path, *key)
+        _made[key] = str(path)
+    return _made[key]
+
+
+@pytest.fixture(scope="session")
+def fake_tfds_dir(request, tmp_path_factory):
+    """A TFDS data_dir of the fake dataset that indirect parametrisation names, shared by the whole
+    session (copy it before changing anything in it): "cifar10", or ("oxford_iiit_pet", 4, 2) for
+    4 train and 2 test images per class instead of FAKE_TFDS_SIZES's."""
+    dataset, *sizes = (request.param,) if isinstance(request.param, str) else request.param
+    return shared_fake_tfds(dataset, tmp_path_factory, *sizes)
