@@ -6,8 +6,8 @@ import dataclasses
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixtures import tiny_vit
 
-import keras_vit
 from configs import finetune as finetune_config
 from keras_vit import weights as weights_lib
 from trainers import finetune, model_builder, training
@@ -74,16 +74,14 @@ def test_a_bad_combination_is_one_line(values, replicas, message):
 
 
 def test_the_weights_file_is_read_once_from_the_command_line_to_the_model(tmp_path, monkeypatch):
-    source = keras_vit.ViT(
-        image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, num_classes=10
-    )
-    path = str(tmp_path / "small.npz")
+    source = tiny_vit(num_classes=10)
+    path = str(tmp_path / "tiny.npz")
     weights_lib.save_npz(source, path)
     reads = []
     read_params = weights_lib.read_params
     monkeypatch.setattr(weights_lib, "read_params", lambda p, *a: reads.append(p) or read_params(p, *a))
     config = trainer_flags.parse_flags(
-        ["finetune", "--dataset=digits", f"--weights={path}", "--image_size=16", "--batch_size=8"],
+        ["finetune", "--dataset=digits", f"--weights={path}", "--image_size=32", "--batch_size=8"],
         finetune.get_config,
     )
     plan = plan_lib.resolve(config, ONE)
