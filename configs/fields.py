@@ -220,7 +220,7 @@ FIELDS = {
     "mixed_precision": Field(
         "auto",
         "compute dtype: auto (bfloat16 where it measured faster: TPUs, GPUs of compute capability "
-        "8.0+, CPUs with AMX (AVX-512 BF16 alone measured slower) with XLA off for models ViT-Ti wide "
+        "8.0+, CPUs with AMX or AVX-512 BF16 with XLA off for models ViT-Ti wide "
         "or wider on 64+ patches; float32 elsewhere), none (float32), bfloat16, or float16 (GPUs, with "
         "loss scaling)",
         PRECISIONS,

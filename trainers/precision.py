@@ -5,12 +5,13 @@ and backends"), float32 everywhere else:
 - TPUs, whose matrix units take bfloat16;
 - GPUs of compute capability 8.0 and up (A100, H100; on an H100 the bfloat16 ViT-B/16 training
   step ran 2.4x its float32 one, Keras on JAX in benchmarks.accelerator);
-- CPUs with AMX (Intel Xeon from Sapphire Rapids) on TensorFlow's oneDNN kernels, XLA off
-  (XLA's CPU backend has no fast bfloat16 matmul), for an encoder at least as wide as ViT-Ti on
-  at least 64 patches: smaller steps (the digits preset) measured slower in bfloat16, the casts
-  outweighing the faster products. AVX-512 BF16 alone is not enough: on an AMD EPYC that has it
-  but no AMX, the ViT-Ti/16 training step ran at 0.80x its float32 speed in bfloat16
-  (benchmarks.train, README), so there "auto" stays float32.
+- CPUs with bfloat16 matrix instructions, AMX (Intel Xeon from Sapphire Rapids) or AVX-512 BF16
+  (AMD EPYC from Zen 4), on TensorFlow's oneDNN kernels, XLA off (XLA's CPU backend has no fast
+  bfloat16 matmul), for an encoder at least as wide as ViT-Ti on at least 64 patches: smaller
+  steps (the digits preset) measured slower in bfloat16, the casts outweighing the faster
+  products. On a 2-core Zen 4 EPYC with nothing else running, the ViT-Ti/16 224 px training
+  step ran at 1.28x and 1.46x its float32 speed in bfloat16 (two runs of benchmarks.train;
+  docs/guides/benchmarks.md); an earlier run on a shared machine had measured 0.80x.
 Variables stay float32 under every policy, so a checkpoint resumes at any precision.
 """
 
@@ -25,8 +26,8 @@ from trainers import distribute
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 # --mixed_precision's values: one of the policies, or auto (resolve picks one for the hardware).
 PRECISIONS = ("auto", *POLICIES)
-CPU_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")  # as /proc/cpuinfo names them
-CPU_FAST_BFLOAT16_FLAGS = ("amx_bf16",)  # where bfloat16 measured faster than float32
+# As /proc/cpuinfo names them, with the banner's words for each (the first one found is named).
+CPU_BFLOAT16_FLAGS = {"amx_bf16": "AMX bfloat16 matrix units", "avx512_bf16": "AVX-512 BF16 instructions"}
 GPU_MIN_COMPUTE_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores
 CPU_MIN_HIDDEN_SIZE = 192  # ViT-Ti's width
 CPU_MIN_PATCHES = 64  # ViT-Ti/16 at 128 px: 1.12x in bfloat16; at 64 px (16 patches): 0.89x
@@ -66,13 +67,12 @@ def _auto(strategy, jit, hidden_size, num_patches):
         return "none", "GPU without bfloat16 tensor cores; --mixed_precision=float16 may be faster"
     if not cpu_has_bfloat16():
         return "none", "no bfloat16 matrix instructions on this CPU"
-    if not set(CPU_FAST_BFLOAT16_FLAGS) & _cpu_flags():
-        return "none", "CPU without AMX, where bfloat16 measured slower than float32"
     if jit:
         return "none", "XLA on CPU, which has no fast bfloat16 matmul"
     if hidden_size < CPU_MIN_HIDDEN_SIZE or num_patches < CPU_MIN_PATCHES:
         return "none", f"on CPU bfloat16 pays from width {CPU_MIN_HIDDEN_SIZE} and {CPU_MIN_PATCHES} patches"
-    return "bfloat16", "CPU with AMX bfloat16 matrix units"
+    found = next(words for flag, words in CPU_BFLOAT16_FLAGS.items() if flag in _cpu_flags())
+    return "bfloat16", f"CPU with {found}"
 
 
 def gpu_compute_capabilities(strategy=None):
