@@ -8,6 +8,7 @@ files, the resize to another grid and the file's own description must all follow
 import keras
 import numpy as np
 import pytest
+from fixtures import TINY_SHAPE
 from keras import ops
 
 import keras_vit
@@ -20,15 +21,7 @@ from keras_vit.posembs.base import PosembType
 from keras_vit.posembs.grid_layer import GridPositionLayer, is_static
 
 # A 2 x 3 patch grid: non-square, so a swapped height and width cannot go unnoticed.
-SMALL = dict(
-    patch_size=8,
-    hidden_size=16,
-    num_layers=1,
-    num_heads=2,
-    mlp_dim=32,
-    num_classes=4,
-    include_preprocessing=False,
-)
+SMALL = dict(TINY_SHAPE, num_classes=4, include_preprocessing=False)
 LAYER = "posembed_rows"
 KEY = f"Transformer/{LAYER}/row_embedding"
 

@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+from fixtures import TINY_SHAPE
 
 import keras_vit
 from configs.fields import FIELDS
@@ -15,16 +16,7 @@ from trainers import flags as trainer_flags
 from trainers.errors import UsageError
 
 # A 2 x 3 patch grid: non-square, so a swapped height and width cannot go unnoticed.
-SMALL = dict(
-    patch_size=8,
-    hidden_size=16,
-    num_layers=1,
-    num_heads=2,
-    mlp_dim=32,
-    include_top=False,
-    pooling="token",
-    include_preprocessing=False,
-)
+SMALL = dict(TINY_SHAPE, include_top=False, pooling="token", include_preprocessing=False)
 VARIANTS = ("learned_2d", "sincos_2d", "relative", "none")
 
 
@@ -55,7 +47,7 @@ def test_the_trainer_choices_are_the_library_variants():
 @pytest.mark.parametrize("posemb", ["learned_1d", *VARIANTS])
 def test_each_variant_builds_with_its_own_position_weights(posemb):
     model = keras_vit.ViT(image_size=(16, 24), posemb=posemb, **SMALL)
-    assert model(_images(16, 24)).shape == (2, 16)
+    assert model(_images(16, 24)).shape == (2, SMALL["hidden_size"])
     expected = {
         "learned_1d": ["posembed_input/pos_embedding"],
         "learned_2d": ["posembed_2d/pos_embedding_x", "posembed_2d/pos_embedding_y"],
