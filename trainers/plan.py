@@ -20,6 +20,8 @@ from trainers.flags import parse_accum_steps, parse_eval_splits
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
+    """What a run is made of, parsed and decided: made by `resolve`, read-only afterwards."""
+
     engine: str  # "tf" or "jax" (trainers/engines.py)
     replicas: int  # devices in sync, over every process
     batch_size: int  # the global batch of one update
