@@ -22,7 +22,6 @@ from trainers.flags import parse_accum_steps, parse_eval_splits
 class Plan:
     """What a run is made of, parsed and decided: made by `resolve`, read-only afterwards."""
 
-    engine: str  # "tf" or "jax" (trainers/engines.py)
     replicas: int  # devices in sync, over every process
     batch_size: int  # the global batch of one update
     accum_steps: object  # micro-batches per update: an int, or "auto" (decided with the model: memory.py)
@@ -41,7 +40,7 @@ class Plan:
     @property
     def mixes(self):
         """Whether training mixes pairs of examples (Mixup), which needs an even per-replica batch."""
-        return any(name == "mixup" for name, _ in self.batch_ops)
+        return _mixes(self.batch_ops)
 
 
 def resolve(config, strategy):
@@ -54,14 +53,13 @@ def resolve(config, strategy):
     eval_ops = pp.eval_pipeline(config)
     pp.check(train_ops, batch_ops, eval_ops)  # a bad op argument is one line here
     replicas = strategy.num_replicas_in_sync
-    check_batch(config.batch_size, replicas, accum_steps, mixes=any(n == "mixup" for n, _ in batch_ops))
+    check_batch(config.batch_size, replicas, accum_steps, mixes=_mixes(batch_ops))
     jit = use_jit(config.jit_compile, strategy)
     hidden_size, num_patches = model_builder.encoder_size(config)
     mixed_precision, precision_note = precision.resolve(
         config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches
     )
     return Plan(
-        engine=config.engine,
         replicas=replicas,
         batch_size=config.batch_size,
         accum_steps=accum_steps,
@@ -77,6 +75,10 @@ def resolve(config, strategy):
         precision_note=precision_note,
         params=model_builder.params_read(config),
     )
+
+
+def _mixes(batch_ops):
+    return any(name == "mixup" for name, _ in batch_ops)
 
 
 def check_batch(batch_size, replicas, accum_steps, mixes):

@@ -62,9 +62,8 @@ def run(config):
     # The evaluators of --evals, or of the evaluation flags (trainers/evaluators/from_config.py).
     batch_size = built.trainer.micro_batch_size
     eval_input = functools.partial(_input_fn, plan, spec, training=False, batch_size=batch_size)
-    pp_eval_ops = plan.eval_ops if config.pp_eval else ()
     context = from_config.Context(
-        config, strategy, spec, built.trainer, eval_input, plan.eval_splits, pp_eval_ops
+        config, strategy, spec, built.trainer, eval_input, plan.eval_splits, plan.eval_ops
     )
     evaluators = from_config.build(config, context)
     check_rerun(config)

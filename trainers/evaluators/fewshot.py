@@ -174,7 +174,7 @@ def create(name, context, *, datasets=None, every=None, shots=None, seeds=None, 
                 strategy=context.strategy,
                 every=registry.every(name, every, config.fewshot_every),
                 console=Console(distribute.is_chief(context.strategy)),
-                # A --pp_eval string is how this run's model sees images, the probes' too.
+                # The run's evaluation ops (--pp_eval's, or the resize) are how its model sees images.
                 ops=context.eval_ops or None,
             )
     except FewShotError as e:

@@ -35,7 +35,7 @@ class Context:
     trainer: object  # the engine's Trainer; trainer.model is the model evaluated
     eval_input: Callable  # split -> the evaluation InputFn of that split (--pp_eval, one pass, padded)
     eval_splits: Mapping  # name -> split of --eval_splits, parsed once (trainers/plan.py)
-    eval_ops: tuple = ()  # the image ops of a --pp_eval string; () when the flags' resize is used
+    eval_ops: tuple = ()  # the run's evaluation image ops (--pp_eval's, or the flags' resize); (): resize
 
 
 def parse(value):
