@@ -79,6 +79,16 @@ def resize_posemb(posemb, new_grid, num_prefix=1):
     return np.concatenate([prefix, grid.reshape(1, new_grid[0] * new_grid[1], -1)], axis=1)
 
 
+def resize_axis_linear(values, size, axis):
+    """Corner-aligned linear resize of one axis to `size` (np.interp), as a stored grid weight is
+    resized to another grid (scipy.ndimage.zoom(order=1)'s corner alignment)."""
+    old = values.shape[axis]
+    coords = np.linspace(0, old - 1, size) if size > 1 else np.zeros(1)
+    moved = np.moveaxis(values, axis, -1)
+    out = np.apply_along_axis(lambda v: np.interp(coords, np.arange(old), v), -1, moved)
+    return np.moveaxis(out, -1, axis)
+
+
 def patch_embed(x, kernel, bias):
     """A PxP convolution with stride P and VALID padding, written as a patch reshape."""
     ph, pw, channels, width = kernel.shape

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 from fixtures import TINY_SHAPE
+from reference_numpy import resize_axis_linear as resize_axis
 
 import keras_vit
 from configs.fields import FIELDS
@@ -28,15 +29,6 @@ def _position_weights(model):
     return sorted(
         w.path for w in model.weights if "pos_embedding" in w.path or "relative_embedding" in w.path
     )
-
-
-def _interp_axis(values, size, axis):
-    """Corner-aligned linear resize along one axis, written out with np.interp."""
-    old = values.shape[axis]
-    coords = np.linspace(0, old - 1, size) if size > 1 else np.zeros(1)
-    moved = np.moveaxis(values, axis, -1)
-    out = np.apply_along_axis(lambda v: np.interp(coords, np.arange(old), v), -1, moved)
-    return np.moveaxis(out, -1, axis)
 
 
 def test_the_trainer_choices_are_the_library_variants():
@@ -124,8 +116,8 @@ def test_learned_2d_resizes_each_half_along_its_own_axis(tmp_path):
     big = keras_vit.ViT(image_size=(32, 40), posemb="learned_2d", **SMALL)  # 2 x 3 -> 4 x 5
     weights_lib.load_weights(big, path)
     resized = big.get_layer("posembed_2d")
-    np.testing.assert_allclose(np.asarray(resized.pos_embedding_x), _interp_axis(x_old, 5, 0), atol=1e-6)
-    np.testing.assert_allclose(np.asarray(resized.pos_embedding_y), _interp_axis(y_old, 4, 0), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(resized.pos_embedding_x), resize_axis(x_old, 5, 0), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(resized.pos_embedding_y), resize_axis(y_old, 4, 0), atol=1e-6)
     # The any-size model computes the same table for a 32 x 40 image as loading did.
     anysize = keras_vit.ViT(image_size=None, base_image_size=(16, 24), posemb="learned_2d", **SMALL)
     weights_lib.load_weights(anysize, path)
@@ -176,7 +168,7 @@ def test_relative_table_resizes_on_its_offset_axes(tmp_path):
     big = keras_vit.ViT(image_size=(32, 40), posemb="relative", **SMALL)  # (3, 5) -> (7, 9) offsets
     weights_lib.load_weights(big, path)
     new = next(np.asarray(w) for w in big.weights if w.path == name)
-    expected = _interp_axis(_interp_axis(old, 7, 0), 9, 1)
+    expected = resize_axis(resize_axis(old, 7, 0), 9, 1)
     np.testing.assert_allclose(new, expected, atol=1e-6)
     np.testing.assert_array_equal(new[3, 4], old[1, 2])  # offset (0, 0) stays offset (0, 0)
     anysize = keras_vit.ViT(image_size=None, base_image_size=(16, 24), posemb="relative", **SMALL)
