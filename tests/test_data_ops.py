@@ -43,6 +43,7 @@ def test_the_registered_ops():
         "decode",
         "flip_lr",
         "inception_crop",
+        "mask_patches",
         "mixup",
         "randaug",
         "random_grayscale",
@@ -137,7 +138,7 @@ def test_an_unknown_op_is_a_one_line_error_naming_the_registered_ones(digits):
     )
     assert message == (
         "unknown image op 'colour_jitter': the registered ops are "
-        "decode, flip_lr, inception_crop, mixup, randaug, random_grayscale, resize, value_range"
+        "decode, flip_lr, inception_crop, mask_patches, mixup, randaug, random_grayscale, resize, value_range"
     )
 
 

@@ -184,9 +184,11 @@ def test_float16_on_the_jax_engine_is_a_one_line_error(tmp_path):
 
 
 # The jax engine's losses against the tf engine's on the same numbers: mixup's soft targets,
-# the sigmoid loss on multi-hot and on integer labels, and masked patch prediction's per-patch
-# loss and hits for each target. The jax side runs in a process on Keras' JAX backend and saves
-# its inputs and results; the tf side runs here.
+# the sigmoid loss on multi-hot and on integer labels, masked patch prediction's per-patch loss
+# and hits for each target, and the patches it replaces others by (each tf replica chooses among
+# its own micro-batch; the jax step, holding every replica's rows, must choose the same). The jax
+# side runs in a process on Keras' JAX backend and saves its inputs and results; the tf side runs
+# here.
 _JAX_SIDE = """
 import sys
 from types import SimpleNamespace
@@ -211,6 +213,10 @@ for target, (outputs, targets) in patches.items():
     pair = saved[f"{target}_outputs"], saved[f"{target}_targets"]
     loss, hits = jax_objectives.MaskedPatch._per_patch(objective, *pair)
     saved[f"{target}_loss"], saved[f"{target}_hits"] = np.asarray(loss), np.asarray(hits)
+# Masked patch replacements of a step's global batch: 2 replicas of 3 rows, 4 patches each.
+saved["noise"] = rng.uniform(size=(6, 4)).astype("float32")
+replicas = SimpleNamespace(replicas=2)
+saved["sources"] = np.asarray(jax_objectives.MaskedPatch._sources(replicas, saved["noise"]))
 np.savez(sys.argv[1], **saved)
 """
 _LOSSES = [("softmax", "soft"), ("softmax", "integers"), ("sigmoid", "multi_hot"), ("sigmoid", "integers")]
@@ -221,6 +227,7 @@ def test_the_jax_engines_losses_match_the_tf_engines(tmp_path):
 
     import tensorflow as tf
 
+    from keras_vit import masked_patches
     from trainers import loop, objectives
 
     path = str(tmp_path / "jax.npz")
@@ -240,3 +247,9 @@ def test_the_jax_engines_losses_match_the_tf_engines(tmp_path):
         loss, hits = objectives.MaskedPatch._per_patch(objective, outputs, targets, 3)
         np.testing.assert_allclose(jax_side[f"{target}_loss"], loss.numpy(), rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(jax_side[f"{target}_hits"], hits.numpy())
+    noise, sources = jax_side["noise"], jax_side["sources"]
+    for replica in range(2):
+        rows = slice(3 * replica, 3 * replica + 3)
+        own = masked_patches.replacement_sources(tf.constant(noise[rows])).numpy() + 12 * replica
+        np.testing.assert_array_equal(sources[rows], own)
+        assert ((sources[rows] >= 12 * replica) & (sources[rows] < 12 * replica + 12)).all()

@@ -37,28 +37,31 @@ def test_pretraining_defaults_to_classification():
 
 def _objective(target):
     vit = tiny_vit(image_size=16, patch_size=4, num_classes=3, include_preprocessing=False)
-    return objectives.MaskedPatch(vit, target, seed=3)
+    return objectives.MaskedPatch(vit, target)
 
 
 def test_loss_and_accuracy_are_means_over_each_images_corrupted_patches():
-    images = tf.constant(np.random.default_rng(0).uniform(-1, 1, (4, 16, 16, 3)), tf.float32)
-    step = tf.constant(7, tf.int64)
+    rng = np.random.default_rng(0)
+    images = tf.constant(rng.uniform(-1, 1, (4, 16, 16, 3)), tf.float32)
+    noise = tf.constant(rng.uniform(0, 1, (4, 2, 16)), tf.float32)  # mask_patches' draw
     # A new head is zero: every logit equal (cross-entropy log 512, argmax class 0), and every
     # regressed pixel 0 (squared error = the target's square).
-    loss, accuracy = (v.numpy() for v in _objective("mean_color").per_example(images, step, False))
+    loss, accuracy = (v.numpy() for v in _objective("mean_color").per_example(images, noise, False))
     np.testing.assert_allclose(loss, np.log(512), rtol=1e-5)
     classes = masked_patches.targets(images, 4, "mean_color").numpy()
-    l2 = _objective("l2")
-    roles = l2.draw(4, 16, step)[0].numpy()
-    corrupted = roles != masked_patches.CLEAN
+    # The draw's first row chooses the corrupted patches: the 8 of lowest noise in each image.
+    corrupted = np.argsort(np.argsort(noise[:, 0].numpy(), axis=-1), axis=-1) < 8
     np.testing.assert_allclose(accuracy, [(classes[i][corrupted[i]] == 0).mean() for i in range(4)])
-    loss = l2.per_example(images, step, False)[0].numpy()
+    loss = _objective("l2").per_example(images, noise, False)[0].numpy()
     squares = (masked_patches.targets(images, 4, "l2").numpy() ** 2).mean(axis=-1)
     np.testing.assert_allclose(loss, [squares[i][corrupted[i]].mean() for i in range(4)], rtol=1e-5)
     assert not np.allclose(loss, squares.mean(axis=-1), rtol=1e-5)  # the clean patches do not count
-    # The draw is a function of (seed, step): the same again, another at the next step.
-    np.testing.assert_array_equal(l2.draw(4, 16, step)[0].numpy(), roles)
-    assert not np.array_equal(l2.draw(4, 16, step + 1)[0].numpy(), roles)
+
+
+def test_a_draw_for_another_patch_grid_is_refused():
+    images = tf.zeros((2, 16, 16, 3))
+    with pytest.raises(ValueError, match=r"covers 64 patches, but the model cuts 16x16 px images into 16: "):
+        _objective("mean_color").per_example(images, tf.zeros((2, 2, 64)), False)
 
 
 def _majority_share():

@@ -91,3 +91,50 @@ def test_the_weights_file_is_read_once_from_the_command_line_to_the_model(tmp_pa
     assert reads == [path]  # the model was loaded from the plan's parameters
     loaded = built.trainer.model.get_layer("embedding").kernel.numpy()
     np.testing.assert_array_equal(loaded, source.get_layer("embedding").kernel.numpy())
+
+
+def _pretrain_config(**values):
+    from configs import pretrain as pretrain_config
+
+    config = pretrain_config.get_config("digits")
+    config.update({"workdir": "/tmp/unused", "objective": "masked_patch", **values})
+    return config
+
+
+def test_masked_patch_prediction_gets_its_draw_at_the_models_patch_size():
+    plan = plan_lib.resolve(_pretrain_config(), ONE)
+    assert plan.batch_ops[-1] == ("mask_patches", {"patch_size": 4})  # the digits preset's patches
+    plan = plan_lib.resolve(_pretrain_config(patch_size=8), ONE)
+    assert plan.batch_ops[-1] == ("mask_patches", {"patch_size": 8})
+    # A pp string names the draw itself, and is taken as it is.
+    pp = "decode|resize(16)|value_range(-1,1)|mask_patches(4)"
+    assert plan_lib.resolve(_pretrain_config(pp_train=pp), ONE).batch_ops == (
+        ("mask_patches", {"patch_size": 4}),
+    )
+    # Classification has no draw.
+    assert plan_lib.resolve(_pretrain_config(objective="classification"), ONE).batch_ops == ()
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (
+            dict(pp_train="decode|resize(16)|value_range(-1,1)"),
+            "--objective=masked_patch corrupts the patches each batch's draw chooses: end --pp_train "
+            "with mask_patches(4)",
+        ),
+        (
+            dict(pp_train="decode|resize(16)|value_range(-1,1)|mask_patches(8)"),
+            "--pp_train: mask_patches(8) draws for 8 px patches, but the model's are 4 px: "
+            "use mask_patches(4)",
+        ),
+        (
+            dict(objective="classification", pp_train="decode|resize(16)|value_range(-1,1)|mask_patches(4)"),
+            "--pp_train: mask_patches draws the corruption of masked patch prediction: drop it",
+        ),
+    ],
+)
+def test_a_draw_that_does_not_fit_the_objective_is_one_line(values, message):
+    with pytest.raises(UsageError) as error:
+        plan_lib.resolve(_pretrain_config(**values), ONE)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)

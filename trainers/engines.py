@@ -75,12 +75,13 @@ def trainer_class(strategy):
     return loop.Trainer
 
 
-def make_objective(config, model):
-    """The engine's objective for --objective (None: classification)."""
+def make_objective(config, model, replicas=1):
+    """The engine's objective for --objective (None: classification); `replicas`: the devices in
+    sync, whose rows the jax engine's step holds together."""
     if config.get("engine", "tf") == "jax" and config.get("objective", "classification") == "masked_patch":
         from trainers import jax_objectives
 
-        return jax_objectives.MaskedPatch(model, config.masked_target, config.seed)
+        return jax_objectives.MaskedPatch(model, config.masked_target, replicas)
     return objectives.make_objective(config, model)
 
 

@@ -128,13 +128,13 @@ class Trainer:
         return out, [scope.get_current_value(v) for v in self._others]
 
     # -- training ---------------------------------------------------------------------------------
-    def _micro_batch(self, trained, others, images, labels, step):
+    def _micro_batch(self, trained, others, images, labels):
         """(loss, per-example metric sum), gradients and the others' new values of one micro-batch."""
 
         def loss_fn(trained):
             def forward():
                 if self.objective is not None:
-                    return self.objective.per_example(images, step, training=True)
+                    return self.objective.per_example(images, labels, training=True)
                 logits = self.model(images, training=True)
                 return per_example_loss(self.loss, labels, logits), None
 
@@ -153,15 +153,15 @@ class Trainer:
         x = x.reshape(replicas, accum, per_micro, *x.shape[1:]).swapaxes(0, 1)
         return x.reshape(accum, replicas * per_micro, *x.shape[3:])
 
-    def _train_step_fn(self, state, images, labels, step):
+    def _train_step_fn(self, state, images, labels):
         trained, others, opt = state
         if self.accum_steps == 1:
-            loss, hits, grads, others = self._micro_batch(trained, others, images, labels, step)
+            loss, hits, grads, others = self._micro_batch(trained, others, images, labels)
         else:
 
             def body(carry, batch):
                 grads_sum, loss_sum, hits_sum, others = carry
-                loss, hits, grads, others = self._micro_batch(trained, others, *batch, step)
+                loss, hits, grads, others = self._micro_batch(trained, others, *batch)
                 grads_sum = [g + m.astype(g.dtype) for g, m in zip(grads_sum, grads)]
                 return (grads_sum, loss_sum + loss, hits_sum + hits, others), None
 
@@ -179,12 +179,11 @@ class Trainer:
     def train(self, iterator, num_steps):
         """Runs `num_steps` steps; returns mean loss, mean gradient norm and finiteness."""
         state = self._device_state()
-        first = int(self.step.numpy())
         outputs = []
         try:
-            for i in range(num_steps):
+            for _ in range(num_steps):
                 images, labels = next(iterator)
-                state, loss, norm, hits = self._train_step(state, images, labels, jnp.int32(first + i))
+                state, loss, norm, hits = self._train_step(state, images, labels)
                 outputs.append((loss, norm, hits))
         finally:
             self._publish(state)
@@ -215,7 +214,7 @@ class Trainer:
 
         def forward():
             if self.objective is not None:
-                return self.objective.per_example(images, self.objective.eval_draw, training=False)
+                return self.objective.per_example(images, labels, training=False)
             logits = self.model(images, training=False).astype(jnp.float32)
             return per_example_loss(self.loss, labels, logits), top1_hits(labels, logits)
 

@@ -3,15 +3,14 @@
 The same objective as trainers/objectives.py (the corruption, targets, losses and accuracies of
 keras_vit/masked_patches.py), on JAX arrays inside the engine's compiled step. The interface
 jax_loop.Trainer uses: `metric_name`, `trained_variables(model)`, `variables` (every Keras
-variable of its own, so the step carries them as state and the checkpoints hold them),
-`per_example(images, step, training)` -> (loss (b,), accuracy (b,)) and `eval_draw`.
+variable of its own, so the step carries them as state and the checkpoints hold them) and
+`per_example(images, labels, training)` -> (loss (b,), accuracy (b,)).
 
-Which patches are corrupted, and by which others the replaced ones are replaced, is a pure
-function of (--seed, step) through jax.random (fold_in): a resumed run corrupts the same patches
-as an unbroken one, and the micro-batches of an accumulated step share the step's draw. The draw
-covers the global batch (the step is one program over every device), where the tf engine draws
-per replica, so the two engines corrupt different patches from the same seed. Evaluation uses one
-fixed draw, `eval_draw`.
+The labels' place holds the batch op mask_patches' draw (trainers/data/mask_patches.py), the
+same numbers the tf engine's replicas get: drawn per (--seed, step, replica). The step sees the
+global batch, replica after replica, so each replica's rows choose their replacement patches
+among that replica's own micro-batch, as under the tf engine: both engines corrupt the same
+patches from the same seed.
 """
 
 import jax
@@ -23,12 +22,11 @@ from trainers import objectives
 
 class MaskedPatch:
     metric_name = objectives.MaskedPatch.metric_name
-    eval_draw = objectives.EVAL_DRAW
 
-    def __init__(self, model, target, seed):
+    def __init__(self, model, target, replicas):
         self.predictor = masked_patches.MaskedPatchPredictor(model, target)
         self.target = target
-        self.seed = int(seed)
+        self.replicas = int(replicas)
 
     # The same variables as the tf engine trains: the encoder, the mask embedding and the head.
     trained_variables = objectives.MaskedPatch.trained_variables
@@ -37,17 +35,23 @@ class MaskedPatch:
     def variables(self):
         return [*self.predictor.corruption.variables, *self.predictor.head.variables]
 
-    def draw(self, batch, num_patches, step):
-        """(roles, replacement sources), int32 (batch, num_patches): the corruption of `step`."""
-        key = jax.random.fold_in(jax.random.key(self.seed), jnp.asarray(step).astype(jnp.uint32))
-        noise = jax.random.uniform(key, (2, batch, num_patches))
-        return masked_patches.corruption_plan(noise[0]), masked_patches.replacement_sources(noise[1])
+    def _sources(self, noise):
+        """Flat indices into the batch's patches: each replica's rows (b / replicas of them, in
+        order) take their replacements from that replica's rows, as each tf replica does."""
+        rows, num_patches = noise.shape
+        per_replica = rows // self.replicas
+        parts = [
+            masked_patches.replacement_sources(noise[r * per_replica : (r + 1) * per_replica])
+            + r * per_replica * num_patches
+            for r in range(self.replicas)
+        ]
+        return jnp.concatenate(parts)
 
-    def per_example(self, images, step, training):
-        """(loss (b,), accuracy (b,)), float32, of the batch corrupted by the draw of `step`."""
-        patch = self.predictor.patch_size
-        num_patches = (images.shape[1] // patch) * (images.shape[2] // patch)
-        roles, sources = self.draw(images.shape[0], num_patches, step)
+    def per_example(self, images, noise, training):
+        """(loss (b,), accuracy (b,)), float32, of the batch corrupted as its draw `noise` says."""
+        objectives.check_draw(noise.shape[-1], images.shape, self.predictor.patch_size)
+        roles = masked_patches.corruption_plan(noise[:, 0])
+        sources = self._sources(noise[:, 1])
         outputs = self.predictor(images, roles, sources, training=training).astype(jnp.float32)
         targets = self.predictor.targets(images.astype(jnp.float32))
         per_patch_loss, per_patch_hit = self._per_patch(outputs, targets)

@@ -24,7 +24,7 @@ as accuracy when every image has one label).
 import keras
 import tensorflow as tf
 
-from trainers import distribute, objectives
+from trainers import distribute
 
 # --loss: what the step minimises (configs/fields.py offers these as the flag's values).
 LOSSES = ("softmax", "sigmoid")
@@ -178,10 +178,10 @@ class Trainer:
         """Nothing to copy back: the restore wrote the variables themselves."""
 
     # -- training -----------------------------------------------------------------------
-    def _objective_grads(self, images):
+    def _objective_grads(self, images, labels):
         variables = self.trained_variables
         with tf.GradientTape() as tape:
-            losses, accuracy = self.objective.per_example(images, self.step, training=True)
+            losses, accuracy = self.objective.per_example(images, labels, training=True)
             loss = tf.reduce_sum(losses) / self.global_batch_size
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
         self.objective.record_train(accuracy)
@@ -189,7 +189,7 @@ class Trainer:
 
     def _micro_batch_grads(self, images, labels):
         if self.objective is not None:
-            return self._objective_grads(images)
+            return self._objective_grads(images, labels)
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             logits = self.model(images, training=True)
@@ -264,15 +264,15 @@ class Trainer:
     # -- evaluation ---------------------------------------------------------------------
     def _replica_eval(self, images, labels, weights):
         if self.objective is not None:
-            return self._objective_eval(images, weights)
+            return self._objective_eval(images, labels, weights)
         logits = tf.cast(self.model(images, training=False), tf.float32)
         weights = tf.cast(weights, tf.float32)
         loss = tf.reduce_sum(per_example_loss(self.loss, labels, logits) * weights)
         hits = tf.reduce_sum(top1_hits(labels, logits) * weights)
         return loss, hits, tf.reduce_sum(weights)
 
-    def _objective_eval(self, images, weights):
-        losses, accuracy = self.objective.per_example(images, objectives.EVAL_DRAW, training=False)
+    def _objective_eval(self, images, labels, weights):
+        losses, accuracy = self.objective.per_example(images, labels, training=False)
         weights = tf.cast(weights, tf.float32)
         return tf.reduce_sum(losses * weights), tf.reduce_sum(accuracy * weights), tf.reduce_sum(weights)
 

@@ -3,15 +3,15 @@
 The Trainer (trainers/loop.py) classifies unless it is given an objective. An objective has
 `metric_name` (its evaluation metric), `trained_variables(model)` (what the optimizer updates),
 `checkpoint_objects()` (what the run's checkpoints must hold besides the model),
-`per_example(images, step, training)` -> (loss (b,), accuracy (b,)), `record_train(accuracy)`
+`per_example(images, labels, training)` -> (loss (b,), accuracy (b,)), `record_train(accuracy)`
 and `train_metrics()` (the train-side metric since the last call, for the console and
 TensorBoard).
 
-MaskedPatch (--objective=masked_patch, keras_vit/masked_patches.py): labels are not read. Which
-patches are corrupted, and by which other patch the replaced ones are replaced, is a pure function
-of (--seed, step, replica): stateless random ops, so a resumed run and an unbroken one corrupt the
-same patches. The micro-batches of one accumulated step share the step's draw. Evaluation uses
-one fixed draw, so successive evaluations compare like with like. Loss and accuracy of an image
+MaskedPatch (--objective=masked_patch, keras_vit/masked_patches.py): what comes in the labels'
+place is the batch op mask_patches' draw (trainers/data/mask_patches.py), uniform numbers
+(b, 2, N) of (--seed, step, replica) that choose which patches are corrupted and by which other
+patch of the micro-batch the replaced ones are replaced; a resumed run, an unbroken one and the
+jax engine corrupt the same patches. Evaluation batches carry one fixed draw. Loss and accuracy of an image
 are means over its corrupted patches (every image has the same number of them): cross-entropy and
 top-1 hits of the 512-colour class for mean_color; the same averaged over the 16 cells for
 downsampled; for l2 the mean squared error over the patch's pixel values (in [-1, 1]), and as
@@ -24,18 +24,17 @@ from keras_vit import masked_patches
 
 # --objective's values: the Trainer's own classification, or an objective of this file.
 OBJECTIVES = ("classification", "masked_patch")
-# The step number of evaluation's fixed draw (training steps count from 0).
-EVAL_DRAW = -1
+# The batch op that draws each batch's corruption for masked patch prediction.
+DRAW_OP = "mask_patches"
 
 
 class MaskedPatch:
     metric_name = "masked_patch_accuracy"
 
-    def __init__(self, model, target, seed):
+    def __init__(self, model, target):
         """Build it inside the strategy's scope, like the model (its variables are trained)."""
         self.predictor = masked_patches.MaskedPatchPredictor(model, target)
         self.target = target
-        self.seed = int(seed)
         # Summed over the replicas when read: the train accuracy since the last train_metrics().
         self._train_sums = [
             tf.Variable(
@@ -58,23 +57,13 @@ class MaskedPatch:
     def checkpoint_objects(self):
         return {"patch_corruption": self.predictor.corruption, "masked_patch_head": self.predictor.head}
 
-    def _seed(self, step):
-        context = tf.distribute.get_replica_context()
-        replica = context.replica_id_in_sync_group if context is not None else 0
-        seed = tf.random.experimental.stateless_fold_in(tf.constant([self.seed, 0], tf.int64), step)
-        return tf.random.experimental.stateless_fold_in(seed, replica)
-
-    def draw(self, batch, num_patches, step):
-        """(roles, replacement sources), int32 (batch, num_patches): the corruption of `step`."""
-        noise = tf.random.stateless_uniform(tf.stack([2, batch, num_patches]), self._seed(step))
-        return masked_patches.corruption_plan(noise[0]), masked_patches.replacement_sources(noise[1])
-
-    def per_example(self, images, step, training):
-        """(loss (b,), accuracy (b,)), float32, of the batch corrupted by the draw of `step`."""
+    def per_example(self, images, noise, training):
+        """(loss (b,), accuracy (b,)), float32, of the batch corrupted as its draw `noise`
+        (b, 2, N) says (row 0 chooses the corrupted patches, row 1 the replacements)."""
         images = tf.convert_to_tensor(images)
-        patch = self.predictor.patch_size
-        num_patches = (images.shape[1] // patch) * (images.shape[2] // patch)
-        roles, sources = self.draw(tf.shape(images)[0], num_patches, step)
+        check_draw(noise.shape[-1], images.shape, self.predictor.patch_size)
+        roles = masked_patches.corruption_plan(noise[:, 0])
+        sources = masked_patches.replacement_sources(noise[:, 1])
         outputs = tf.cast(self.predictor(images, roles, sources, training=training), tf.float32)
         targets = self.predictor.targets(tf.cast(images, tf.float32))
         per_patch_loss, per_patch_hit = self._per_patch(outputs, targets, self.predictor.channels)
@@ -118,6 +107,17 @@ class MaskedPatch:
         return {self.metric_name: hits / count} if count else {}
 
 
+def check_draw(drawn_patches, image_shape, patch_size):
+    """ValueError unless the batch's draw covers the model's patches (mask_patches' patch size)."""
+    num_patches = (image_shape[1] // patch_size) * (image_shape[2] // patch_size)
+    if drawn_patches != num_patches:
+        raise ValueError(
+            f"the batches' masked-patch draw covers {drawn_patches} patches, but the model cuts "
+            f"{image_shape[1]}x{image_shape[2]} px images into {num_patches}: end the training ops "
+            f"with {DRAW_OP}({patch_size}), the model's patch size"
+        )
+
+
 def _layer_weights(model, name):
     return next((layer.weights for layer in model.layers if layer.name == name), [])
 
@@ -129,5 +129,5 @@ def make_objective(config, model):
     if objective == "classification":
         return None
     if objective == "masked_patch":
-        return MaskedPatch(model, config.masked_target, config.seed)
+        return MaskedPatch(model, config.masked_target)
     raise ValueError(f"unknown objective {objective!r}")

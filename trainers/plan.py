@@ -12,7 +12,9 @@ import types
 
 import tensorflow as tf
 
-from trainers import distribute, engines, model_builder, precision
+from configs.fields import FIELDS
+from keras_vit.variants import VARIANTS
+from trainers import distribute, engines, model_builder, objectives, precision
 from trainers.data import pp
 from trainers.errors import UsageError
 from trainers.flags import parse_accum_steps, parse_eval_splits
@@ -30,7 +32,7 @@ class Plan:
     examples_per_class: object  # the training split's subset (None: every example)
     eval_splits: types.MappingProxyType  # name -> split of the classification evaluation, in order
     train_ops: tuple  # ((op name, kwargs), ...): the image ops of training (trainers/data/pp.py)
-    batch_ops: tuple  # the batch ops of training (Mixup)
+    batch_ops: tuple  # the batch ops of training (Mixup, masked patch prediction's draw)
     eval_ops: tuple  # the image ops of evaluation
     jit: bool  # XLA for the step
     precision: str  # "none", "bfloat16" or "float16": "auto" decided for this device
@@ -50,6 +52,7 @@ def resolve(config, strategy):
     if not eval_splits:
         raise UsageError("--eval_splits is empty; give at least one name=split pair.")
     train_ops, batch_ops = pp.train_pipeline(config)
+    batch_ops = _with_masked_patch_draw(config, batch_ops)
     eval_ops = pp.eval_pipeline(config)
     pp.check(train_ops, batch_ops, eval_ops)  # a bad op argument is one line here
     replicas = strategy.num_replicas_in_sync
@@ -75,6 +78,35 @@ def resolve(config, strategy):
         precision_note=precision_note,
         params=model_builder.params_read(config),
     )
+
+
+def _with_masked_patch_draw(config, batch_ops):
+    """The batch ops, with masked patch prediction's draw where the objective reads it: the flags'
+    pipeline gets it last, at the model's patch size; a --pp_train string names it itself."""
+    draw = objectives.DRAW_OP
+    masked = config.get("objective", FIELDS["objective"].default) == "masked_patch"
+    named = [kwargs["patch_size"] for name, kwargs in batch_ops if name == draw]
+    patch = config.patch_size or VARIANTS[config.model]["patch_size"]
+    if not masked:
+        if named:
+            raise UsageError(
+                f"--pp_train: {draw} draws the corruption of masked patch prediction: drop it, or "
+                "pre-train with --objective=masked_patch"
+            )
+        return batch_ops
+    if not config.get("pp_train"):
+        return [*batch_ops, (draw, {"patch_size": patch})]
+    if not named:
+        raise UsageError(
+            f"--objective=masked_patch corrupts the patches each batch's draw chooses: end --pp_train "
+            f"with {draw}({patch})"
+        )
+    if any(size != patch for size in named):
+        raise UsageError(
+            f"--pp_train: {draw}({named[0]}) draws for {named[0]} px patches, but the model's are "
+            f"{patch} px: use {draw}({patch})"
+        )
+    return batch_ops
 
 
 def _mixes(batch_ops):

@@ -108,7 +108,7 @@ def build_trainer(config, strategy, spec, plan=None):
     try:
         with strategy.scope():
             model = model_builder.build_model(config, spec.num_classes, params=plan.params)
-            objective = _objective(config, model)
+            objective = _objective(config, model, plan.replicas)
             schedule = optimizers.WarmupDecay(
                 config.base_lr, config.total_steps, config.warmup_steps, config.decay_type
             )
@@ -136,17 +136,19 @@ def build_trainer(config, strategy, spec, plan=None):
     return BuiltTrainer(trainer, schedule, memory_note, plan.precision_note)
 
 
-def _objective(config, model):
+def _objective(config, model, replicas):
     """The objective --objective asks for (None: classification); a model it cannot train is a UsageError."""
     try:
-        return engines.make_objective(config, model)
+        return engines.make_objective(config, model, replicas)
     except ValueError as e:
         raise UsageError(f"--objective={config.objective}: {e}") from None
 
 
-def _input_fn(plan, spec, split, training, start_step=0, batch_size=None):
+def _input_fn(plan, spec, split, training, start_step=0, batch_size=None, micro_batches=1, batch_ops=True):
     """`batch_size`: evaluation's global batch (default: the training batch); the micro-batches
-    of an accumulating run, whose full batch would not fit."""
+    of an accumulating run, whose full batch would not fit. `micro_batches`: training's
+    accumulation, which batch ops drawing per micro-batch (masked patch prediction) read.
+    batch_ops=False: the images and labels as the image ops leave them (the pictures' captions)."""
     return data.make_input_fn(
         spec,
         split,
@@ -157,8 +159,10 @@ def _input_fn(plan, spec, split, training, start_step=0, batch_size=None):
         start_step=start_step,
         # only the training split is subsampled; evaluation sees the whole split
         examples_per_class=plan.examples_per_class if training else None,
-        # Batch ops (Mixup) mix training batches only; evaluation keeps hard labels.
-        batch_ops=list(plan.batch_ops) if training else [],
+        # Mixup mixes training batches only; masked patch prediction's draw goes over evaluation
+        # batches too (the pipeline keeps, in evaluation, the ops registered for it).
+        batch_ops=list(plan.batch_ops) if batch_ops else [],
+        micro_batches=micro_batches,
     )
 
 
@@ -232,7 +236,14 @@ class _Run:
             checkpoints=checkpoints,
             finish=self._finish,
         )
-        train_input = _input_fn(plan, self.spec, plan.train_split, training=True, start_step=step)
+        train_input = _input_fn(
+            plan,
+            self.spec,
+            plan.train_split,
+            training=True,
+            start_step=step,
+            micro_batches=trainer.accum_steps,
+        )
         return controller.run(iter(data.distribute(strategy, train_input)), step)
 
     def _finish(self, step, tags):
@@ -264,7 +275,8 @@ class _Run:
         """(name, this process's evaluation dataset) of the first --eval_splits entry."""
         name, split = next(iter(self.plan.eval_splits.items()))
         batch = self.trainer.micro_batch_size
-        input_fn = _input_fn(self.plan, self.spec, split, training=False, batch_size=batch)
+        # Without the batch ops: the pictures are captioned with the class labels.
+        input_fn = _input_fn(self.plan, self.spec, split, training=False, batch_size=batch, batch_ops=False)
         return name, input_fn(tf.distribute.InputContext())
 
     def _pictures(self):

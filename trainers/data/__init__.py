@@ -12,7 +12,7 @@ class); `ops` (the registered image and batch ops); `pp` (pp strings: --pp_train
 """
 
 # Op modules beyond ops.py: importing one registers its ops (a new op: its file and a line here).
-from trainers.data import grayscale  # noqa: F401
+from trainers.data import grayscale, mask_patches  # noqa: F401
 from trainers.data.ops import eval_ops, register, registered, train_ops
 from trainers.data.pipeline import InputFn, distribute, make_input_fn, multi_hot
 from trainers.data.sources import get_spec

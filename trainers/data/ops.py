@@ -17,7 +17,9 @@ anywhere, or a random op added after the others, leaves every other op's seed as
 A batch op (registered with batch=True) works on whole per-replica batches after the image ops:
 `factory(**kwargs)` returns a function of (images, labels, BatchContext) -> (images, labels). Mixup is
 one. Its randomness comes from (run seed, global step) (BatchContext), so every replica and host
-draws the same numbers for a step, and a resumed run the same as the original.
+draws the same numbers for a step, and a resumed run the same as the original. A batch op registered
+with evaluation=True is applied to evaluation batches too (BatchContext.training False): masked
+patch prediction's draw (trainers/data/mask_patches.py) is one.
 
 A config names ops in a pp string (trainers/data/pp.py: --pp_train, --pp_eval). A new op is one
 file that registers it (trainers/data/grayscale.py is the example) and one import line in
@@ -52,21 +54,27 @@ class _Registered:
     factory: Callable
     random: bool
     batch: bool
+    evaluation: bool
 
 
 _REGISTRY: dict[str, _Registered] = {}
 
 
-def register(name, *, random=False, batch=False):
+def register(name, *, random=False, batch=False, evaluation=False):
     """Registers the decorated op factory under `name`; random=True: its op takes (image, seed);
-    batch=True: a batch op, taking (images, labels, BatchContext)."""
+    batch=True: a batch op, taking (images, labels, BatchContext); evaluation=True: a batch op that
+    evaluation batches go through too."""
     if random and batch:
         raise ValueError("a batch op draws from its BatchContext: register it without random=True")
+    if evaluation and not batch:
+        raise ValueError(
+            "image ops of evaluation are named in its own list: evaluation=True is for batch ops"
+        )
 
     def add(factory):
         if name in _REGISTRY:
             raise ValueError(f"image op {name!r} is registered twice")
-        _REGISTRY[name] = _Registered(factory, random, batch)
+        _REGISTRY[name] = _Registered(factory, random, batch, evaluation)
         return factory
 
     return add
@@ -86,13 +94,22 @@ def signature(name):
     return inspect.signature(_REGISTRY[name].factory)
 
 
+def in_evaluation(name):
+    """Whether batch op `name` also goes over evaluation batches."""
+    return _REGISTRY[name].evaluation
+
+
 @dataclasses.dataclass(frozen=True)
 class BatchContext:
-    """What a batch op may read beside the batch: the run seed, the global step, the class count."""
+    """What a batch op may read beside the batch: the run seed, the global step, the class count,
+    which replica the batch feeds, and how many micro-batches that replica splits it into."""
 
     seed: int
     step: object  # int64 scalar tensor: the global step the batch is trained at
     num_classes: int
+    replica: object = 0  # int64 scalar tensor: the replica's index among all replicas in sync
+    micro_batches: int = 1  # gradient accumulation's micro-batches per replica batch
+    training: bool = True  # False: an evaluation batch (ops registered with evaluation=True)
 
 
 class Chain:
@@ -124,6 +141,10 @@ class BatchChain:
 
     def __bool__(self):
         return bool(self._steps)
+
+    def for_evaluation(self):
+        """The chain of the ops that evaluation batches go through too (register(evaluation=True))."""
+        return BatchChain([op for op in self.ops if in_evaluation(op[0])])
 
     def __call__(self, images, labels, context):
         for op in self._steps:

@@ -13,10 +13,11 @@ numbers with stateless ops. Two consequences the trainers rely on:
 
 Labels are int32 class indices (b,), or, for a multi-label dataset (`spec.multi_label`), float32 multi-hot
 vectors (b, num_classes); the records carry class-index rows until then, which are far smaller. Batch
-ops (`batch_ops`, training only) then work on whole per-replica batches, knowing the global step of
-each: with Mixup (`mixup=p > 0`, the batch op mixup(p)) the training labels are float32 soft targets
-(b, num_classes), pairs of examples of each batch mixed with a weight drawn from (seed, step)
-(trainers/data/augreg.py).
+ops (`batch_ops`) then work on whole per-replica batches, knowing the global step and the replica of
+each: with Mixup (`mixup=p > 0`, the batch op mixup(p), training only) the training labels are float32
+soft targets (b, num_classes), pairs of examples of each batch mixed with a weight drawn from (seed,
+step) (trainers/data/augreg.py); with mask_patches(patch_size) (trainers/data/mask_patches.py, in
+training and evaluation) the labels' place holds masked patch prediction's random draw.
 """
 
 import math
@@ -48,7 +49,18 @@ class InputFn:
     """
 
     def __init__(
-        self, spec, split, records, *, ops, global_batch_size, training, seed=0, start_step=0, batch_ops=()
+        self,
+        spec,
+        split,
+        records,
+        *,
+        ops,
+        global_batch_size,
+        training,
+        seed=0,
+        start_step=0,
+        batch_ops=(),
+        micro_batches=1,
     ):
         self.spec = spec
         self.split = split
@@ -58,9 +70,12 @@ class InputFn:
         self.training = training
         self.seed = seed
         self.start_step = start_step
-        # Training only: evaluation keeps the images and hard labels as they are.
+        # Evaluation keeps the images and hard labels as they are (Mixup is training's alone); only
+        # ops registered for evaluation too (masked patch prediction's draw) go over its batches.
         chain = batch_ops if isinstance(batch_ops, BatchChain) else BatchChain(batch_ops)
-        self.batch_ops = chain if training else BatchChain(())
+        self.batch_ops = chain if training else chain.for_evaluation()
+        # The micro-batches each replica splits a training batch into (the batch ops' context).
+        self.micro_batches = int(micro_batches) if training else 1
         self.num_examples = records.count
         # Evaluation: global batches in one pass (the last one padded).
         self.num_batches = None if training else math.ceil(records.count / global_batch_size)
@@ -85,11 +100,18 @@ class InputFn:
                 f"Mixup mixes pairs of examples, but the per-replica batch ({batch} / {replicas} replicas) "
                 f"is odd: use a batch size that is a multiple of {2 * replicas}"
             )
+        if (batch // replicas) % self.micro_batches:
+            raise DatasetError(
+                f"the per-replica batch ({batch} / {replicas} replicas) does not split into "
+                f"{self.micro_batches} micro-batches: use a batch size that is a multiple of "
+                f"{replicas * self.micro_batches}"
+            )
         shard = _HostShard(batch, batch // pipelines, pipeline_id)
+        feeds = _Feeds(pipeline_id, replicas // pipelines)
         if self.training:
-            ds = self._train(shard, batch // replicas, replicas // pipelines)
+            ds = self._train(shard, batch // replicas, feeds)
         else:
-            ds = self._eval(shard, batch // replicas)
+            ds = self._eval(shard, batch // replicas, feeds)
         options = tf.data.Options()
         options.deterministic = True
         # The sharding is done above, per element; tf.data must not shard again.
@@ -156,7 +178,7 @@ class InputFn:
 
         return epochs.flat_map(epoch).skip(offset), None
 
-    def _train(self, shard, per_replica, replicas_per_pipeline):
+    def _train(self, shard, per_replica, feeds):
         stream, fetch = self._ordered_stream()
         stream = shard.keep(stream)
         if fetch is not None:
@@ -170,23 +192,33 @@ class InputFn:
         stream = stream.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         batches = stream.batch(per_replica, drop_remainder=True)
         if self.batch_ops:
-            batches = batches.enumerate().map(self._batch_step(replicas_per_pipeline))
+            batches = batches.enumerate().map(self._batch_step(feeds))
         return batches.prefetch(PREFETCH_BATCHES)
 
-    def _batch_step(self, replicas_per_pipeline):
-        """The batch ops on the k-th per-replica batch of this pipeline, which the replicas it feeds
-        train at global step start_step + k // replicas_per_pipeline."""
-        chain, seed, start_step = self.batch_ops, self.seed, self.start_step
-        num_classes = self.spec.num_classes
+    def _batch_step(self, feeds):
+        """The batch ops on the k-th per-replica batch of this pipeline: (k, (images, labels[, weights]))
+        -> the batch with its images and labels through the ops; weights are evaluation's, kept."""
+        chain, seed, start_step, training = self.batch_ops, self.seed, self.start_step, self.training
+        num_classes, micro_batches = self.spec.num_classes, self.micro_batches
 
+        # Not converted by AutoGraph: the ops are plain TensorFlow, and an op's ValueError (a
+        # batch it cannot work on) then reaches the user as its own one line.
+        @tf.autograph.experimental.do_not_convert
         def apply(k, batch):
-            images, labels = batch
-            context = BatchContext(seed, start_step + k // replicas_per_pipeline, num_classes)
-            return chain(images, labels, context)
+            images, labels, *weights = batch
+            context = BatchContext(
+                seed,
+                start_step + feeds.step(k),
+                num_classes,
+                replica=feeds.replica(k),
+                micro_batches=micro_batches,
+                training=training,
+            )
+            return (*chain(images, labels, context), *weights)
 
         return apply
 
-    def _eval(self, shard, per_replica):
+    def _eval(self, shard, per_replica, feeds):
         records = self.records
         if records.payloads is not None:
             stream = tf.data.Dataset.from_tensor_slices((list(records.payloads), records.labels))
@@ -218,7 +250,26 @@ class InputFn:
         padding = tf.data.Dataset.from_tensors(
             (tf.zeros(image.shape, image.dtype), no_label, tf.constant(0.0, tf.float32))
         ).repeat(pad)
-        return real.concatenate(padding).batch(per_replica, drop_remainder=True).prefetch(PREFETCH_BATCHES)
+        batches = real.concatenate(padding).batch(per_replica, drop_remainder=True)
+        if self.batch_ops:
+            batches = batches.enumerate().map(self._batch_step(feeds))
+        return batches.prefetch(PREFETCH_BATCHES)
+
+
+class _Feeds:
+    """Which replica, and which step, the k-th per-replica batch of an input pipeline feeds: the
+    strategy hands a pipeline's batches to its replicas in turn (MirroredStrategy's
+    multi-device iterator; the jax engine's feed does the same), pipeline i feeding the replicas
+    i * replicas_per_pipeline onwards."""
+
+    def __init__(self, pipeline_id, replicas_per_pipeline):
+        self.first, self.count = pipeline_id * replicas_per_pipeline, replicas_per_pipeline
+
+    def step(self, k):
+        return k // self.count
+
+    def replica(self, k):
+        return self.first + k % self.count
 
 
 class _HostShard:
@@ -283,6 +334,7 @@ def make_input_fn(
     random_flip: bool | None = None,
     mixup: float = 0.0,
     batch_ops: list | None = None,
+    micro_batches: int = 1,
 ) -> InputFn:
     """An input function for `distribute(strategy, input_fn)` or direct use (`input_fn(None)`).
 
@@ -292,14 +344,21 @@ def make_input_fn(
     Labels of a multi-label dataset are float32 multi-hot (b, num_classes).
     mixup=p > 0 (training): Mixup with Beta(p, p) weights, labels float32 soft targets (b, num_classes);
     the same as batch_ops=[("mixup", {"p": p})].
-    batch_ops: the batch ops (training), [(op name, kwargs)] (trainers.data.ops), after the image ops.
+    batch_ops: the batch ops, [(op name, kwargs)] (trainers.data.ops), after the image ops; evaluation
+    applies those registered for it (masked patch prediction's draw), training all of them.
+    micro_batches: the micro-batches a replica splits its training batch into (gradient
+    accumulation); batch ops that draw per micro-batch read it.
     examples_per_class=k: a fixed subset (seeded by `seed`) of exactly k examples of every class
     (single-label datasets only).
     ops: the image ops, [(op name, kwargs)] (trainers.data.ops). By default `eval_ops(image_size)`, or
     in training `train_ops` of a config with image_size, crop_min_area and random_flip (None: their
     declared defaults, 0.05 and True; the config's other fields too).
     """
-    counts = [("global_batch_size", global_batch_size, 1), ("start_step", start_step, 0)]
+    counts = [
+        ("global_batch_size", global_batch_size, 1),
+        ("start_step", start_step, 0),
+        ("micro_batches", micro_batches, 1),
+    ]
     if ops is None:  # only the default ops resize to image_size
         counts.insert(0, ("image_size", image_size, 1))
     for name, value, low in counts:
@@ -344,6 +403,7 @@ def make_input_fn(
         seed=int(seed),
         start_step=int(start_step),
         batch_ops=batch_chain,
+        micro_batches=int(micro_batches),
     )
 
 
