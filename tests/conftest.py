@@ -26,7 +26,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 # The tests' shared models and data (tests/fixtures.py); its pytest fixtures are exposed here.
-from fixtures import fake_tfds_dir, shared_fake_tfds  # noqa: E402, F401
+from fixtures import fake_tfds_dir, multi_label_tfds_dir, shared_fake_tfds  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session")

@@ -1,15 +1,20 @@
 """What the tests share: the tiny ViT and hybrid, their shape as keyword arguments and as trainer
-flags, and fake TFDS data_dirs made once per test session.
+flags, and fake TFDS data_dirs made once per test session (single-label ones by
+../shared/tools/fake_tfds.py, a multi-label one by tests/multi_label_tfds.py).
 
 A test that needs "a small model" builds it here, and says with keyword overrides what it needs
 that the default lacks (two blocks, a 16 px input, a class count). A test whose shape is what it
 checks keeps its own: the official shapes (synthetic_checkpoints.py), the memory estimates, the
 Hugging Face references, and any model whose outputs are pinned (hashes, stored logits).
 
-tests/conftest.py exposes `fake_tfds_dir`, so a test module only names it:
+tests/conftest.py exposes `fake_tfds_dir` and `multi_label_tfds_dir`, so a test module only
+names them:
 
     @pytest.mark.parametrize("fake_tfds_dir", ["oxford_iiit_pet"], indirect=True)
     def test_pets(fake_tfds_dir): ...
+
+    def test_voc_like(multi_label_tfds_dir):
+        spec = data.get_spec(MULTI_LABEL_TFDS, data_dir=multi_label_tfds_dir)
 """
 
 import os
@@ -51,6 +56,14 @@ TINY_HYBRID = dict(TINY, **HYBRID_STEM)
 # 30-step reference run learns from (tests/trainer_cli.py CIFAR_RUN); oxford_iiit_pet's is the
 # 74 / 37 split whose counts tests/test_data.py checks.
 FAKE_TFDS_SIZES = {"cifar10": (20, 10), "cifar100": (2, 1), "oxford_iiit_pet": (2, 1)}
+
+# The multi-label fake dataset (tests/multi_label_tfds.py): its TFDS name, its classes, and the
+# class indices of its images, one image per list in each split (7 train, 7 test). The multi-label
+# tests need an image with no label (an all-zero target) and lists of different lengths (padded
+# to different widths when batched).
+MULTI_LABEL_TFDS = "multi_label_squares"
+MULTI_LABEL_CLASSES = ["red", "green", "blue"]
+MULTI_LABEL_TFDS_LABELS = [[0], [0, 2], [], [1, 2, 0], [2], [1], [2, 1]]
 
 
 def tiny_vit(**overrides):
@@ -114,3 +127,15 @@ def fake_tfds_dir(request, tmp_path_factory):
     4 train and 2 test images per class instead of FAKE_TFDS_SIZES's."""
     dataset, *sizes = (request.param,) if isinstance(request.param, str) else request.param
     return shared_fake_tfds(dataset, tmp_path_factory, *sizes)
+
+
+@pytest.fixture(scope="session")
+def multi_label_tfds_dir(tmp_path_factory):
+    """A TFDS data_dir of MULTI_LABEL_TFDS, prepared once per session by its real TFDS builder and
+    shared by the whole session (copy it before changing anything in it)."""
+    # Imported here: it imports tensorflow_datasets, which most sessions never need.
+    from multi_label_tfds import MultiLabelSquares
+
+    data_dir = str(tmp_path_factory.mktemp("multi_label_tfds"))
+    MultiLabelSquares(data_dir=data_dir).download_and_prepare()
+    return data_dir

@@ -1,10 +1,20 @@
-"""tests/fixtures.py: the trainer flags set the tiny shape's fields, and a fake TFDS data_dir is
-prepared once per session."""
+"""tests/fixtures.py: the trainer flags set the tiny shape's fields, a fake TFDS data_dir is
+prepared once per session, and the multi-label one reads back with the label lists it was made of."""
 
 import os
 
 import pytest
-from fixtures import TINY, TINY_CONFIG, TINY_FLAGS, shared_fake_tfds, tiny_hybrid, tiny_vit
+from fixtures import (
+    MULTI_LABEL_CLASSES,
+    MULTI_LABEL_TFDS,
+    MULTI_LABEL_TFDS_LABELS,
+    TINY,
+    TINY_CONFIG,
+    TINY_FLAGS,
+    shared_fake_tfds,
+    tiny_hybrid,
+    tiny_vit,
+)
 
 from trainers import finetune
 from trainers import flags as trainer_flags
@@ -26,3 +36,23 @@ def test_the_tiny_models_have_the_shape():
 def test_a_fake_tfds_dir_is_made_once_per_session(fake_tfds_dir, cifar10_data_dir, tmp_path_factory):
     assert fake_tfds_dir == cifar10_data_dir == shared_fake_tfds("cifar10", tmp_path_factory)
     assert "cifar10" in os.listdir(fake_tfds_dir)
+
+
+def test_the_multi_label_tfds_dir_reads_back_its_empty_and_uneven_label_lists(multi_label_tfds_dir):
+    import tensorflow_datasets as tfds
+
+    builder = tfds.builder(MULTI_LABEL_TFDS, data_dir=multi_label_tfds_dir)
+    assert builder.info.features["labels"].feature.names == MULTI_LABEL_CLASSES
+    # 7 images a split: the multi-label test takes a training epoch as one batch of 7.
+    splits = builder.info.splits
+    assert sorted(splits) == ["test", "train"]
+    assert splits["train"].num_examples == splits["test"].num_examples == 7
+    for split, offset in (("train", 0), ("test", 1)):
+        # An image's value says which list it was made with (30 per list, +1 in test).
+        read = {
+            int(example["image"][0, 0, 0]): example["labels"].tolist()
+            for example in tfds.as_numpy(builder.as_dataset(split=split))
+        }
+        assert read == {30 * i + offset: labels for i, labels in enumerate(MULTI_LABEL_TFDS_LABELS)}
+        # What the multi-label tests need of it: an image without labels, lists of several lengths.
+        assert [] in read.values() and len({len(labels) for labels in read.values()}) == 4

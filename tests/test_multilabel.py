@@ -9,8 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_datasets as tfds
-from fixtures import TINY_CONFIG
+from fixtures import MULTI_LABEL_CLASSES, MULTI_LABEL_TFDS, MULTI_LABEL_TFDS_LABELS, TINY_CONFIG
 from PIL import Image
 from test_data import assert_same_batches, global_batches, take
 from trainer_cli import TINY_MODEL, read_results, scalar_tags
@@ -297,48 +296,25 @@ def test_few_shot_probes_refuse_multi_label_data(multi_label_folder, tmp_path, c
 
 # ------------------------------------------------------------------------- TFDS Sequence(ClassLabel)
 
-# Class indices of each image; one image has none (an all-zero target).
-TFDS_LABELS = [[0], [0, 2], [], [1, 2, 0], [2], [1], [2, 1]]
-
-
-class MultiLabelSquares(tfds.core.GeneratorBasedBuilder):
-    """A tiny TFDS dataset shaped like voc: an image and a Sequence(ClassLabel) `labels`."""
-
-    VERSION = tfds.core.Version("1.0.0")
-
-    def _info(self):
-        labels = tfds.features.Sequence(tfds.features.ClassLabel(names=["red", "green", "blue"]))
-        return tfds.core.DatasetInfo(
-            builder=self,
-            features=tfds.features.FeaturesDict(
-                {"image": tfds.features.Image(shape=(None, None, 3)), "labels": labels}
-            ),
-        )
-
-    def _split_generators(self, dl_manager):
-        return {"train": self._generate_examples(0), "test": self._generate_examples(1)}
-
-    def _generate_examples(self, offset):
-        for i, labels in enumerate(TFDS_LABELS):
-            yield i, {"image": np.full((6, 5, 3), 30 * i + offset, np.uint8), "labels": labels}
-
 
 @pytest.fixture(scope="module")
-def squares(tmp_path_factory):
-    data_dir = str(tmp_path_factory.mktemp("tfds"))
-    MultiLabelSquares(data_dir=data_dir).download_and_prepare()
-    return data.get_spec("multi_label_squares", data_dir=data_dir)
+def squares(multi_label_tfds_dir):
+    """The shared fake dataset shaped like voc (tests/multi_label_tfds.py): an image and a
+    Sequence(ClassLabel) `labels`, one image with no label (an all-zero target)."""
+    return data.get_spec(MULTI_LABEL_TFDS, data_dir=multi_label_tfds_dir)
 
 
 def _multi_hot_rows(label_lists):
-    return np.array([[float(c in labels) for c in range(3)] for labels in label_lists], np.float32)
+    return np.array(
+        [[float(c in labels) for c in range(len(MULTI_LABEL_CLASSES))] for labels in label_lists], np.float32
+    )
 
 
 def test_tfds_sequence_of_class_label_is_read_as_multi_hot(squares, monkeypatch):
-    assert squares.multi_label and squares.class_names == ["red", "green", "blue"]
+    assert squares.multi_label and squares.class_names == MULTI_LABEL_CLASSES
     index_rows = squares.records("test").read_labels()
     assert sorted(sorted(int(c) for c in row if c >= 0) for row in index_rows) == sorted(
-        sorted(labels) for labels in TFDS_LABELS
+        sorted(labels) for labels in MULTI_LABEL_TFDS_LABELS
     )
     expected = _multi_hot_rows([[c for c in row if c >= 0] for row in index_rows])
     fn = data.make_input_fn(squares, "test", image_size=8, global_batch_size=4, training=False)
@@ -356,7 +332,7 @@ def test_tfds_sequence_of_class_label_is_read_as_multi_hot(squares, monkeypatch)
 
     fresh = take(input_fn(), 3)
     for _, epoch in fresh:
-        assert sorted(map(tuple, epoch)) == sorted(map(tuple, _multi_hot_rows(TFDS_LABELS)))
+        assert sorted(map(tuple, epoch)) == sorted(map(tuple, _multi_hot_rows(MULTI_LABEL_TFDS_LABELS)))
     assert_same_batches(take(input_fn(start_step=2), 1), fresh[2:])
     with pytest.raises(data.DatasetError, match="--examples_per_class needs one label per image"):
         data.make_input_fn(
