@@ -86,7 +86,7 @@ def test_the_weights_file_is_read_once_from_the_command_line_to_the_model(tmp_pa
     )
     plan = plan_lib.resolve(config, ONE)
     assert reads == [path] and plan.params is not None
-    assert model_builder.params_read(config) is None  # handed to the plan, not left behind
+    assert model_builder.params_read(plan.model.weights) is None  # handed to the plan, not left behind
     built = training.build_trainer(config, ONE, type("Spec", (), {"num_classes": 10}), plan)
     assert reads == [path]  # the model was loaded from the plan's parameters
     loaded = built.trainer.model.get_layer("embedding").kernel.numpy()

@@ -4,7 +4,9 @@ The flags and a Python config say things in text ("auto", "minival=train[90%:],t
 "decode|resize(224)|mixup(0.5)"); the run needs them parsed, checked against the hardware and
 decided ("auto" precision and XLA for this device). `resolve` does all of that in one place, so
 each is parsed once, and a bad value is one `UsageError` line before anything is built or
-written. The parts of a run are handed the Plan's fields, not the ConfigDict.
+written. The parts of a run are handed the Plan's fields, not the ConfigDict: the model builder,
+the memory estimate, the banner and the evaluators each take a piece of it
+(trainers/plan_pieces.py), and none of them reads the config.
 """
 
 import dataclasses
@@ -12,7 +14,7 @@ import types
 
 import tensorflow as tf
 
-from trainers import distribute, engines, model_builder, precision
+from trainers import banner, distribute, engines, memory, model_builder, plan_pieces, precision
 from trainers.data import pp
 from trainers.errors import UsageError
 from trainers.flags import parse_accum_steps, parse_eval_splits
@@ -37,6 +39,12 @@ class Plan:
     precision_note: str  # the banner's reason for that precision
     params: object  # the --weights file's parameters, read once; None: nothing read yet
 
+    # The pieces the parts of a run are handed in place of the config (trainers/plan_pieces.py).
+    model: model_builder.ModelSettings  # variant, create_model arguments, weights, head
+    memory: memory.MemorySettings  # what sizes the step against the device's memory
+    banner: banner.BannerSettings  # the config's values the start banner shows
+    evals: types.MappingProxyType  # name -> evaluators.registry.Entry, the flags' values filled in
+
     @property
     def mixes(self):
         """Whether training mixes pairs of examples (Mixup), which needs an even per-replica batch."""
@@ -55,7 +63,8 @@ def resolve(config, strategy):
     replicas = strategy.num_replicas_in_sync
     check_batch(config.batch_size, replicas, accum_steps, mixes=_mixes(batch_ops))
     jit = use_jit(config.jit_compile, strategy)
-    hidden_size, num_patches = model_builder.encoder_size(config)
+    model = plan_pieces.model_settings(config)
+    hidden_size, num_patches = model_builder.encoder_size(model)
     mixed_precision, precision_note = precision.resolve(
         config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches
     )
@@ -73,7 +82,11 @@ def resolve(config, strategy):
         jit=jit,
         precision=mixed_precision,
         precision_note=precision_note,
-        params=model_builder.params_read(config),
+        params=model_builder.params_read(model.weights),
+        model=model,
+        memory=plan_pieces.memory_settings(config),
+        banner=plan_pieces.banner_settings(config),
+        evals=plan_pieces.eval_entries(config),
     )
 
 

@@ -63,9 +63,16 @@ def run(config):
     batch_size = built.trainer.micro_batch_size
     eval_input = functools.partial(_input_fn, plan, spec, training=False, batch_size=batch_size)
     context = from_config.Context(
-        config, strategy, spec, built.trainer, eval_input, plan.eval_splits, plan.eval_ops
+        strategy=strategy,
+        spec=spec,
+        trainer=built.trainer,
+        eval_input=eval_input,
+        eval_splits=plan.eval_splits,
+        image_size=config.image_size,
+        data_dir=config.data_dir or None,
+        eval_ops=plan.eval_ops,
     )
-    evaluators = from_config.build(config, context)
+    evaluators = from_config.build(plan.evals, context)
     check_rerun(config)
     # Validation is over: from here on the workdir is written.
     try:
@@ -102,12 +109,12 @@ def build_trainer(config, strategy, spec, plan=None):
     times this same trainer), its learning-rate schedule, and the banner's notes on memory and
     precision. `spec` needs only `num_classes`; `plan`: the config's (resolved here if None)."""
     plan = plan or plan_lib.resolve(config, strategy)
-    keras.utils.set_random_seed(config.seed)
+    keras.utils.set_random_seed(plan.seed)
     previous_policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(precision.POLICIES[plan.precision])
     try:
         with strategy.scope():
-            model = model_builder.build_model(config, spec.num_classes, params=plan.params)
+            model = model_builder.build_model(plan.model, spec.num_classes, params=plan.params)
             objective = _objective(config, model)
             schedule = optimizers.WarmupDecay(
                 config.base_lr, config.total_steps, config.warmup_steps, config.decay_type
@@ -119,7 +126,9 @@ def build_trainer(config, strategy, spec, plan=None):
                 weight_decay=config.weight_decay,
                 loss_scaling=plan.precision == "float16",
             )
-            accum_steps, memory_note = memory.resolve_accum_steps(config, strategy, model, plan.accum_steps)
+            accum_steps, memory_note = memory.resolve_accum_steps(
+                plan.memory, strategy, model, plan.accum_steps
+            )
             trainer = engines.trainer_class(strategy)(
                 strategy=strategy,
                 model=model,
@@ -189,7 +198,7 @@ class _Run:
         latest = checkpoints.restore()
         step = checkpoints.step
         for line in banner.lines(
-            config=config,
+            settings=plan.banner,
             spec=self.spec,
             strategy=strategy,
             model=trainer.model,
