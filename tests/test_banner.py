@@ -4,7 +4,7 @@ import tensorflow as tf
 
 import keras_vit
 from configs import DIGITS_ARCHITECTURE, finetune
-from trainers import banner
+from trainers import banner, plan_pieces
 from trainers.data.spec import DatasetSpec
 
 
@@ -18,7 +18,7 @@ def _pets_lines():
     )
     model = keras_vit.create_model("ViT-Ti_16", image_size=config.image_size, num_classes=37)
     return banner.lines(
-        config=config,
+        settings=plan_pieces.banner_settings(config),
         spec=spec,
         strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
         model=model,
@@ -37,7 +37,7 @@ DIGITS_SPEC = DatasetSpec(name="digits", num_classes=10, num_examples={"train": 
 def _digits_lines(config, model, *, jit=False, start_step=0):
     """The banner of a one-replica float32 digits run of `model` under `config`."""
     return banner.lines(
-        config=config,
+        settings=plan_pieces.banner_settings(config),
         spec=DIGITS_SPEC,
         strategy=tf.distribute.MirroredStrategy(["/cpu:0"]),
         model=model,

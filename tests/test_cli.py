@@ -12,7 +12,7 @@ from trainer_cli import TINY_MODEL, run_cli
 
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
-from trainers import errors, finetune, model_builder, training
+from trainers import errors, finetune, plan_pieces, training
 from trainers import flags as trainer_flags
 
 
@@ -157,13 +157,15 @@ def test_presets_follow_the_paper():
     assert (pre.decay_type, pre.dropout_rate, pre.pre_logits, pre.base_lr) == ("cosine", 0.1, True, 3e-3)
 
 
-def test_model_kwargs_apply_overrides_and_pre_logits():
+def test_model_settings_apply_overrides_and_pre_logits():
     config = pretrain_config.get_config("digits")
-    kwargs = model_builder.model_kwargs(config, num_classes=10)
-    assert kwargs["hidden_size"] == 64 and kwargs["representation_size"] == 64
+    kwargs = plan_pieces.model_settings(config).create_kwargs(num_classes=10)
+    assert kwargs["hidden_size"] == 64 and kwargs["representation_size"] == 64 and kwargs["num_classes"] == 10
     assert kwargs["include_preprocessing"] is False and kwargs["classifier_activation"] is None
     config.pre_logits = False
-    assert model_builder.model_kwargs(config, 10)["representation_size"] is None
+    assert plan_pieces.model_settings(config).kwargs["representation_size"] is None
+    config.update(pre_logits=True, objective="masked_patch")  # it trains no pre-logits layer
+    assert plan_pieces.model_settings(config).kwargs["representation_size"] is None
 
 
 def test_misspelt_flag_is_one_line_naming_the_closest_field(capsys, workdir, cifar_dir):

@@ -57,11 +57,11 @@ def _initial_weights(path):
     so that the first steps move the encoder), saved in the official layout."""
     from configs.finetune import get_config
     from keras_vit import weights
-    from trainers import model_builder
+    from trainers import model_builder, plan_pieces
 
     config = get_config("digits")
     config.weights = "none"
-    model = model_builder.build_model(config, 10)
+    model = model_builder.build_model(plan_pieces.model_settings(config), 10)
     rng = np.random.default_rng(0)
     head = model.get_layer("head")
     head.set_weights([rng.normal(0, 0.05, w.shape).astype("float32") for w in head.get_weights()])

@@ -13,7 +13,7 @@ import tensorflow as tf
 from fixtures import TINY_SHAPE, flags
 
 from configs import finetune as finetune_config
-from trainers import data, features, finetune
+from trainers import data, features, finetune, plan_pieces
 from trainers.data import pp
 from trainers.errors import UsageError
 from trainers.evaluators import classification, from_config, registry
@@ -44,9 +44,21 @@ def _context(config):
         requested.append(split)
         return data.make_input_fn(spec, split, image_size=8, global_batch_size=32, training=False)
 
-    splits = parse_eval_splits(config.eval_splits)
-    context = from_config.Context(config, tf.distribute.get_strategy(), spec, trainer, eval_input, splits)
+    context = from_config.Context(
+        strategy=tf.distribute.get_strategy(),
+        spec=spec,
+        trainer=trainer,
+        eval_input=eval_input,
+        eval_splits=parse_eval_splits(config.eval_splits),
+        image_size=config.image_size,
+        data_dir=None,
+    )
     return context, requested
+
+
+def _build(config, context):
+    """The evaluators of `config`, built as a run builds them: from its plan's resolved entries."""
+    return from_config.build(plan_pieces.eval_entries(config), context)
 
 
 def _one_line(make):
@@ -65,7 +77,7 @@ def test_the_builtin_types_and_their_keys():
 def test_the_default_config_gives_the_evaluators_of_the_flags():
     config = _config(eval_splits="minival=train[90%:],test=test", eval_every=7)
     context, requested = _context(config)
-    (evaluator,) = from_config.build(config, context)
+    (evaluator,) = _build(config, context)
     # As trainers/training.py built it before `evals`: one classifier over every --eval_splits entry.
     assert type(evaluator) is classification.ClassificationEvaluator
     assert (evaluator.name, evaluator.every) == ("eval", 7)
@@ -83,7 +95,7 @@ def test_fewshot_flags_add_the_fewshot_evaluator_they_always_did():
         fewshot_l2_reg="sweep",
     )
     context, _ = _context(config)
-    _, got = from_config.build(config, context)
+    _, got = _build(config, context)
     expected = FewShotEvaluator(
         ["digits:5-9"],
         image_size=config.image_size,
@@ -116,13 +128,16 @@ def test_evals_entries_take_the_flags_values_for_the_keys_they_leave_out():
     }
     config = _config(evals=json.dumps(evals), eval_every=11)
     context, requested = _context(config)
-    test, top5, probe = from_config.build(config, context)
+    test, top5, probe = _build(config, context)
     assert (list(test.datasets), test.every) == (["test"], 5)
     assert (type(top5), top5.k, top5.every, top5.name) == (TopKEvaluator, 5, 11, "top5")
     assert (probe.name, probe.shots, probe.every, list(probe.specs)) == ("probe", (1,), 0, ["digits_0-4"])
     assert requested == ["test[:20]", "test[:20]"]
     # A dict from a Python config is the same as its JSON text on the command line.
-    assert from_config.entries(_config(evals=evals)) == evals
+    assert from_config.entries(evals, "") == evals
+    assert plan_pieces.eval_entries(_config(evals=evals)) == plan_pieces.eval_entries(
+        _config(evals=json.dumps(evals))
+    )
 
 
 @pytest.mark.parametrize(
@@ -153,12 +168,12 @@ def test_evals_entries_take_the_flags_values_for_the_keys_they_leave_out():
 )
 def test_a_bad_entry_is_one_line(evals, expected):
     config = _config(evals=evals)
-    assert _one_line(lambda: from_config.build(config, _context(config)[0])).startswith(expected)
+    assert _one_line(lambda: _build(config, _context(config)[0])).startswith(expected)
 
 
 def test_a_user_type_registers_from_its_own_module(types_copy):
     config = _config(evals={"mine": {"type": "user_evaluator:constant", "value": 3}})
-    (evaluator,) = from_config.build(config, _context(config)[0])
+    (evaluator,) = _build(config, _context(config)[0])
     assert evaluator.run(None) == {"mine/value": 3.0}
     assert "constant" in registry.known()  # registered on import, by the module itself
     with pytest.raises(ValueError, match="registered twice"):
@@ -204,8 +219,8 @@ def test_fewshot_features_see_images_through_the_runs_pp_eval():
     config = _config(evals={"probe": {"type": "fewshot", "datasets": "digits:0-4", "shots": "1", "seeds": 1}})
     plain, _ = _context(config)
     zero_to_one = dataclasses.replace(plain, eval_ops=tuple(pp.parse("decode|resize(16)|value_range(0,1)")))
-    (default,) = from_config.build(config, plain)
-    (probe,) = from_config.build(config, zero_to_one)
+    (default,) = _build(config, plain)
+    (probe,) = _build(config, zero_to_one)
     pixels, _ = default._features(features.PIXELS, "digits_0-4", "train")
     seen, _ = probe._features(features.PIXELS, "digits_0-4", "train")
     assert pixels.min() == -1.0 and seen.min() == 0.0  # the flags' [-1, 1], the string's [0, 1]

@@ -8,7 +8,7 @@ import tensorflow as tf
 import keras_vit
 from configs import finetune
 from keras_vit import weights as weights_lib
-from trainers import memory, training
+from trainers import memory, plan_pieces, training
 from trainers.errors import UsageError
 from trainers.flags import parse_accum_steps
 
@@ -107,7 +107,9 @@ def test_nothing_fits_offers_bfloat16_only_to_a_float32_step_and_sizes_each():
         finally:
             keras.mixed_precision.set_global_policy("float32")
         with pytest.raises(UsageError) as error:
-            memory.resolve_accum_steps(config, strategy, model, parse_accum_steps(config.accum_steps))
+            memory.resolve_accum_steps(
+                plan_pieces.memory_settings(config), strategy, model, parse_accum_steps(config.accum_steps)
+            )
         messages[policy] = str(error.value)
     assert "--mixed_precision=bfloat16" in messages["float32"]
     assert "--mixed_precision" not in messages["mixed_bfloat16"]
@@ -120,8 +122,15 @@ def test_an_explicit_accumulation_is_kept_and_a_too_large_one_is_flagged():
     strategy = tf.distribute.get_strategy()
     model = _model(16)
     config = _digits_config("/tmp/unused", accum_steps=2, device_memory_gb=100.0)
-    assert memory.resolve_accum_steps(config, strategy, model, parse_accum_steps(config.accum_steps))[0] == 2
+    assert (
+        memory.resolve_accum_steps(
+            plan_pieces.memory_settings(config), strategy, model, parse_accum_steps(config.accum_steps)
+        )[0]
+        == 2
+    )
     need = memory.estimate(model, image_size=16)
     config = _digits_config("/tmp/unused", accum_steps=1, device_memory_gb=need.total(20) / memory.GB)
-    accum, note = memory.resolve_accum_steps(config, strategy, model, parse_accum_steps(config.accum_steps))
+    accum, note = memory.resolve_accum_steps(
+        plan_pieces.memory_settings(config), strategy, model, parse_accum_steps(config.accum_steps)
+    )
     assert accum == 1 and "may not fit" in note and "would choose 4" in note

@@ -4,7 +4,7 @@ import numpy as np
 from fixtures import tiny_vit
 
 from keras_vit import weights as weights_lib
-from trainers import finetune, model_builder
+from trainers import finetune, model_builder, plan_pieces
 from trainers import flags as trainer_flags
 
 
@@ -19,7 +19,7 @@ def test_weights_file_without_model_is_read_once(tmp_path, monkeypatch):
     config = trainer_flags.parse_flags(
         ["finetune", "--dataset=digits", f"--weights={path}", "--image_size=16"], finetune.get_config
     )
-    model = model_builder.build_model(config, num_classes=10)
+    model = model_builder.build_model(plan_pieces.model_settings(config), num_classes=10)
     assert reads == [path]
     assert (model.hidden_size, model.num_layers, model.patch_size) == (32, 1, 8)
     np.testing.assert_array_equal(

@@ -14,7 +14,17 @@ from PIL import Image
 from test_data import assert_same_batches, global_batches, take
 from trainer_cli import TINY_MODEL, read_results, scalar_tags
 
-from trainers import data, distribute, features, fewshot, finetune, loop, model_builder, optimizers
+from trainers import (
+    data,
+    distribute,
+    features,
+    fewshot,
+    finetune,
+    loop,
+    model_builder,
+    optimizers,
+    plan_pieces,
+)
 
 # ------------------------------------------------------------------------------------------- the loss
 
@@ -92,6 +102,10 @@ def _tiny_config(**changes):
     return config
 
 
+def _tiny_settings(**changes):
+    return plan_pieces.model_settings(_tiny_config(**changes))
+
+
 def _head(model):
     head = model.get_layer("head")
     return head.kernel.numpy(), head.bias.numpy()
@@ -100,27 +114,29 @@ def _head(model):
 def test_a_new_sigmoid_head_starts_at_bias_minus_10_and_softmax_at_zero(tmp_path):
     from keras_vit import weights as weights_lib
 
-    kernel, bias = _head(model_builder.build_model(_tiny_config(loss="sigmoid"), 7))
+    kernel, bias = _head(model_builder.build_model(_tiny_settings(loss="sigmoid"), 7))
     np.testing.assert_array_equal(bias, np.full(7, -10.0))
     np.testing.assert_array_equal(kernel, 0.0)
-    kernel, bias = _head(model_builder.build_model(_tiny_config(loss="softmax"), 7))
+    kernel, bias = _head(model_builder.build_model(_tiny_settings(loss="softmax"), 7))
     np.testing.assert_array_equal(bias, 0.0)
     np.testing.assert_array_equal(kernel, 0.0)
 
     # A trained head of the right size is kept; a new one (--new_head, another class count) is not.
-    trained = model_builder.build_model(_tiny_config(), 7)
+    trained = model_builder.build_model(_tiny_settings(), 7)
     trained.get_layer("head").bias.assign(np.linspace(-1, 1, 7).astype("float32"))
     path = str(tmp_path / "trained.npz")
     weights_lib.save_npz(trained, path)
-    kept = _head(model_builder.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=False), 7))[1]
+    kept = _head(model_builder.build_model(_tiny_settings(loss="sigmoid", weights=path, new_head=False), 7))[
+        1
+    ]
     np.testing.assert_allclose(kept, np.linspace(-1, 1, 7), rtol=1e-6)
-    replaced = _head(model_builder.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=True), 7))[
-        1
-    ]
+    replaced = _head(
+        model_builder.build_model(_tiny_settings(loss="sigmoid", weights=path, new_head=True), 7)
+    )[1]
     np.testing.assert_array_equal(replaced, np.full(7, -10.0))
-    resized = _head(model_builder.build_model(_tiny_config(loss="sigmoid", weights=path, new_head=False), 4))[
-        1
-    ]
+    resized = _head(
+        model_builder.build_model(_tiny_settings(loss="sigmoid", weights=path, new_head=False), 4)
+    )[1]
     np.testing.assert_array_equal(resized, np.full(4, -10.0))
 
 

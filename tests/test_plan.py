@@ -1,7 +1,10 @@
-"""trainers.plan: the config's text fields parsed once, the hardware's decisions taken once, and
-the weights file's parameters carried from the command line to the model."""
+"""trainers.plan: the config's text fields parsed once, the hardware's decisions taken once, the
+weights file's parameters carried from the command line to the model, and the pieces the parts
+of a run are handed in place of the config."""
 
 import dataclasses
+import json
+import types
 
 import numpy as np
 import pytest
@@ -9,12 +12,14 @@ import tensorflow as tf
 from fixtures import tiny_vit
 
 from configs import finetune as finetune_config
+from configs.fields import FIELDS
 from keras_vit import weights as weights_lib
 from trainers import finetune, model_builder, training
 from trainers import flags as trainer_flags
 from trainers import plan as plan_lib
 from trainers.data import ops
 from trainers.errors import UsageError
+from trainers.evaluators import registry
 
 ONE = tf.distribute.get_strategy()
 
@@ -86,7 +91,7 @@ def test_the_weights_file_is_read_once_from_the_command_line_to_the_model(tmp_pa
     )
     plan = plan_lib.resolve(config, ONE)
     assert reads == [path] and plan.params is not None
-    assert model_builder.params_read(config) is None  # handed to the plan, not left behind
+    assert model_builder.params_read(plan.model.weights) is None  # handed to the plan, not left behind
     built = training.build_trainer(config, ONE, type("Spec", (), {"num_classes": 10}), plan)
     assert reads == [path]  # the model was loaded from the plan's parameters
     loaded = built.trainer.model.get_layer("embedding").kernel.numpy()
@@ -138,3 +143,55 @@ def test_a_draw_that_does_not_fit_the_objective_is_one_line(values, message):
     with pytest.raises(UsageError) as error:
         plan_lib.resolve(_pretrain_config(**values), ONE)
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_each_piece_is_read_from_the_config_once_and_frozen():
+    config = _config(
+        weights="none", loss="sigmoid", new_head=True, device_memory_gb=3.5, cpu_threads=2, eval_every=7
+    )
+    plan = plan_lib.resolve(config, ONE)
+    assert (plan.model.variant, plan.model.weights, plan.model.new_head, plan.model.sigmoid_head) == (
+        config.model,
+        None,
+        True,
+        True,
+    )
+    assert plan.model.kwargs["image_size"] == 16 and "num_classes" not in plan.model.kwargs
+    assert (plan.memory.batch_size, plan.memory.image_size, plan.memory.device_memory_gb) == (8, 16, 3.5)
+    assert (plan.banner.weights, plan.banner.cpu_threads, plan.banner.eval_every) == (None, 2, 7)
+    assert plan.banner.workdir == "/tmp/unused"
+    for piece in (plan.model, plan.memory, plan.banner, plan.evals["eval"]):
+        field = dataclasses.fields(piece)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(piece, field, None)
+    for mapping in (plan.model.kwargs, plan.evals, plan.evals["eval"].keys):
+        with pytest.raises(TypeError):
+            mapping["extra"] = 1
+    # The config changed afterwards changes no piece: they hold values, not the config.
+    config.update(image_size=32, eval_every=1)
+    assert plan.model.kwargs["image_size"] == 16 and plan.evals["eval"].keys["every"] == 7
+
+
+def test_the_evaluator_entries_carry_the_flags_values_for_what_they_leave_out():
+    config = _config(eval_every=7, fewshot_datasets="digits:0-4", fewshot_every=3, fewshot_shots="1,2")
+    plan = plan_lib.resolve(config, ONE)
+    assert list(plan.evals) == ["eval", "fewshot"]
+    assert plan.evals["eval"] == registry.Entry("classification", types.MappingProxyType({"every": 7}))
+    assert dict(plan.evals["fewshot"].keys) == {
+        "datasets": "digits:0-4",
+        "every": 3,
+        "shots": "1,2",
+        "seeds": FIELDS["fewshot_seeds"].default,
+        "l2_reg": FIELDS["fewshot_l2_reg"].default,
+        "batch_size": FIELDS["fewshot_batch_size"].default,
+    }
+    # An entry's own values win; the keys it leaves out still take the flags'.
+    evals = {"test": {"type": "topk", "split": "test", "every": 0}, "probe": {"type": "fewshot", "seeds": 2}}
+    plan = plan_lib.resolve(_config(evals=json.dumps(evals), eval_every=7, fewshot_datasets="digits"), ONE)
+    assert dict(plan.evals["test"].keys) == {"split": "test", "every": 0}
+    assert plan.evals["probe"].keys["seeds"] == 2 and plan.evals["probe"].keys["datasets"] == "digits"
+
+
+def test_a_bad_evaluator_entry_is_refused_when_the_plan_is_made():
+    with pytest.raises(UsageError, match=r"^evals.a: classification takes no key 'splits'"):
+        plan_lib.resolve(_config(evals={"a": {"type": "classification", "splits": "test"}}), ONE)

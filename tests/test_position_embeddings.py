@@ -12,7 +12,7 @@ from keras_vit import position_embeddings as pe
 from keras_vit import visualize
 from keras_vit import weights as weights_lib
 from keras_vit.errors import CheckpointError
-from trainers import finetune, model_builder
+from trainers import finetune, model_builder, plan_pieces
 from trainers import flags as trainer_flags
 from trainers.errors import UsageError
 
@@ -227,7 +227,7 @@ def test_a_relative_run_fine_tunes_from_its_model_npz(tmp_path, capsys):
         config = trainer_flags.parse_flags(
             ["finetune", "--dataset=digits", f"--weights={path}", *flags], finetune.get_config
         )
-        return model_builder.build_model(config, num_classes=10)
+        return model_builder.build_model(plan_pieces.model_settings(config), num_classes=10)
 
     # The file says it is relative; the fine-tuning model starts from its trained table.
     for model in (fine_tuning_model(), fine_tuning_model("--posemb=relative")):

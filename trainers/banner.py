@@ -4,9 +4,28 @@ A person starting a week-long run wants to see, before it starts, that it is the
 hardware, batch and schedule they meant; a log read later wants the same facts at its top.
 """
 
-from configs.fields import FIELDS
+import dataclasses
+
 from keras_vit import variants
 from trainers import distribute, engines, memory, reproducible
+
+
+@dataclasses.dataclass(frozen=True)
+class BannerSettings:
+    """The config's values the banner shows (resolved once: trainers/plan_pieces.py)."""
+
+    image_size: int
+    weights: object  # --weights; None: random initialisation
+    train_split: str
+    batch_size: int  # the global batch of one update
+    total_steps: int
+    warmup_steps: int
+    optimizer: str
+    base_lr: object
+    eval_every: int
+    checkpoint_every: int
+    workdir: str
+    cpu_threads: int  # 0: TensorFlow's own choice
 
 
 def _count(n):
@@ -33,11 +52,10 @@ def _split_sizes(spec, splits):
     return ", ".join(parts)
 
 
-def _threads(config, engine):
+def _threads(threads, engine):
     """A run that sets --cpu_threads asks for the same rounding on any CPU: whether the
     process's CPU kernels are pinned too (trainers/reproducible.py) belongs beside it. Under the
     jax engine the count is tf.data's only: XLA runs the step on its own threads."""
-    threads = config.get("cpu_threads", FIELDS["cpu_threads"].default)
     if not threads:
         return ""
     whose = " for tf.data" if engine == "jax" else ""
@@ -45,33 +63,33 @@ def _threads(config, engine):
 
 
 def lines(
-    *, config, spec, strategy, model, eval_splits, accum_steps, memory_note, precision_note, jit, start_step
+    *, settings, spec, strategy, model, eval_splits, accum_steps, memory_note, precision_note, jit, start_step
 ):
-    """The banner as a list of lines (printed by the chief only)."""
-    tokens = memory.sequence_length(model, config.image_size)
-    weights = config.weights if config.weights.lower() not in ("", "none") else "random initialisation"
+    """The banner as a list of lines (printed by the chief only); `settings`: BannerSettings."""
+    tokens = memory.sequence_length(model, settings.image_size)
+    weights = settings.weights or "random initialisation"
     replicas = strategy.num_replicas_in_sync
-    per_replica = config.batch_size // replicas
+    per_replica = settings.batch_size // replicas
     micro = per_replica // accum_steps
     try:
-        train_count = _count(spec.num_examples[config.train_split])
+        train_count = _count(spec.num_examples[settings.train_split])
     except (KeyError, ValueError):
         train_count = "?"
-    batch = f"{config.batch_size} global = {replicas} replica(s) x {per_replica}"
+    batch = f"{settings.batch_size} global = {replicas} replica(s) x {per_replica}"
     if accum_steps > 1:
         batch += f" = {accum_steps} micro-batches of {micro} (gradients summed)"
     start = f"from step {start_step}" if start_step else "from the start"
     return [
         f"model:    {variants.describe(model)} ({_millions(model.count_params())} parameters), "
-        f"{config.image_size} px, {tokens} tokens, weights: {weights}",
-        f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({config.train_split}); "
+        f"{settings.image_size} px, {tokens} tokens, weights: {weights}",
+        f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({settings.train_split}); "
         f"eval {_split_sizes(spec, eval_splits) if eval_splits else 'none (no classification evaluator)'}",
         f"hardware: {engines.name(strategy)} engine, {distribute.describe(strategy)}; "
         f"XLA {'on' if jit else 'off'}; "
-        f"precision {precision_note}{_threads(config, engines.name(strategy))}",
+        f"precision {precision_note}{_threads(settings.cpu_threads, engines.name(strategy))}",
         f"batch:    {batch}; {memory_note}",
-        f"steps:    {config.total_steps} ({config.warmup_steps} warm-up, {config.optimizer}, base_lr "
-        f"{config.base_lr}), {start}; {_every('eval', config.eval_every)}, "
-        f"{_every('checkpoint', config.checkpoint_every)}",
-        f"workdir:  {config.workdir}",
+        f"steps:    {settings.total_steps} ({settings.warmup_steps} warm-up, {settings.optimizer}, base_lr "
+        f"{settings.base_lr}), {start}; {_every('eval', settings.eval_every)}, "
+        f"{_every('checkpoint', settings.checkpoint_every)}",
+        f"workdir:  {settings.workdir}",
     ]

@@ -75,14 +75,15 @@ def trainer_class(strategy):
     return loop.Trainer
 
 
-def make_objective(config, model, replicas=1):
-    """The engine's objective for --objective (None: classification); `replicas`: the devices in
-    sync, whose rows the jax engine's step holds together."""
-    if config.get("engine", "tf") == "jax" and config.get("objective", "classification") == "masked_patch":
+def make_objective(strategy, name, target, model):
+    """The engine's objective `name` (--objective) with masked patch prediction's `target`
+    (--masked_target), for `model`; None for classification."""
+    if is_jax(strategy) and name == "masked_patch":
         from trainers import jax_objectives
 
-        return jax_objectives.MaskedPatch(model, config.masked_target, replicas)
-    return objectives.make_objective(config, model)
+        # The step holds every replica's rows: the objective keeps each replica's replacements apart.
+        return jax_objectives.MaskedPatch(model, target, strategy.num_replicas_in_sync)
+    return objectives.make_objective(name, target, model)
 
 
 def is_jax(strategy):

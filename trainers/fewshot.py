@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_config
 from keras_vit import VARIANTS, fileio
-from trainers import actions, cli, distribute, engines, image_summaries
+from trainers import actions, cli, distribute, engines, image_summaries, plan_pieces
 from trainers import results as results_lib
 from trainers.console import Console
 from trainers.controller import Controller
@@ -57,7 +57,10 @@ def build_feature_model(config, num_classes):
     keras.utils.set_random_seed(config.seed)
     # No head: the probe fits its own, so the model's would only be a zero-initialised layer
     # that loading reports and nothing uses.
-    return build_model(config, num_classes, pre_logits_from_weights=not config.pre_logits, include_top=False)
+    settings = plan_pieces.model_settings(config)
+    return build_model(
+        settings, num_classes, pre_logits_from_weights=not config.pre_logits, include_top=False
+    )
 
 
 def run(config):

@@ -141,26 +141,39 @@ def _available_ram():
         return None
 
 
-def resolve_accum_steps(config, strategy, model, setting):
+@dataclasses.dataclass(frozen=True)
+class MemorySettings:
+    """What the estimate of a run's step reads from its config (resolved once: trainers/plan_pieces.py)."""
+
+    variant: str  # --model, as the error names it
+    image_size: int
+    batch_size: int  # the global batch of one update
+    optimizer: str
+    momentum_dtype: str
+    device_memory_gb: float  # 0: detect the device's memory
+
+
+def resolve_accum_steps(settings, strategy, model, setting):
     """(accumulation steps, a note for the banner) for `setting` (the run's --accum_steps, parsed:
-    an int or "auto") on this device.
+    an int or "auto") on this device, for the step `settings` (MemorySettings) describe.
 
     "auto": the fewest micro-batches that fit (1 where the device's memory is unknown). A number
     is kept; if its step looks too big, the note says so and what auto would choose.
     """
     replicas = strategy.num_replicas_in_sync
-    per_replica = config.batch_size // replicas
+    per_replica = settings.batch_size // replicas
     mixed_precision = precision.of_model(model)  # "auto" resolved when the model was built
     need = estimate(
         model,
-        image_size=config.image_size,
-        optimizer=config.optimizer,
-        momentum_dtype=config.momentum_dtype,
+        image_size=settings.image_size,
+        optimizer=settings.optimizer,
+        momentum_dtype=settings.momentum_dtype,
         mixed_precision=mixed_precision,
     )
-    device = device_memory(strategy, config.device_memory_gb)
+    image_size = settings.image_size
+    device = device_memory(strategy, settings.device_memory_gb)
     if device is not None and device.shared_with_input:
-        need = StepMemory(need.fixed + input_pipeline_bytes(per_replica, config.image_size), need.per_example)
+        need = StepMemory(need.fixed + input_pipeline_bytes(per_replica, image_size), need.per_example)
     if device is None:
         accum = 1 if setting == "auto" else setting
         return accum, "memory per replica unknown on this device (set --device_memory_gb to size the step)"
@@ -175,7 +188,7 @@ def resolve_accum_steps(config, strategy, model, setting):
         # bfloat16 halves the activations: offered where the step is not in it already.
         lighter = "--mixed_precision=bfloat16, " if mixed_precision == "none" else ""
         raise UsageError(
-            f"a training step of {config.model} at {config.image_size} px needs ~{need.total(1) / GB:.1f} GB "
+            f"a training step of {settings.variant} at {image_size} px needs ~{need.total(1) / GB:.1f} GB "
             f"per replica even one image at a time, and {device.source} is {device.bytes / GB:.1f} GB: use a "
             f"smaller --model or --image_size, {lighter}or more memory "
             "(--device_memory_gb overrides the detected size)."

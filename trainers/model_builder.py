@@ -1,12 +1,14 @@
-"""The model a trainer's config asks for: variant, shape overrides, weights, head.
+"""The model a run's ModelSettings describe: variant, shape overrides, weights, head.
 
 Bad model or weights arguments become one-line `UsageError`s before anything is written.
 """
 
+import dataclasses
+import types
+
 import keras
 
 import keras_vit
-from configs.fields import FIELDS
 from keras_vit import checkpoints, fileio, hub, models, npz_layout
 from keras_vit import weights as weights_lib
 from keras_vit.variants import VARIANTS
@@ -19,39 +21,35 @@ SIGMOID_HEAD_BIAS = -10.0
 _PARAMS_READ = {}
 
 
-def model_kwargs(config, num_classes):
-    """keras_vit.create_model keyword arguments for this config (trainers feed [-1, 1] images)."""
-    kwargs = dict(
-        image_size=config.image_size,
-        num_classes=num_classes,
-        include_preprocessing=False,
-        dropout_rate=config.dropout_rate,
-        stochastic_depth_rate=config.get("stochastic_depth", FIELDS["stochastic_depth"].default),
-        classifier=config.classifier,
-        posemb=config.get("posemb", FIELDS["posemb"].default),
-        classifier_activation=None,  # the loss takes logits
-    )
-    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
-        if config[name]:
-            kwargs[name] = config[name]
-    hidden = kwargs.get("hidden_size", keras_vit.VARIANTS[config.model]["hidden_size"])
-    # Masked patch prediction trains no pre-logits layer (it predicts from the patch tokens), so
-    # its runs have none: the exported representation is the encoder's own.
-    masked_patch = config.get("objective", FIELDS["objective"].default) == "masked_patch"
-    kwargs["representation_size"] = hidden if config.pre_logits and not masked_patch else None
-    return kwargs
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+    """The model a run asks for, resolved from its config once (trainers/plan_pieces.py)."""
+
+    variant: str  # --model: the official variant the shape fields override
+    kwargs: types.MappingProxyType  # keras_vit.create_model keyword arguments, all but num_classes
+    weights: object  # --weights: a registry name, Hub name or path; None: random initialisation
+    new_head: bool  # zero the loaded head (fine-tuning's --new_head; a pre-training run keeps its head)
+    sigmoid_head: bool  # start a new head at SIGMOID_HEAD_BIAS (--loss=sigmoid)
+
+    @property
+    def patch_size(self):
+        return self.kwargs.get("patch_size", VARIANTS[self.variant]["patch_size"])
+
+    def create_kwargs(self, num_classes):
+        """keras_vit.create_model keyword arguments for a head of `num_classes`."""
+        return {**self.kwargs, "num_classes": num_classes}
 
 
-def encoder_size(config):
-    """(hidden size, number of patches) of the encoder this config builds, without building it."""
-    kwargs = model_kwargs(config, num_classes=1)
-    variant = VARIANTS[config.model]
+def encoder_size(settings):
+    """(hidden size, number of patches) of the encoder `settings` builds, without building it."""
+    variant = VARIANTS[settings.variant]
+    image_size = settings.kwargs["image_size"]
     grid = models.patch_grid(
-        (config.image_size, config.image_size),
-        kwargs.get("patch_size", variant["patch_size"]),
+        (image_size, image_size),
+        settings.patch_size,
         variant.get("resnet_layers"),
     )
-    return kwargs.get("hidden_size", variant["hidden_size"]), grid[0] * grid[1]
+    return settings.kwargs.get("hidden_size", variant["hidden_size"]), grid[0] * grid[1]
 
 
 def architecture_from_weights(path):
@@ -106,19 +104,20 @@ def describes_itself(weights):
     return hub.is_hub_name(weights) or (is_weights_file(weights) and fileio.exists(weights))
 
 
-def weights_arg(config):
-    return None if config.weights.lower() in ("", "none") else config.weights
+def weights_arg(weights):
+    """The --weights text as create_model takes it: None for "" or "none"."""
+    return None if weights.lower() in ("", "none") else weights
 
 
-def params_read(config):
-    """The --weights file's parameters if they were read already (the command line reads a file to
-    learn the model's shape from it), else None: create_model then reads the file itself."""
-    weights = weights_arg(config)
+def params_read(weights):
+    """The parameters of the `weights` file (weights_arg's) if they were read already (the command
+    line reads a file to learn the model's shape from it), else None: create_model then reads the
+    file itself."""
     return _PARAMS_READ.pop(weights, None) if weights else None
 
 
-def build_model(config, num_classes, pre_logits_from_weights=False, include_top=True, params=None):
-    """The model for this config.
+def build_model(settings, num_classes, pre_logits_from_weights=False, include_top=True, params=None):
+    """The model of `settings` (ModelSettings) with a head of `num_classes`.
 
     pre_logits_from_weights: the weights file decides whether the model has a pre-logits
     layer (few-shot probes keep a pre-training run's representation); otherwise
@@ -127,7 +126,7 @@ def build_model(config, num_classes, pre_logits_from_weights=False, include_top=
     representation, and loading says nothing about a head.
     params: the weights file's parameters, read once already (trainers/plan.py).
     """
-    weights = weights_arg(config)
+    weights = settings.weights
     if is_weights_file(weights) and not fileio.exists(weights):
         if "/" not in weights and "." not in weights:  # meant as a registry name
             known = ", ".join(checkpoints.names())
@@ -138,27 +137,26 @@ def build_model(config, num_classes, pre_logits_from_weights=False, include_top=
         raise UsageError(
             f"--weights {weights!r}: no such file (give a registry name, a Hub name, a path, or none)."
         )
-    kwargs = model_kwargs(config, num_classes)
+    kwargs = settings.create_kwargs(num_classes)
     if pre_logits_from_weights and weights:
         del kwargs["representation_size"]
     if not include_top:
         kwargs.update(include_top=False, pooling=kwargs["classifier"])
     try:
-        params = params_read(config) if params is None else params
-        model = keras_vit.create_model(config.model, weights=weights, params=params, **kwargs)
+        params = params_read(weights) if params is None else params
+        model = keras_vit.create_model(settings.variant, weights=weights, params=params, **kwargs)
     except (ValueError, OSError) as e:
         raise UsageError(
-            f"cannot build {config.model} with --weights={config.weights}: {first_line(e)}"
+            f"cannot build {settings.variant} with --weights={weights or 'none'}: {first_line(e)}"
         ) from None
     if not include_top:
         return model
-    # Only fine-tuning has --new_head: a pre-training run's --weights keep the head they have.
-    if weights and "new_head" in config and config.new_head:
+    if weights and settings.new_head:
         # The paper's fine-tuning always starts from a zero head, also when the checkpoint's
         # head happens to have the right number of classes.
         for variable in model.get_layer("head").weights:
             variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
-    if config.get("loss", FIELDS["loss"].default) == "sigmoid":
+    if settings.sigmoid_head:
         _start_new_head_for_sigmoid(model.get_layer("head"))
     return model
 

@@ -122,12 +122,11 @@ def _layer_weights(model, name):
     return next((layer.weights for layer in model.layers if layer.name == name), [])
 
 
-def make_objective(config, model):
-    """The tf engine's objective --objective asks for, or None for classification (the Trainer's
-    own); trainers/engines.py picks the jax engine's for --engine=jax."""
-    objective = config.get("objective", "classification")
-    if objective == "classification":
+def make_objective(name, target, model):
+    """The tf engine's objective `name` (--objective) for `model`, or None for classification (the
+    Trainer's own); trainers/engines.py picks the jax engine's for --engine=jax."""
+    if name == "classification":
         return None
-    if objective == "masked_patch":
-        return MaskedPatch(model, config.masked_target)
-    raise ValueError(f"unknown objective {objective!r}")
+    if name == "masked_patch":
+        return MaskedPatch(model, target)
+    raise ValueError(f"unknown objective {name!r}")

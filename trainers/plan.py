@@ -4,7 +4,9 @@ The flags and a Python config say things in text ("auto", "minival=train[90%:],t
 "decode|resize(224)|mixup(0.5)"); the run needs them parsed, checked against the hardware and
 decided ("auto" precision and XLA for this device). `resolve` does all of that in one place, so
 each is parsed once, and a bad value is one `UsageError` line before anything is built or
-written. The parts of a run are handed the Plan's fields, not the ConfigDict.
+written. The parts of a run are handed the Plan's fields, not the ConfigDict: the model builder,
+the memory estimate, the banner and the evaluators each take a piece of it
+(trainers/plan_pieces.py), and none of them reads the config.
 """
 
 import dataclasses
@@ -13,8 +15,7 @@ import types
 import tensorflow as tf
 
 from configs.fields import FIELDS
-from keras_vit.variants import VARIANTS
-from trainers import distribute, engines, model_builder, objectives, precision
+from trainers import banner, distribute, engines, memory, model_builder, objectives, plan_pieces, precision
 from trainers.data import pp
 from trainers.errors import UsageError
 from trainers.flags import parse_accum_steps, parse_eval_splits
@@ -38,6 +39,14 @@ class Plan:
     precision: str  # "none", "bfloat16" or "float16": "auto" decided for this device
     precision_note: str  # the banner's reason for that precision
     params: object  # the --weights file's parameters, read once; None: nothing read yet
+    objective: str  # what the run optimises (trainers/objectives.py OBJECTIVES)
+    masked_target: str  # masked patch prediction's target (keras_vit.masked_patches.TARGETS)
+
+    # The pieces the parts of a run are handed in place of the config (trainers/plan_pieces.py).
+    model: model_builder.ModelSettings  # variant, create_model arguments, weights, head
+    memory: memory.MemorySettings  # what sizes the step against the device's memory
+    banner: banner.BannerSettings  # the config's values the start banner shows
+    evals: types.MappingProxyType  # name -> evaluators.registry.Entry, the flags' values filled in
 
     @property
     def mixes(self):
@@ -51,14 +60,15 @@ def resolve(config, strategy):
     eval_splits = parse_eval_splits(config.eval_splits)
     if not eval_splits:
         raise UsageError("--eval_splits is empty; give at least one name=split pair.")
+    model = plan_pieces.model_settings(config)
     train_ops, batch_ops = pp.train_pipeline(config)
-    batch_ops = _with_masked_patch_draw(config, batch_ops)
+    batch_ops = _with_masked_patch_draw(config, batch_ops, model.patch_size)
     eval_ops = pp.eval_pipeline(config)
     pp.check(train_ops, batch_ops, eval_ops)  # a bad op argument is one line here
     replicas = strategy.num_replicas_in_sync
     check_batch(config.batch_size, replicas, accum_steps, mixes=_mixes(batch_ops))
     jit = use_jit(config.jit_compile, strategy)
-    hidden_size, num_patches = model_builder.encoder_size(config)
+    hidden_size, num_patches = model_builder.encoder_size(model)
     mixed_precision, precision_note = precision.resolve(
         config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches
     )
@@ -76,17 +86,22 @@ def resolve(config, strategy):
         jit=jit,
         precision=mixed_precision,
         precision_note=precision_note,
-        params=model_builder.params_read(config),
+        params=model_builder.params_read(model.weights),
+        objective=_objective(config),
+        masked_target=config.get("masked_target", FIELDS["masked_target"].default),
+        model=model,
+        memory=plan_pieces.memory_settings(config),
+        banner=plan_pieces.banner_settings(config),
+        evals=plan_pieces.eval_entries(config),
     )
 
 
-def _with_masked_patch_draw(config, batch_ops):
+def _with_masked_patch_draw(config, batch_ops, patch):
     """The batch ops, with masked patch prediction's draw where the objective reads it: the flags'
     pipeline gets it last, at the model's patch size; a --pp_train string names it itself."""
     draw = objectives.DRAW_OP
-    masked = config.get("objective", FIELDS["objective"].default) == "masked_patch"
+    masked = _objective(config) == "masked_patch"
     named = [kwargs["patch_size"] for name, kwargs in batch_ops if name == draw]
-    patch = config.patch_size or VARIANTS[config.model]["patch_size"]
     if not masked:
         if named:
             raise UsageError(
@@ -107,6 +122,11 @@ def _with_masked_patch_draw(config, batch_ops):
             f"{patch} px: use {draw}({patch})"
         )
     return batch_ops
+
+
+def _objective(config):
+    """--objective; fine-tuning configs have no such field, and classify."""
+    return config.get("objective", FIELDS["objective"].default)
 
 
 def _mixes(batch_ops):

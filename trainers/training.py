@@ -57,15 +57,22 @@ def run(config):
     spec = data.get_spec(
         config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
     )
-    _check_labels(config, spec)
+    _check_labels(config, plan, spec)
     built = build_trainer(config, strategy, spec, plan)
     # The evaluators of --evals, or of the evaluation flags (trainers/evaluators/from_config.py).
     batch_size = built.trainer.micro_batch_size
     eval_input = functools.partial(_input_fn, plan, spec, training=False, batch_size=batch_size)
     context = from_config.Context(
-        config, strategy, spec, built.trainer, eval_input, plan.eval_splits, plan.eval_ops
+        strategy=strategy,
+        spec=spec,
+        trainer=built.trainer,
+        eval_input=eval_input,
+        eval_splits=plan.eval_splits,
+        image_size=config.image_size,
+        data_dir=config.data_dir or None,
+        eval_ops=plan.eval_ops,
     )
-    evaluators = from_config.build(config, context)
+    evaluators = from_config.build(plan.evals, context)
     check_rerun(config)
     # Validation is over: from here on the workdir is written.
     try:
@@ -78,16 +85,16 @@ def run(config):
         raise fault from None
 
 
-def _check_labels(config, spec):
+def _check_labels(config, plan, spec):
     """A multi-label dataset needs the sigmoid loss and all of its examples."""
-    if not spec.multi_label or config.get("objective", "classification") != "classification":
+    if not spec.multi_label or plan.objective != "classification":
         return  # masked patch prediction does not read the labels
     if config.loss != "sigmoid":
         raise UsageError(
             f"{spec.name} has images with several labels: train it with --loss=sigmoid "
             f"(softmax cross-entropy takes one label per image)."
         )
-    if config.examples_per_class:
+    if plan.examples_per_class:
         raise UsageError(
             data.multi_label_refusal(spec, "--examples_per_class", "leave it at 0 (train on every example)")
         )
@@ -102,13 +109,13 @@ def build_trainer(config, strategy, spec, plan=None):
     times this same trainer), its learning-rate schedule, and the banner's notes on memory and
     precision. `spec` needs only `num_classes`; `plan`: the config's (resolved here if None)."""
     plan = plan or plan_lib.resolve(config, strategy)
-    keras.utils.set_random_seed(config.seed)
+    keras.utils.set_random_seed(plan.seed)
     previous_policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(precision.POLICIES[plan.precision])
     try:
         with strategy.scope():
-            model = model_builder.build_model(config, spec.num_classes, params=plan.params)
-            objective = _objective(config, model, plan.replicas)
+            model = model_builder.build_model(plan.model, spec.num_classes, params=plan.params)
+            objective = _objective(plan, strategy, model)
             schedule = optimizers.WarmupDecay(
                 config.base_lr, config.total_steps, config.warmup_steps, config.decay_type
             )
@@ -119,7 +126,9 @@ def build_trainer(config, strategy, spec, plan=None):
                 weight_decay=config.weight_decay,
                 loss_scaling=plan.precision == "float16",
             )
-            accum_steps, memory_note = memory.resolve_accum_steps(config, strategy, model, plan.accum_steps)
+            accum_steps, memory_note = memory.resolve_accum_steps(
+                plan.memory, strategy, model, plan.accum_steps
+            )
             trainer = engines.trainer_class(strategy)(
                 strategy=strategy,
                 model=model,
@@ -136,12 +145,12 @@ def build_trainer(config, strategy, spec, plan=None):
     return BuiltTrainer(trainer, schedule, memory_note, plan.precision_note)
 
 
-def _objective(config, model, replicas):
+def _objective(plan, strategy, model):
     """The objective --objective asks for (None: classification); a model it cannot train is a UsageError."""
     try:
-        return engines.make_objective(config, model, replicas)
+        return engines.make_objective(strategy, plan.objective, plan.masked_target, model)
     except ValueError as e:
-        raise UsageError(f"--objective={config.objective}: {e}") from None
+        raise UsageError(f"--objective={plan.objective}: {e}") from None
 
 
 def _input_fn(plan, spec, split, training, start_step=0, batch_size=None, micro_batches=1, batch_ops=True):
@@ -193,7 +202,7 @@ class _Run:
         latest = checkpoints.restore()
         step = checkpoints.step
         for line in banner.lines(
-            config=config,
+            settings=plan.banner,
             spec=self.spec,
             strategy=strategy,
             model=trainer.model,

@@ -42,10 +42,11 @@ class ClassificationEvaluator(Evaluator):
         return splits
 
 
-@registry.register("classification")
-def create(name, context, *, split=None, every=None):
+@registry.register("classification", flags={"every": "eval_every"})
+def create(name, context, *, split=None, every):
     """evals entry: `split` a split (tags NAME/accuracy, ...) or name=split pairs as --eval_splits
-    takes (tags per name; the default: --eval_splits); `every` steps (default: --eval_every)."""
+    takes (tags per name; None: the run's --eval_splits, parsed in its plan); `every` steps
+    (default: --eval_every)."""
     if split is None:
         splits = dict(context.eval_splits)
     elif not isinstance(split, str) or not split.strip():
@@ -58,7 +59,7 @@ def create(name, context, *, split=None, every=None):
         key: data.distribute(context.strategy, context.eval_input(value)) for key, value in splits.items()
     }
     return ClassificationEvaluator(
-        context.trainer, datasets, every=registry.every(name, every, context.config.eval_every), splits=splits
+        context.trainer, datasets, every=registry.every(name, every), splits=splits
     )
 
 

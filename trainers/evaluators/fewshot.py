@@ -153,11 +153,20 @@ class FewShotEvaluator(Evaluator):
         return results
 
 
-@registry.register("fewshot")
-def create(name, context, *, datasets=None, every=None, shots=None, seeds=None, l2_reg=None, batch_size=None):
+# The --fewshot_* flag each key of a "fewshot" entry defaults to.
+FLAGS = {
+    "datasets": "fewshot_datasets",
+    "every": "fewshot_every",
+    "shots": "fewshot_shots",
+    "seeds": "fewshot_seeds",
+    "l2_reg": "fewshot_l2_reg",
+    "batch_size": "fewshot_batch_size",
+}
+
+
+@registry.register("fewshot", flags=FLAGS)
+def create(name, context, *, datasets, every, shots, seeds, l2_reg, batch_size):
     """evals entry: each key defaults to its --fewshot_* flag (datasets: comma-separated or a list)."""
-    config = context.config
-    datasets = config.fewshot_datasets if datasets is None else datasets
     if isinstance(datasets, str):
         datasets = [d.strip() for d in datasets.split(",") if d.strip()]
     try:
@@ -165,14 +174,14 @@ def create(name, context, *, datasets=None, every=None, shots=None, seeds=None, 
         with context.strategy.scope():
             evaluator = FewShotEvaluator(
                 datasets,
-                data_dir=config.data_dir or None,
-                image_size=config.image_size,
-                batch_size=config.fewshot_batch_size if batch_size is None else batch_size,
-                shots=config.fewshot_shots if shots is None else shots,
-                seeds=config.fewshot_seeds if seeds is None else seeds,
-                l2_reg=config.fewshot_l2_reg if l2_reg is None else l2_reg,
+                data_dir=context.data_dir,
+                image_size=context.image_size,
+                batch_size=batch_size,
+                shots=shots,
+                seeds=seeds,
+                l2_reg=l2_reg,
                 strategy=context.strategy,
-                every=registry.every(name, every, config.fewshot_every),
+                every=registry.every(name, every),
                 console=Console(distribute.is_chief(context.strategy)),
                 # The run's evaluation ops (--pp_eval's, or the resize) are how its model sees images.
                 ops=context.eval_ops or None,

@@ -5,8 +5,10 @@
 
 Each entry is built by its type's registered factory (trainers/evaluators/registry.py); the key
 `every` and the keys an entry leaves out take the values of the flags they stand for
-(--eval_every, --eval_splits, --fewshot_*), so the flags remain the short way to set them. On the
-command line the field is the entry dict's JSON text.
+(--eval_every, --eval_splits, --fewshot_*), so the flags remain the short way to set them. They
+are filled in once, into the run's plan (`resolve`, called by trainers/plan_pieces.py); `build`
+makes the evaluators from those entries. On the command line the field is the entry dict's JSON
+text.
 
 evals empty (the default): the evaluators the flags give, as runs had them before the field:
 
@@ -16,6 +18,7 @@ evals empty (the default): the evaluators the flags give, as runs had them befor
 
 import dataclasses
 import json
+import types
 from collections.abc import Callable, Mapping
 
 from trainers.errors import UsageError, first_line
@@ -27,14 +30,15 @@ from trainers.evaluators import classification, fewshot, registry, topk  # noqa:
 
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """What evaluator factories build from."""
+    """What evaluator factories build from (none of it the config: the entries carry its values)."""
 
-    config: object  # the run's resolved config
     strategy: object
     spec: object  # the dataset's DatasetSpec
     trainer: object  # the engine's Trainer; trainer.model is the model evaluated
     eval_input: Callable  # split -> the evaluation InputFn of that split (--pp_eval, one pass, padded)
     eval_splits: Mapping  # name -> split of --eval_splits, parsed once (trainers/plan.py)
+    image_size: int  # the run's --image_size: the few-shot probes' without --pp_eval
+    data_dir: object  # --data_dir of the few-shot probes' datasets; None: TFDS's default
     eval_ops: tuple = ()  # the run's evaluation image ops (--pp_eval's, or the flags' resize); (): resize
 
 
@@ -58,17 +62,26 @@ def parse(value):
     return value
 
 
-def entries(config):
-    """{name: entry} of the run: `evals`, or the flags' evaluators when it is empty."""
-    evals = parse(getattr(config, "evals", ""))
+def entries(evals, fewshot_datasets):
+    """{name: entry} of a run whose `evals` field is `evals`: its entries, or the flags' evaluators
+    when it is empty (few-shot probes when `fewshot_datasets`, --fewshot_datasets, names any)."""
+    evals = parse(evals)
     if evals:
         return evals
     evals = {"eval": {"type": "classification"}}
-    if any(d.strip() for d in config.fewshot_datasets.split(",")):
+    if any(d.strip() for d in fewshot_datasets.split(",")):
         evals["fewshot"] = {"type": "fewshot"}
     return evals
 
 
-def build(config, context):
-    """The run's evaluators, in the order of its entries; a bad entry is one UsageError line."""
-    return [registry.create(name, entry, context) for name, entry in entries(config).items()]
+def resolve(evals, fewshot_datasets, flag_value):
+    """{name: registry.Entry} of the run, read-only, every key its flags stand for filled in with
+    `flag_value(flag)`; a bad entry is one UsageError line."""
+    named = entries(evals, fewshot_datasets)
+    resolved = {name: registry.resolve(name, entry, flag_value) for name, entry in named.items()}
+    return types.MappingProxyType(resolved)
+
+
+def build(evals, context):
+    """The run's evaluators, in the order of `evals` (resolve's); a bad value is one UsageError line."""
+    return [registry.create(name, entry, context) for name, entry in evals.items()]

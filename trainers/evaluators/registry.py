@@ -6,30 +6,47 @@ A run's `evals` field names its evaluators, big_vision-style:
              "top5": {"type": "topk", "split": "test", "k": 5}}
 
 A type is registered by decorating its factory, `factory(name, context, **keys) -> Evaluator`,
-with `register(type_name)`; the factory's keyword-only parameters are the keys the entry may
-hold (beside "type"), so a misspelt key is refused before training starts. `context`
-(trainers/evaluators/from_config.py: Context) holds what evaluators are built from: the config,
-the strategy, the dataset, the Trainer and its evaluation input.
+with `register(type_name, flags)`; the factory's keyword-only parameters are the keys the entry
+may hold (beside "type"), so a misspelt key is refused before training starts, and `flags` names
+the flag each key that stands for one defaults to ({"every": "eval_every"}). `resolve` fills
+those keys in once, when the run's plan is made (trainers/plan_pieces.py): a factory is handed
+every key and never sees the config. `context` (trainers/evaluators/from_config.py: Context)
+holds what evaluators are built from: the strategy, the dataset, the Trainer and its evaluation
+input.
 
 A type registered outside the trainers is named "MODULE:TYPE" in the config: MODULE is imported
 (it registers its types as it loads), then TYPE is looked up.
 """
 
+import dataclasses
 import importlib
 import inspect
+import types
 
 from trainers.errors import UsageError
 
 _TYPES = {}
+_FLAGS = {}  # type name -> {key: the flag whose value the key takes when an entry leaves it out}
 
 
-def register(type_name):
-    """Registers the decorated factory under `type_name`."""
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One evaluator of a run, resolved: its registered type and its keys, the flags' values
+    filled in for the keys the config left out."""
+
+    type: str
+    keys: types.MappingProxyType
+
+
+def register(type_name, flags=None):
+    """Registers the decorated factory under `type_name`; `flags`: {key: flag name} of the keys
+    that default to a flag's value."""
 
     def add(factory):
         if type_name in _TYPES:
             raise ValueError(f"evaluator type {type_name!r} is registered twice")
         _TYPES[type_name] = factory
+        _FLAGS[type_name] = dict(flags or {})
         return factory
 
     return add
@@ -46,8 +63,9 @@ def keys(type_name):
     return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
 
-def create(name, entry, context):
-    """The evaluator of the `evals` entry {"type": ..., key: value, ...} called `name`."""
+def resolve(name, entry, flag_value):
+    """The Entry of the `evals` entry {"type": ..., key: value, ...} called `name`; a key it leaves
+    out that stands for a flag takes `flag_value(flag)`."""
     if not isinstance(entry, dict) or "type" not in entry:
         raise UsageError(
             f'evals.{name} must be a dict with a "type" (one of {", ".join(known())}), got {entry!r}'
@@ -61,12 +79,19 @@ def create(name, entry, context):
             f"its keys are {', '.join(allowed)}"
         )
     values = {key: value for key, value in entry.items() if key != "type"}
-    return _TYPES[type_name](name, context, **values)
+    for key, flag in _FLAGS[type_name].items():
+        if values.get(key) is None:
+            values[key] = flag_value(flag)
+    return Entry(type_name, types.MappingProxyType(values))
 
 
-def every(name, value, default):
-    """An entry's `every` (steps between runs, 0 = only at the end), or `default` (its flag's) for None."""
-    value = default if value is None else value
+def create(name, entry, context):
+    """The evaluator of the resolved `entry` (an Entry) called `name`."""
+    return _TYPES[entry.type](name, context, **entry.keys)
+
+
+def every(name, value):
+    """An entry's `every` (steps between runs, 0 = only at the end), checked."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UsageError(f"evals.{name}.every must be an integer >= 0 (0 = only at the end), got {value!r}")
     return value

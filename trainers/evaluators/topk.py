@@ -39,10 +39,10 @@ class TopKEvaluator(Evaluator):
         return {f"{self.name}/top{self.k}_accuracy": hits / max(seen, 1.0)}
 
 
-@registry.register("topk")
-def create(name, context, *, split="test", k=5, every=None):
+@registry.register("topk", flags={"every": "eval_every"})
+def create(name, context, *, split="test", k=5, every):
     """evals entry: `split` (default "test"), `k` (default 5), `every` steps (default: --eval_every)."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise UsageError(f"evals.{name}.k must be an integer >= 1, got {k!r}")
-    every = registry.every(name, every, context.config.eval_every)
+    every = registry.every(name, every)
     return TopKEvaluator(name, context.eval_input(split), k, every)

@@ -1,0 +1,85 @@
+"""The pieces of a run's plan: what the model builder, the memory estimate, the banner and the
+evaluators are handed, each read from the config here, once (trainers/plan.py puts them in the Plan).
+
+These functions are the one place below validation where those fields are read; a field a
+trainer's config does not have (the few-shot command has no --loss, only fine-tuning has
+--new_head) is decided here too, so the modules that take the pieces never look at a config.
+"""
+
+import types
+
+from configs.fields import FIELDS
+from keras_vit.variants import VARIANTS
+from trainers import banner, memory, model_builder
+from trainers.evaluators import from_config
+
+# The shape fields that override the variant's where they are set (0: the variant's).
+SHAPE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
+
+
+def _value(config, name):
+    """`name`'s value in `config`, or its declared default where this trainer has no such field."""
+    return config[name] if name in config else FIELDS[name].default
+
+
+def model_settings(config):
+    """The ModelSettings of a config of any trainer (fine-tuning, pre-training, few-shot)."""
+    kwargs = dict(
+        image_size=config.image_size,
+        include_preprocessing=False,  # the trainers feed [-1, 1] images
+        dropout_rate=config.dropout_rate,
+        stochastic_depth_rate=config.stochastic_depth,
+        classifier=config.classifier,
+        posemb=config.posemb,
+        classifier_activation=None,  # the loss takes logits
+    )
+    kwargs.update({name: config[name] for name in SHAPE_FIELDS if config[name]})
+    hidden = kwargs.get("hidden_size", VARIANTS[config.model]["hidden_size"])
+    # Masked patch prediction trains no pre-logits layer (it predicts from the patch tokens), so
+    # its runs have none: the exported representation is the encoder's own.
+    masked_patch = _value(config, "objective") == "masked_patch"
+    kwargs["representation_size"] = hidden if config.pre_logits and not masked_patch else None
+    return model_builder.ModelSettings(
+        variant=config.model,
+        kwargs=types.MappingProxyType(kwargs),
+        weights=model_builder.weights_arg(config.weights),
+        # Only fine-tuning has --new_head: a pre-training run's --weights keep the head they have.
+        new_head="new_head" in config and bool(config.new_head),
+        sigmoid_head=_value(config, "loss") == "sigmoid",
+    )
+
+
+def memory_settings(config):
+    """The MemorySettings of a training config."""
+    return memory.MemorySettings(
+        variant=config.model,
+        image_size=config.image_size,
+        batch_size=config.batch_size,
+        optimizer=config.optimizer,
+        momentum_dtype=config.momentum_dtype,
+        device_memory_gb=config.device_memory_gb,
+    )
+
+
+def banner_settings(config):
+    """The BannerSettings of a training config."""
+    return banner.BannerSettings(
+        image_size=config.image_size,
+        weights=model_builder.weights_arg(config.weights),
+        train_split=config.train_split,
+        batch_size=config.batch_size,
+        total_steps=config.total_steps,
+        warmup_steps=config.warmup_steps,
+        optimizer=config.optimizer,
+        base_lr=config.base_lr,
+        eval_every=config.eval_every,
+        checkpoint_every=config.checkpoint_every,
+        workdir=config.workdir,
+        cpu_threads=config.cpu_threads,
+    )
+
+
+def eval_entries(config):
+    """{name: registry.Entry} of a training config: its `evals`, or the evaluation flags' evaluators,
+    every key that stands for a flag filled in with that flag's value."""
+    return from_config.resolve(config.evals, config.fewshot_datasets, lambda flag: config[flag])
