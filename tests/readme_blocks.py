@@ -176,14 +176,14 @@ def claims(path):
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
     found = []
-    for function in ast.walk(tree):
-        if not isinstance(function, ast.FunctionDef):
-            continue
-        for call in ast.walk(function):
+    for statement in tree.body:  # a test, a fixture, a helper, or a module-level line
+        owner = getattr(statement, "name", "module level")
+        for call in ast.walk(statement):
             if isinstance(call, ast.Call) and getattr(call.func, "id", None) in FETCHERS:
-                literal = call.args and isinstance(call.args[0], ast.Constant)
-                where = f"{os.path.basename(path)} line {call.lineno} ({function.name})"
-                found.append(Claim(call.func.id, call.args[0].value if literal else "", where))
+                first = call.args[0] if call.args else None
+                name = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else ""
+                where = f"{os.path.basename(path)} line {call.lineno} ({owner})"
+                found.append(Claim(call.func.id, name, where))
     return found
 
 
