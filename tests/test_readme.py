@@ -828,7 +828,7 @@ TINY_SHAPE = TINY_MODEL[2:]  # its shape flags, without --model and --weights
 def test_accum_auto_card_command(tfds_dir, tmp_path, capsys, monkeypatch):
     (command,) = block("accum-auto").commands
     sample = block("accum-auto-output").text.strip().splitlines()
-    config = trainer_config(command.text + " " + " ".join(TINY_SHAPE), {"/tmp/fakepets": tfds_dir})
+    config = trainer_config(command + " " + " ".join(TINY_SHAPE), {"/tmp/fakepets": tfds_dir})
     model = keras_vit.create_model(
         config.model, num_classes=37, **{a[2:].split("=")[0]: int(a.split("=")[1]) for a in TINY_SHAPE}
     )
@@ -838,7 +838,7 @@ def test_accum_auto_card_command(tfds_dir, tmp_path, capsys, monkeypatch):
     budget = (need.total(32) + need.total(64)) / 2 + pipeline
     monkeypatch.setattr(memory, "_available_ram", lambda: int(budget / memory.USABLE_FRACTION))
     replacements = {"/tmp/fakepets": tfds_dir, "/tmp/card": str(tmp_path / "card")}
-    code, out, err = run_command(command.text, capsys, replacements, TINY_SHAPE)
+    code, out, err = run_command(command, capsys, replacements, TINY_SHAPE)
     assert code == 0, err
     printed = [line for line in out.splitlines() if line.startswith(("batch:", "step 1/", "step 2/"))]
     assert len(printed) == len(sample), out
