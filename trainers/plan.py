@@ -14,7 +14,6 @@ import types
 
 import tensorflow as tf
 
-from configs.fields import FIELDS
 from trainers import banner, distribute, engines, memory, model_builder, objectives, plan_pieces, precision
 from trainers.data import pp
 from trainers.errors import UsageError
@@ -61,8 +60,9 @@ def resolve(config, strategy):
     if not eval_splits:
         raise UsageError("--eval_splits is empty; give at least one name=split pair.")
     model = plan_pieces.model_settings(config)
+    objective = plan_pieces.field_value(config, "objective")  # fine-tuning configs classify
     train_ops, batch_ops = pp.train_pipeline(config)
-    batch_ops = _with_masked_patch_draw(config, batch_ops, model.patch_size)
+    batch_ops = _with_masked_patch_draw(config, batch_ops, objective, model.patch_size)
     eval_ops = pp.eval_pipeline(config)
     pp.check(train_ops, batch_ops, eval_ops)  # a bad op argument is one line here
     replicas = strategy.num_replicas_in_sync
@@ -87,8 +87,8 @@ def resolve(config, strategy):
         precision=mixed_precision,
         precision_note=precision_note,
         params=model_builder.params_read(model.weights),
-        objective=_objective(config),
-        masked_target=config.get("masked_target", FIELDS["masked_target"].default),
+        objective=objective,
+        masked_target=plan_pieces.field_value(config, "masked_target"),
         model=model,
         memory=plan_pieces.memory_settings(config),
         banner=plan_pieces.banner_settings(config),
@@ -96,11 +96,11 @@ def resolve(config, strategy):
     )
 
 
-def _with_masked_patch_draw(config, batch_ops, patch):
+def _with_masked_patch_draw(config, batch_ops, objective, patch):
     """The batch ops, with masked patch prediction's draw where the objective reads it: the flags'
     pipeline gets it last, at the model's patch size; a --pp_train string names it itself."""
     draw = objectives.DRAW_OP
-    masked = _objective(config) == "masked_patch"
+    masked = objective == "masked_patch"
     named = [kwargs["patch_size"] for name, kwargs in batch_ops if name == draw]
     if not masked:
         if named:
@@ -122,11 +122,6 @@ def _with_masked_patch_draw(config, batch_ops, patch):
             f"{patch} px: use {draw}({patch})"
         )
     return batch_ops
-
-
-def _objective(config):
-    """--objective; fine-tuning configs have no such field, and classify."""
-    return config.get("objective", FIELDS["objective"].default)
 
 
 def _mixes(batch_ops):

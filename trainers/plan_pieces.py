@@ -17,7 +17,7 @@ from trainers.evaluators import from_config
 SHAPE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
 
 
-def _value(config, name):
+def field_value(config, name):
     """`name`'s value in `config`, or its declared default where this trainer has no such field."""
     return config[name] if name in config else FIELDS[name].default
 
@@ -37,7 +37,7 @@ def model_settings(config):
     hidden = kwargs.get("hidden_size", VARIANTS[config.model]["hidden_size"])
     # Masked patch prediction trains no pre-logits layer (it predicts from the patch tokens), so
     # its runs have none: the exported representation is the encoder's own.
-    masked_patch = _value(config, "objective") == "masked_patch"
+    masked_patch = field_value(config, "objective") == "masked_patch"
     kwargs["representation_size"] = hidden if config.pre_logits and not masked_patch else None
     return model_builder.ModelSettings(
         variant=config.model,
@@ -45,7 +45,7 @@ def model_settings(config):
         weights=model_builder.weights_arg(config.weights),
         # Only fine-tuning has --new_head: a pre-training run's --weights keep the head they have.
         new_head="new_head" in config and bool(config.new_head),
-        sigmoid_head=_value(config, "loss") == "sigmoid",
+        sigmoid_head=field_value(config, "loss") == "sigmoid",
     )
 
 

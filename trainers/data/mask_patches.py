@@ -29,11 +29,11 @@ def draw(seed, step, replica, batch, num_patches):
     """float32 (2, batch, num_patches) uniform numbers of (seed, step, replica): stateless, so the
     same on every host and in a resumed run.
 
-    The dtypes are part of the draw (stateless_fold_in's key takes the folded value's dtype): the
-    step is folded in as int64 (the step counter's), the fixed evaluation step and the replica as
-    int32 (tf.distribute's replica id); another dtype would draw other patches.
+    The dtypes are part of the draw (stateless_fold_in's key takes the folded value's dtype):
+    `step` is folded in with its own dtype (the op passes training steps as int64, the step
+    counter's, and the fixed evaluation step as int32), the replica as int32 (tf.distribute's
+    replica id); another dtype would draw other patches.
     """
-    step = tf.cast(step, tf.int32 if isinstance(step, int) else tf.int64)
     key = tf.random.experimental.stateless_fold_in(tf.constant([seed, 0], tf.int64), step)
     key = tf.random.experimental.stateless_fold_in(key, tf.cast(replica, tf.int32))
     return tf.random.stateless_uniform(tf.stack([2, batch, num_patches]), key)
@@ -51,7 +51,10 @@ def mask_patches(patch_size):
             raise ValueError(f"images of {height}x{width} px do not split into {patch_size} px patches")
         num_patches = (height // patch_size) * (width // patch_size)
         rows = tf.shape(images)[0]
-        step = context.step if context.training else EVAL_DRAW
+        if context.training:
+            step = tf.cast(context.step, tf.int64)
+        else:
+            step = tf.constant(EVAL_DRAW, tf.int32)
         # One micro-batch's draw, repeated for each micro-batch of the replica's batch.
         noise = draw(context.seed, step, context.replica, rows // context.micro_batches, num_patches)
         noise = tf.tile(tf.transpose(noise, [1, 0, 2]), [context.micro_batches, 1, 1])
