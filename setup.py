@@ -1,7 +1,28 @@
 """Packaging for keras-vision-transformer (import name keras_vit): the Vision Transformer library
 and its tf.distribute trainers."""
 
+import re
+
 from setuptools import find_packages, setup
+
+# The project's home; mkdocs.yml's repo_url names the same (tests/test_packaging.py).
+HOME = "https://github.com/keras-vit/keras-vit"
+
+
+def index_description(path="README.md"):
+    """README.md as the package index shows it. The README links to docs/ and to its own sections
+    by relative links, which work on GitHub and in the docs site but lead nowhere on the index's
+    page, where the README stands alone: there they name the files and sections on GitHub."""
+    text = open(path, encoding="utf-8").read()
+
+    def absolute(match):
+        target = match.group(1)
+        if target.startswith("#"):
+            return f"]({HOME}{target})"
+        return f"]({HOME}/blob/main/{target})"
+
+    return re.sub(r"\]\((?!https?://|mailto:)([^)\s]+)\)", absolute, text)
+
 
 # The library alone: Keras 3 on any backend. TensorFlow is not among them, so a JAX or PyTorch
 # environment stays as it is. tests/test_packaging.py checks these against what keras_vit imports.
@@ -64,6 +85,7 @@ HUB_REQUIRES = ["safetensors", "huggingface_hub"]
 TEST_REQUIRES = [
     "pytest",
     "pytest-timeout",
+    "pytest-xdist",  # `make test` runs the suite in two worker processes
     "jax[cpu]",
     "optax",
     "ruff==0.17.6",
@@ -85,8 +107,9 @@ setup(
     version="0.1.0",
     description="Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3, with "
     "official checkpoints and a tf.distribute trainer.",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=index_description(),
     long_description_content_type="text/markdown",
+    url=HOME,
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(

@@ -234,6 +234,29 @@ def test_every_install_command_names_this_distribution(setup_kwargs):
     assert {"keras_vit.serving", "keras_vit.visualize.figures", "trainers"} <= hints, hints
 
 
+def test_the_index_page_links_to_files_that_exist_on_github(setup_kwargs):
+    """The package index shows the README alone: a relative link there (docs/install.md, #a-section)
+    leads nowhere, so its copy names each file and section on GitHub, and each file exists."""
+    home = setup_kwargs["url"]
+    with open(os.path.join(ROOT, "mkdocs.yml"), encoding="utf-8") as f:
+        assert re.search(r"^repo_url: (\S+)$", f.read(), re.MULTILINE).group(1) == home
+    description = setup_kwargs["long_description"]
+    links = re.findall(r"\]\(([^)\s]+)\)", description)
+    files = [link for link in links if link.startswith(f"{home}/blob/main/")]
+    assert f"{home}/blob/main/docs/install.md" in files and f"{home}#where-everything-else-lives" in links
+    for link in links:
+        assert link.startswith(("https://", "http://")), f"a relative link on the index page: {link}"
+    for link in files:
+        path = link[len(f"{home}/blob/main/") :].partition("#")[0]
+        assert os.path.exists(os.path.join(ROOT, path)), link
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    # Only the links change: the README with them made relative again is the same text.
+    assert (
+        re.sub(re.escape(f"{home}/blob/main/") + "|" + re.escape(home) + "(?=#)", "", description) == readme
+    )
+
+
 def test_make_installs_the_train_test_plots_and_docs_extras():
     with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
         makefile = f.read()

@@ -296,7 +296,13 @@ PYTEST = ".venv/bin/python -m pytest "
 def test_make_targets():
     expected = {
         "make demo": ["-m trainers.demo --workdir=runs/demo"],
-        "make test": ["ruff check .", "ruff format --check .", "mkdocs build --strict", "-m pytest"],
+        "make test": [
+            "ruff check .",
+            "ruff format --check .",
+            "mkdocs build --strict",
+            "-m pytest",
+            "--dist=loadfile",
+        ],
         "make format": ["ruff format ."],
     }
     commands = block("two-commands").commands + block("tests").commands
