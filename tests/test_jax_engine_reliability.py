@@ -51,6 +51,12 @@ RUN = TINY_MODEL + [
 ONE_PROCESS = RUN + ["--cpu_devices=2"]
 TWO_PROCESSES = RUN + ["--strategy=multi_worker", "--cpu_devices=1"]
 PREEMPTED = re.compile(r"^preempted \(SIGTERM\): saved a checkpoint at step (\d+); rerun", re.M)
+# The last line of a process that stopped because another one of the run was signalled.
+STOPPED_WITH_OTHERS = re.compile(
+    r"^stopped with the other processes \(one of them got SIGTERM or Ctrl-C\): "
+    r"saved a checkpoint at step (\d+); rerun",
+    re.M,
+)
 DATA, INDEX = "ckpt-{}.data-00000-of-00001", "ckpt-{}.index"
 
 
@@ -75,6 +81,12 @@ def test_several_jax_processes_save_when_any_of_them_was_signalled(here, elsewhe
         stopped = preempted.saved_checkpoint()
     assert strategy.asked == [here]  # every boundary asks, signalled or not: the collectives pair up
     assert stopped == (here or elsewhere) and saves == ([1] if stopped else [])
+    if stopped:  # the last line says whose signal it was
+        assert preempted.cause() == (
+            "preempted (SIGTERM)"
+            if here
+            else "stopped with the other processes (one of them got SIGTERM or Ctrl-C)"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -228,8 +240,13 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_one_step_and_they_end_as_
             proc.wait()
         raise
     outputs = wait_all(procs, logs, timeout=120)
-    steps = [[int(s) for s in PREEMPTED.findall(out)] for out in outputs]
+    # The signalled one says it was preempted; the chief, told only by the others, says that.
+    steps = [
+        [int(s) for s in pattern.findall(out)]
+        for pattern, out in zip((STOPPED_WITH_OTHERS, PREEMPTED), outputs)
+    ]
     assert len(steps[0]) == 1 and steps[0] == steps[1], steps
+    assert not PREEMPTED.search(outputs[0]), outputs[0][-2000:]
     step = steps[0][0]
     assert 0 < step < TOTAL and checkpoint_steps(workdir)[-1] == step
     assert not os.path.exists(os.path.join(workdir, "results.json"))

@@ -100,10 +100,9 @@ class Controller:
                     if action.every and step % action.every == 0 and step < total:
                         action(step, out, seconds)
                 if step < total and preempted.saved_checkpoint():
-                    signal_name = "Ctrl-C" if preempted.interrupted else "SIGTERM"
                     print(
-                        f"{'interrupted' if preempted.interrupted else 'preempted'} ({signal_name}): "
-                        f"saved a checkpoint at step {step}; rerun the same command to resume.",
+                        f"{preempted.cause()}: saved a checkpoint at step {step}; "
+                        "rerun the same command to resume.",
                         flush=True,
                     )
                     if preempted.interrupted:

@@ -14,14 +14,15 @@ Several worker processes (--strategy=multi_worker): a signal often reaches only 
 worker that stopped alone would leave the others waiting forever in the next all-reduce. There,
 tf.distribute's PreemptionCheckpointHandler coordinates the stop: the signalled worker posts on the
 cluster's coordination service the boundary to save at (the one after the next loop call), waits until
-every worker has read it, and then every worker saves that same step and stops.
+every worker has read it, and then every worker saves that same step and stops. A worker that was
+not signalled itself says so in its last line: it stopped with the others.
 
 Several JAX processes (--engine=jax with --strategy=multi_worker): the same promise without the
 handler, which is tf.distribute's. At every loop boundary each process passes its own flag to
 one collective (`JaxStrategy.any_process`, an all-gather of one bool, small next to a loop call);
 every process gets the same answer, so when any of them was signalled all of them save
 that same step and stop, with status 0. Ctrl-C on one process: that process exits 130 after the
-shared save, the others stop as after SIGTERM.
+shared save, the others stop as after SIGTERM (each says whether the signal was its own).
 """
 
 import os
@@ -83,6 +84,15 @@ class Preemption:
         if self._watcher is None:  # interactive: say it here, and leave a second one to the session
             _acknowledge()
             signal.signal(signal.SIGINT, self._previous.get(signal.SIGINT) or signal.default_int_handler)
+
+    def cause(self):
+        """Why this process stopped, as its last line says it: its own signal, or (several
+        processes) another process's, which reaches it only as the agreed step to stop at."""
+        if self.interrupted:
+            return "interrupted (Ctrl-C)"
+        if self.signalled:
+            return "preempted (SIGTERM)"
+        return "stopped with the other processes (one of them got SIGTERM or Ctrl-C)"
 
     def saved_checkpoint(self):
         """True once this run has saved the checkpoint of the current step because of a SIGTERM (here
