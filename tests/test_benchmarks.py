@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from fixtures import shared_fake_tfds
 
 # This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
 os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
@@ -97,11 +98,15 @@ def test_paper_estimate_at_the_implied_efficiency_gives_the_papers_core_days():
 # --- the benchmarks -------------------------------------------------------------------------------
 
 
-# The tests using it are slow: the tiny runs of all four benchmarks take about 25 s on 2 cores.
+# The tests using it are slow: the tiny runs of the benchmarks take 75-110 s on 2 cores, most
+# of it the train benchmark's compiling (TF, TF+XLA, the jax engine's child, keras-hub).
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """The four benchmarks' JSON from tiny runs (Keras contestants in this process)."""
+    """The benchmarks' JSON from tiny runs (Keras contestants in this process)."""
     out = tmp_path_factory.mktemp("bench")
+    # The session's stand-in oxford_iiit_pet (tests/fixtures.py), made once and shared with the
+    # data tests: the input pipeline only reads it, and making it takes a process of its own.
+    pets = shared_fake_tfds("oxford_iiit_pet", tmp_path_factory)
     common = ["--peers=keras-hub", *TINY]
     inference.main(
         [
@@ -128,7 +133,7 @@ def results(tmp_path_factory):
         [
             "--image_size=32",
             "--batch_size=4",
-            "--per_class=1",
+            f"--data_dir={pets}",
             f"--out={out}/input_pipeline.json",
             "--num_layers=1",
             "--repeats=1",

@@ -45,14 +45,16 @@ from keras_vit import fused_attention
 
 rng = np.random.default_rng(0)
 q, k, v = (jnp.asarray(rng.normal(size=(2, 5, 3, 8)), "float32") for _ in range(3))
-plain = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation="xla")
-padded = lambda q, k, v: fused_attention.padded_attention(q, k, v, implementation="xla")
+# Under jax.jit, as inside a model's compiled step: eagerly, every op (and, for the gradients,
+# every op of the backward pass) would be compiled on its own, a few seconds on 2 cores.
+plain = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation="xla"))
+padded = jax.jit(lambda q, k, v: fused_attention.padded_attention(q, k, v, implementation="xla"))
 out = padded(q, k, v)
 assert out.shape == (2, 5, 3, 8), out.shape
 np.testing.assert_allclose(out, plain(q, k, v), atol=1e-6)
 # Gradients too: the padded token must get no weight and pass nothing back.
 weights = jnp.asarray(rng.normal(size=out.shape), "float32")
-grad = lambda f: jax.grad(lambda *a: jnp.sum(f(*a) * weights), argnums=(0, 1, 2))(q, k, v)
+grad = lambda f: jax.jit(jax.grad(lambda *a: jnp.sum(f(*a) * weights), argnums=(0, 1, 2)))(q, k, v)
 for a, b in zip(grad(padded), grad(plain)):
     np.testing.assert_allclose(a, b, atol=1e-6)
 
