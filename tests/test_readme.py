@@ -1064,11 +1064,13 @@ def test_fewshot_commands(tmp_path, registry_cache, monkeypatch, capsys):
     os.makedirs(pre)  # a pre-training run's export: Ti/16 with its pre-logits layer
     ti16 = synth.vit_jax_params(6, image_size=224, num_classes=10, representation_size=192, **synth.TI16)
     synth.save(pre / "model.npz", ti16)
-    # Feature batches are padded to --batch_size (256): 16 keeps the padding small.
-    one_shot = [f"--data_dir={small}", "--shots=1", "--seeds=1", "--batch_size=16"]
+    # Feature batches are padded to --batch_size (256), and the padding costs as much as the images
+    # (most of the command's time for B/16 at 224 px): one batch of exactly each split's images
+    # (10 of cifar10, 37 of oxford_iiit_pet) has none.
+    one_shot = [f"--data_dir={small}", "--shots=1", "--seeds=1"]
     expected = {  # dataset -> (extra flags, feature dimension, shots)
-        "cifar10": (one_shot, 768, (1,)),  # the pre-logits of the imagenet21k file
-        "oxford_iiit_pet": (one_shot, 192, (1,)),  # the pre-logits of the run
+        "cifar10": ([*one_shot, "--batch_size=10"], 768, (1,)),  # the pre-logits of the imagenet21k file
+        "oxford_iiit_pet": ([*one_shot, "--batch_size=37"], 192, (1,)),  # the pre-logits of the run
         "digits:5-9": ([], 8 * 8 * 3, (1, 5, 10, 25)),  # the raw pixels
     }
     commands = block("fewshot").commands
