@@ -10,7 +10,6 @@ both checkpoint faults), about 2 minutes on 2 CPU cores.
 """
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -19,6 +18,7 @@ import time
 import numpy as np
 import pytest
 from trainer_cli import (
+    PREEMPTED,
     TINY_MODEL,
     _env,
     checkpoint_steps,
@@ -29,6 +29,7 @@ from trainer_cli import (
     run_cli,
     start_cli,
     start_cluster,
+    stop_step_of_two,
     wait_all,
 )
 
@@ -50,13 +51,6 @@ RUN = TINY_MODEL + [
 ]
 ONE_PROCESS = RUN + ["--cpu_devices=2"]
 TWO_PROCESSES = RUN + ["--strategy=multi_worker", "--cpu_devices=1"]
-PREEMPTED = re.compile(r"^preempted \(SIGTERM\): saved a checkpoint at step (\d+); rerun", re.M)
-# The last line of a process that stopped because another one of the run was signalled.
-STOPPED_WITH_OTHERS = re.compile(
-    r"^stopped with the other processes \(one of them got SIGTERM or Ctrl-C\): "
-    r"saved a checkpoint at step (\d+); rerun",
-    re.M,
-)
 DATA, INDEX = "ckpt-{}.data-00000-of-00001", "ckpt-{}.index"
 
 
@@ -240,14 +234,7 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_one_step_and_they_end_as_
             proc.wait()
         raise
     outputs = wait_all(procs, logs, timeout=120)
-    # The signalled one says it was preempted; the chief, told only by the others, says that.
-    steps = [
-        [int(s) for s in pattern.findall(out)]
-        for pattern, out in zip((STOPPED_WITH_OTHERS, PREEMPTED), outputs)
-    ]
-    assert len(steps[0]) == 1 and steps[0] == steps[1], steps
-    assert not PREEMPTED.search(outputs[0]), outputs[0][-2000:]
-    step = steps[0][0]
+    step = stop_step_of_two(outputs)
     assert 0 < step < TOTAL and checkpoint_steps(workdir)[-1] == step
     assert not os.path.exists(os.path.join(workdir, "results.json"))
     assert not [n for n in os.listdir(workdir) if n.startswith(".worker_")]

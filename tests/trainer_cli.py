@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -158,3 +159,26 @@ def checkpoint_steps(workdir):
         int(p.rsplit("-", 1)[1].split(".")[0])
         for p in glob.glob(os.path.join(str(workdir), "checkpoints", "ckpt-*.index"))
     )
+
+
+# The last line of a process that SIGTERM stopped, and of one that stopped only because another
+# process of its run was signalled (trainers/preemption.py's Preemption.cause).
+PREEMPTED = re.compile(r"^preempted \(SIGTERM\): saved a checkpoint at step (\d+); rerun", re.M)
+STOPPED_WITH_OTHERS = re.compile(
+    r"^stopped with the other processes \(one of them got SIGTERM or Ctrl-C\): "
+    r"saved a checkpoint at step (\d+); rerun",
+    re.M,
+)
+
+
+def stop_step_of_two(outputs):
+    """The step two processes stopped at after a SIGTERM to the second only: the second says it was
+    preempted, the first (told only through the other) that it stopped with the others, each once
+    and at the same step."""
+    steps = [
+        [int(s) for s in pattern.findall(out)]
+        for pattern, out in zip((STOPPED_WITH_OTHERS, PREEMPTED), outputs)
+    ]
+    assert len(steps[0]) == 1 and steps[0] == steps[1], steps
+    assert not PREEMPTED.search(outputs[0]), outputs[0][-2000:]
+    return steps[0][0]
