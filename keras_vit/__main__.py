@@ -1,0 +1,16 @@
+"""Lists the library's commands: `python -m keras_vit`."""
+
+import sys
+
+import keras_vit
+from keras_vit import commands
+
+
+def main(argv=None):
+    del argv  # nothing to choose: the list is the whole answer
+    print(commands.listing(keras_vit))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
