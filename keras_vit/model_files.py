@@ -25,10 +25,8 @@ KERAS_SUFFIX = ".keras"
 SHAPE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "resnet_layers")
 _FROM_FILE = (
     *SHAPE_FIELDS,
-    "num_classes",
     "representation_size",
     "classifier",
-    "resnet_width",
     "posemb",
     "fc_norm",
     "layer_norm_epsilon",
@@ -58,8 +56,8 @@ def load_keras(path, include_preprocessing=True):
             ) from None
     if not isinstance(model, ViT):
         raise CheckpointError(
-            f"{path}: holds a {type(model).__name__}, not a keras_vit.ViT; pass a keras_vit model's "
-            ".keras file, or its weights with --model"
+            f"{path}: holds a {type(model).__name__}, not a keras_vit.ViT; pass the .keras file of "
+            "a keras_vit model"
         )
     if model.include_preprocessing != include_preprocessing:
         model = _rebuilt(model, include_preprocessing=include_preprocessing)
@@ -97,8 +95,8 @@ def from_weights(weights, image_size=None, include_preprocessing=True, cache_dir
 
 
 def differences(variant_config, weights):
-    """ "name=value" for each shape field in which the weights' file differs from a variant's
-    config (empty for a registry name, a Hub name or a file of that shape); and the params read."""
+    """(["name=value" for each shape field in which the weights' file differs from a variant's
+    config], the file's params): ([], None) for a registry or Hub name, [] for a file of that shape."""
     if weights_lib.is_hugging_face(weights) or weights in weights_lib.REGISTRY:
         return [], None
     info, params = weights_lib.read_checkpoint(weights)

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import PIL.Image
 import pytest
-from fixtures import DISTINCT
+from fixtures import DISTINCT, tiny_hybrid
 
 import keras_vit
 from keras_vit import export, model_files, model_source, predict, weights
@@ -146,6 +146,18 @@ def test_every_tool_says_the_same_line_for_flags_that_name_no_model(
     assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
     assert message.format(**files) in err
     assert os.listdir(tmp_path) == []
+
+
+def test_a_hybrid_weights_file_says_its_stem_and_half_width(tmp_path):
+    # tests/fixtures.py's hybrid stem is of width 0.5: 32 channels at the root, not 64.
+    keras.utils.set_random_seed(3)
+    model = tiny_hybrid(num_classes=4)
+    path = str(tmp_path / "hybrid.npz")
+    weights.save_npz(model, path)
+    loaded = model_files.from_weights(path)
+    assert (loaded.resnet_layers, loaded.resnet_width) == ((1, 1), 0.5)
+    x = np.random.default_rng(0).uniform(0, 255, (1, 32, 32, 3)).astype("float32")
+    np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(model(x)))
 
 
 def test_a_file_without_position_weights_cannot_say_its_size(tmp_path):
