@@ -2,6 +2,9 @@
 
 import sys
 
+from keras_vit import _clash  # noqa: F401  (first: refuses a package mixed with another's files)
+
+# isort: split
 import keras_vit
 from keras_vit import commands
 
