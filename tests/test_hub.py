@@ -65,3 +65,23 @@ def test_a_reachable_endpoint_is_not_refused(monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "get_session", lambda: Session())
     assert hub.unreachable() is None
+
+
+def test_predict_on_an_unreachable_hub_name_is_one_line_in_seconds(
+    closed_endpoint, tmp_path, capsys, monkeypatch
+):
+    import numpy as np
+    import PIL.Image
+
+    from keras_vit import predict
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    image = str(tmp_path / "cat.png")
+    PIL.Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
+    start = time.monotonic()
+    assert predict.main([image, f"--weights=hf-hub:{REPO}"]) == 2
+    assert time.monotonic() - start < hub.PROBE_TIMEOUT_S
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1
+    assert err.startswith(f"error: hf-hub:{REPO}: model.safetensors is not in the Hugging Face cache")
