@@ -12,6 +12,9 @@ from keras_vit.errors import CheckpointError
 huggingface_hub = pytest.importorskip("huggingface_hub")
 hub_constants = pytest.importorskip("huggingface_hub.constants")
 REPO = "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+# huggingface_hub alone retries each missing file for about 23 s; this leaves a loaded machine
+# room for the probe (up to hub.PROBE_TIMEOUT_S) and the client's start.
+FAST_S = 10
 
 
 @pytest.fixture
@@ -42,7 +45,7 @@ def test_an_unreachable_hub_is_one_line_in_seconds(closed_endpoint, tmp_path):
     start = time.monotonic()
     with pytest.raises(CheckpointError) as raised:
         hub.download(f"hf-hub:{REPO}", cache_dir=tmp_path)
-    assert time.monotonic() - start < hub.PROBE_TIMEOUT_S
+    assert time.monotonic() - start < FAST_S
     message = str(raised.value)
     assert len(message.splitlines()) == 1
     assert message.startswith(f"hf-hub:{REPO}: model.safetensors is not in the Hugging Face cache")
@@ -53,7 +56,7 @@ def test_an_unreachable_hub_still_serves_the_cache(closed_endpoint, tmp_path):
     snapshot = _put_in_cache(tmp_path, REPO, {"config.json": b"{}", "model.safetensors": b"weights"})
     start = time.monotonic()
     assert hub.download(f"hf-hub:{REPO}", cache_dir=tmp_path) == str(snapshot)
-    assert time.monotonic() - start < hub.PROBE_TIMEOUT_S
+    assert time.monotonic() - start < FAST_S
 
 
 def test_a_reachable_endpoint_is_not_refused(monkeypatch):
@@ -81,7 +84,7 @@ def test_predict_on_an_unreachable_hub_name_is_one_line_in_seconds(
     PIL.Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
     start = time.monotonic()
     assert predict.main([image, f"--weights=hf-hub:{REPO}"]) == 2
-    assert time.monotonic() - start < hub.PROBE_TIMEOUT_S
+    assert time.monotonic() - start < FAST_S
     out, err = capsys.readouterr()
     assert not out and err.count("\n") == 1
     assert err.startswith(f"error: hf-hub:{REPO}: model.safetensors is not in the Hugging Face cache")
