@@ -3,6 +3,9 @@
     python -m keras_vit.export OUT --format=saved_model --workdir=runs/pets
     python -m keras_vit.export vit.onnx --format=onnx --model=ViT-B_16 --weights=imagenet21k+imagenet2012
     python -m keras_vit.export vit_int8.tflite --format=litert-int8 --workdir=runs/pets --eval_dir=DIR
+    python -m keras_vit.export digits.onnx --format=onnx --model=digits.keras    # or --weights=digits.npz
+
+The model comes any of the ways keras_vit.model_source lists.
 
 Formats:
     saved_model  a directory for TensorFlow Serving: `serving_default` takes a batch of encoded

@@ -4,6 +4,11 @@ Downloads go through huggingface_hub (the optional `hub` extra), so its cache (H
 HF_HUB_CACHE), offline mode (HF_HUB_OFFLINE=1: the cache only) and token (HF_TOKEN, or
 `hf auth login`) work as for timm and transformers. Only config.json, the input normalisation
 and the safetensors weights are fetched: never a pickle file.
+
+Without a network (and without HF_HUB_OFFLINE=1), huggingface_hub retries each file it does not
+have for about 23 s (five backoff retries, not configurable): the endpoint is probed once, with a
+short timeout, and after a failed probe only the cache is read, so a checkpoint that is not
+cached is one line in seconds and one that is cached still loads.
 """
 
 import json
@@ -14,6 +19,9 @@ from keras_vit.hf_layout import CONFIG_FILE, PREPROCESSOR_FILE, SAFETENSORS_FILE
 
 PREFIXES = ("hf-hub:", "hf://")
 _INSTALL = "pip install 'keras-vision-transformer[hub]'"
+# Seconds the probe of the Hub endpoint waits for an answer (any answer, even an error status,
+# means the Hub is reachable).
+PROBE_TIMEOUT_S = 5
 
 
 def is_hub_name(weights):
@@ -40,27 +48,55 @@ def _hub():
     return huggingface_hub
 
 
+def unreachable(hub=None):
+    """None if the Hub endpoint (HF_ENDPOINT, default huggingface.co) answers within
+    PROBE_TIMEOUT_S, else why not, in a few words."""
+    hub = hub or _hub()
+    from huggingface_hub import constants  # a submodule its lazy package does not expose
+
+    endpoint = constants.ENDPOINT
+    try:
+        hub.get_session().head(endpoint, timeout=PROBE_TIMEOUT_S)
+    except Exception as err:  # whatever the HTTP client raises: no answer
+        return f"{endpoint}: {first_line(err, limit=120)}"
+    return None
+
+
+def _offline():
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
 def download(name, cache_dir=None):
     """The local folder (in the Hugging Face cache) holding the checkpoint `name` names."""
     hub = _hub()
     repo, revision = repo_of(name)
+    offline = _offline()
+    no_answer = None if offline else unreachable(hub)
 
     def fetch(file_name, required=True):
         try:
-            return hub.hf_hub_download(repo, file_name, revision=revision, cache_dir=cache_dir)
+            return hub.hf_hub_download(
+                repo,
+                file_name,
+                revision=revision,
+                cache_dir=cache_dir,
+                local_files_only=offline or no_answer is not None,
+            )
         except hub.errors.LocalEntryNotFoundError:
             if not required:
                 return None
-            offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-            raise CheckpointError(
-                f"{name}: {file_name} is not in the Hugging Face cache and "
-                + (
+            if offline:
+                why = (
                     "HF_HUB_OFFLINE is set; download it where there is a network "
                     f"(hf download {repo}) and copy the cache, or pass the checkpoint's folder"
-                    if offline
-                    else "the Hub could not be reached; check the network, or pass the checkpoint's folder"
                 )
-            ) from None
+            else:
+                why = (
+                    f"the Hub could not be reached ({no_answer or 'no answer'}); check the network "
+                    "or HF_ENDPOINT, set HF_HUB_OFFLINE=1 to use the cache alone, or pass the "
+                    "checkpoint's folder"
+                )
+            raise CheckpointError(f"{name}: {file_name} is not in the Hugging Face cache and {why}") from None
         except hub.errors.EntryNotFoundError:
             if required:
                 raise

@@ -2,11 +2,14 @@
 
     python -m keras_vit.predict cat.jpg dog.png --model=ViT-B_16 --weights=imagenet21k+imagenet2012
     python -m keras_vit.predict photos/*.jpg --workdir=runs/pets --json
+    python -m keras_vit.predict digit.png --model=digits.keras       # a model saved with model.save
+    python -m keras_vit.predict digit.png --weights=digits.npz       # its shapes say the architecture
 
-Images of any size and any format Pillow reads are resized to the model's size as the
-official evaluation does (keras_vit.images). Class names: the run's own for --workdir, the
-shipped ImageNet-1k / ImageNet-21k names for 1000- and 21,843-class heads, --labels=FILE
-otherwise. Bad input exits with status 2 and a one-line message.
+The model comes any of the ways keras_vit.model_source lists. Images of any size and any format
+Pillow reads are resized to the model's size as the official evaluation does (keras_vit.images).
+Class names: --labels=FILE, else the model's own (a run's, a Hub checkpoint's, a .keras file's),
+else the shipped ImageNet-1k / ImageNet-21k names for 1000- and 21,843-class heads. Bad input
+exits with status 2 and a one-line message.
 
 In Python: `classify(model, ["cat.jpg"], class_names)`, or
 `model.predict(keras_vit.load_image("cat.jpg", model))` for the probabilities.
@@ -84,6 +87,11 @@ def main(argv=None):
         for path in args.images:  # every file is checked before a model is built
             images_lib.read_image(path)
         source = model_source.load(args)
+        if not source.model.include_top:
+            raise ValueError(
+                "the model has no classification head (include_top=False or num_classes=0); "
+                "predict needs one (python -m keras_vit.visualize draws any model)"
+            )
         results = classify(source.model, args.images, source.class_names, args.top)
     except (ValueError, ImportError, OSError) as err:  # ImportError: a gs:// path without TensorFlow
         print(f"error: {first_line(err, limit=2000)}", file=sys.stderr)

@@ -9,17 +9,13 @@ TensorFlow or the trainers, so `keras_vit.predict`, `keras_vit.export` and
 import dataclasses
 import json
 
-from keras_vit import fileio, npz_layout
-from keras_vit import weights as weights_lib
+from keras_vit import fileio, model_files
 from keras_vit.errors import CheckpointError
-from keras_vit.models import VARIANTS, create_model
+from keras_vit.variants import VARIANTS
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.npz"
 CLASS_NAMES_FILE = "class_names.json"
-
-# The shape fields a weights file decides; everything else comes from the run's variant.
-_SHAPE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
 
 
 @dataclasses.dataclass
@@ -58,7 +54,11 @@ def read_class_names(workdir):
 
 
 def load_run(workdir, include_preprocessing=True):
-    """Run(model, class_names, image_size, config, weights_path) of a finished trainer run."""
+    """Run(model, class_names, image_size, config, weights_path) of a finished trainer run.
+
+    The architecture is the one model.npz's shapes say (keras_vit.model_files); the config adds
+    what no shape holds: the resolution, a sigmoid head, a position type without weights.
+    """
     config = read_config(workdir)
     weights_path = fileio.join(workdir, MODEL_FILE)
     if not fileio.exists(weights_path):
@@ -66,39 +66,27 @@ def load_run(workdir, include_preprocessing=True):
             f"{workdir} has no {MODEL_FILE}: the run has not finished; rerun its command to "
             "complete it (it resumes from its last checkpoint)"
         )
-    params = weights_lib.read_params(weights_path)
-    found = npz_layout.architecture(params)
-    overrides = {name: found[name] for name in _SHAPE_FIELDS if found[name]}
-    # A run started from a timm or transformers checkpoint keeps its numerics and pooling.
-    overrides.update(
-        {
-            name: found[name]
-            for name in ("fc_norm", "layer_norm_epsilon", "gelu_approximate")
-            if found[name] is not None
-        }
-    )
     variant = config.get("model") or "ViT-B_16"
     if variant not in VARIANTS:
         raise CheckpointError(f"{workdir}/{CONFIG_FILE}: unknown model {variant!r}")
-    image_size = config.get("image_size") or found["image_size"]
-    model = create_model(
-        variant,
-        image_size=image_size,
-        num_classes=found["num_classes"],
-        representation_size=found["representation_size"],
-        classifier=found["classifier"],
-        include_preprocessing=include_preprocessing,
+    fixed = dict(
         classifier_activation="sigmoid" if config.get("loss") == "sigmoid" else "softmax",
-        **overrides,
+        name=variant.lower().replace("+", "_").replace("-", "_"),
     )
-    weights_lib.assign_params(model, params, weights_path)
+    if config.get("posemb"):
+        fixed["posemb"] = config["posemb"]
+    model = model_files.from_weights(
+        weights_path,
+        image_size=config.get("image_size"),
+        include_preprocessing=include_preprocessing,
+        **fixed,
+    )
     class_names = read_class_names(workdir)
-    if class_names is not None and len(class_names) != found["num_classes"]:
+    if class_names is not None and len(class_names) != model.num_classes:
         raise CheckpointError(
-            f"{workdir}: {CLASS_NAMES_FILE} has {len(class_names)} names for a "
-            f"{found['num_classes']}-class head"
+            f"{workdir}: {CLASS_NAMES_FILE} has {len(class_names)} names for a {model.num_classes}-class head"
         )
-    size = image_size if isinstance(image_size, (tuple, list)) else (image_size, image_size)
+    size = model.image_size
     return Run(model, class_names, tuple(size), config, weights_path)
 
 

@@ -156,14 +156,14 @@ def _main(capsys, *argv):
         (["{tmp}/m.tflite", "--format=onnx", "--model=ViT-Ti_16", "--weights={fixture}"], "ending in .onnx"),
         (
             ["{tmp}/m.onnx", "--format=onnx", "--model=ViT-Ti_16", "--weights={fixture}"],
-            "does not fit this model",
+            "does not fit --model=ViT-Ti_16",
         ),
         (
             ["{tmp}", "--format=saved_model", "--model=ViT-Ti_16", "--weights={fixture}"],
             "exists; pass --overwrite",
         ),
         (["{tmp}/m.onnx", "--format=onnx", "--workdir={tmp}"], "not a trainer's workdir"),
-        (["{tmp}/m.onnx", "--format=onnx", "--model=ViT-Ti_16"], "name the model"),
+        (["{tmp}/m.onnx", "--format=onnx", "--model=ViT-Ti_16"], "needs --weights"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(capsys, tmp_path, argv, message):

@@ -196,6 +196,20 @@ def test_probes_of_pretrained_npz_use_its_pre_logits(tmp_path):
     assert fewshot.run(config)["3shot_l2_reg"] in linear_probe.L2_SWEEP
 
 
+def test_tensorboard_tags_are_the_documented_ones(tmp_path):
+    # docs/guides/fewshot.md: fewshot/{k}shot_accuracy (and _std) at step 0, and
+    # fewshot/accuracy_by_shots whose step is k; not the evaluator's fewshot/data/... names.
+    config = fewshot.get_config("digits:5-9")
+    config.update(model="pixels", image_size=8, shots="1,3", seeds=2, workdir=str(tmp_path / "run"))
+    results = fewshot.run(config)
+    tags = scalar_tags(tmp_path / "run" / "eval")
+    expected = {f"fewshot/{k}shot_accuracy{s}" for k in (1, 3) for s in ("", "_std")}
+    assert set(tags) == expected | {"fewshot/accuracy_by_shots"}
+    for k in (1, 3):
+        assert tags[f"fewshot/{k}shot_accuracy"] == [(0, pytest.approx(results[f"{k}shot_accuracy"]))]
+    assert [step for step, _ in tags["fewshot/accuracy_by_shots"]] == [1, 3]
+
+
 def test_probes_build_no_head_and_report_none(tmp_path, caplog):
     # A checkpoint with a 5-class head, probed on 10 classes: the probe fits its own classifier,
     # so no "new zero-initialised head" (there is none) may be reported.

@@ -179,7 +179,7 @@ def _main(capsys, *argv):
 def test_weights_of_another_variant_are_one_line_and_status_2(capsys, photos):
     # The fixture is a 48-wide, 2-block ViT, not a ViT-Ti/16.
     code, out, err = _main(capsys, photos["jpeg"], "--model=ViT-Ti_16", f"--weights={FIXTURE}")
-    assert code == 2 and not out and err.startswith("error: ") and "does not fit this model" in err
+    assert code == 2 and not out and err.startswith("error: ") and "does not fit --model=ViT-Ti_16" in err
     assert len(err.strip().splitlines()) == 1
 
 
@@ -188,7 +188,8 @@ def test_weights_of_another_variant_are_one_line_and_status_2(capsys, photos):
     [
         (["{setup}", "--model=ViT-Ti_16", "--weights={weights}"], "not an image file Pillow can read"),
         (["{missing}", "--model=ViT-Ti_16", "--weights={weights}"], "cannot read the file"),
-        (["{jpeg}", "--model=ViT-Ti_16"], "name the model"),
+        (["{jpeg}", "--model=ViT-Ti_16"], "--model=ViT-Ti_16 needs --weights"),
+        (["{jpeg}"], "name the model"),
         (["{jpeg}", "--model=ViT-Q_1", "--weights={weights}"], "unknown --model 'ViT-Q_1'"),
         (["{jpeg}", "--workdir={jpeg}", "--model=ViT-Ti_16"], "either --workdir or --model"),
         (["{jpeg}", "--workdir={tmp}"], "not a trainer's workdir"),

@@ -1243,11 +1243,26 @@ def test_deploy_export_blocks(deploy_dir, monkeypatch, capsys):
 
 
 @pytest.mark.slow
+def test_deploy_model_file_blocks(deploy_dir, monkeypatch, capsys):
+    # A .keras file and the run's weights file alone give the run's own probabilities, numbered.
+    monkeypatch.chdir(deploy_dir)
+    paths = {"/tmp/digits": str(deploy_dir / "digits")}
+    run_python(block("save-keras-file"), {}, paths)
+    on_the_run = "python -m keras_vit.predict three.png --workdir=/tmp/digits"
+    code, expected, err = run_command(on_the_run, capsys, paths)
+    assert code == 0, err
+    for command in block("predict-model-files").commands:
+        code, out, err = run_command(command, capsys, paths)
+        assert code == 0, err
+        assert out == re.sub(r"  (\d)  \(class ", r"  class \1  (class ", expected)
+
+
+@pytest.mark.slow
 def test_deploy_error_samples(deploy_dir, monkeypatch, capsys):
     from keras_vit import export, predict
 
     workdir = str(deploy_dir / "digits")
-    exists, unknown, not_image, wrong = block("deploy-errors").text.strip().splitlines()
+    exists, unknown, not_image, wrong, no_model = block("deploy-errors").text.strip().splitlines()
     monkeypatch.chdir(ROOT)
     assert predict.main(["setup.py", f"--workdir={workdir}"]) == 2
     assert capsys.readouterr().err.strip() == not_image
@@ -1257,6 +1272,7 @@ def test_deploy_error_samples(deploy_dir, monkeypatch, capsys):
         (export.main, ["digits.onnx", "--format=onnx", f"--workdir={workdir}"], exists),
         (export.main, ["x.onnx", "--format=tfjs", f"--workdir={workdir}"], unknown),
         (predict.main, ["three.png", "--model=ViT-B_16", f"--weights={workdir}/model.npz"], wrong),
+        (predict.main, ["three.png"], no_model),
     ]
     for main, argv, sample in runs:
         capsys.readouterr()

@@ -99,3 +99,13 @@ def test_missing_files_and_wrong_names_are_one_line_errors(tmp_path, tiny):
         json.dump({"0": "a"}, f)
     with pytest.raises(CheckpointError, match="expected a JSON list of class names"):
         run_dir.read_class_names(bad)
+
+
+def test_a_run_without_position_weights_loads_with_its_config_posemb(tmp_path):
+    # A --posemb=sincos_2d run stores no position table: its config.json says the type and size.
+    model = keras_vit.create_model("ViT-Ti_16", num_classes=3, posemb="sincos_2d", **SHAPE)
+    workdir = _workdir(tmp_path / "w", model, {"model": "ViT-Ti_16", "image_size": 32, "posemb": "sincos_2d"})
+    run = run_dir.load_run(workdir)
+    assert run.model.posemb == "sincos_2d" and run.image_size == (32, 32)
+    x = np.random.default_rng(1).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_array_equal(np.asarray(run.model(x)), np.asarray(model(x)))

@@ -73,7 +73,7 @@ def test_convert_prints_its_summary_and_nothing_else(tmp_path):
     [
         ["keras_vit.predict", "missing.jpg", "--model=ViT-Ti_16", "--weights=missing.npz"],
         ["keras_vit.export", "out.onnx", "--format=onnx", "--model=ViT-Ti_16", "--weights=missing.npz"],
-        ["keras_vit.visualize", "--images=missing.jpg", "--out=figures", "--model=ViT-Ti_16"],
+        ["keras_vit.visualize", "--images=missing.jpg", "--out=figs", "--model=ViT-Ti_16", "--weights=none"],
     ],
     ids=["predict", "export", "visualize"],
 )

@@ -59,7 +59,8 @@ def test_workdir_writes_four_figures_and_the_numbers(photos, workdir, tmp_path, 
 
 
 def test_an_official_variant_at_another_size(photos, tmp_path):
-    args = ["--model=ViT-Ti_16", "--image_size=48", f"--images={photos / 'a.jpg'}", f"--out={tmp_path}"]
+    args = ["--model=ViT-Ti_16", "--weights=none", "--image_size=48", f"--images={photos / 'a.jpg'}"]
+    args.append(f"--out={tmp_path}")
     assert cli.main([*args, "--num_components=3"]) == 0
     numbers = json.loads((tmp_path / "numbers.json").read_text())
     assert np.array(numbers["rollout"]).shape == (1, 3, 3)
@@ -70,15 +71,31 @@ def test_an_official_variant_at_another_size(photos, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--model=ViT-Ti_16", "--images=missing.jpg"], "cannot read the file"),
-        (["--model=ViT-Ti_16", "--images={photos}/notes.jpg"], "not an image file"),
-        (["--model=ViT-Q_3", "--images={photos}/a.jpg"], "unknown --model"),
-        (["--images={photos}/a.jpg"], "pass --model"),
-        (["--model=ViT-Ti_16", "--weights={workdir}/model.npz", "--images={photos}/a.jpg"], "hidden"),
+        (["--model=ViT-Ti_16", "--weights=none", "--images=missing.jpg"], "cannot read the file"),
+        (["--model=ViT-Ti_16", "--weights=none", "--images={photos}/notes.jpg"], "not an image file"),
+        (["--model=ViT-Q_3", "--weights=none", "--images={photos}/a.jpg"], "unknown --model"),
+        (["--images={photos}/a.jpg"], "name the model"),
+        (
+            ["--model=ViT-Ti_16", "--weights={workdir}/model.npz", "--images={photos}/a.jpg"],
+            "does not fit --model=ViT-Ti_16",
+        ),
         (["--workdir={photos}", "--images={photos}/a.jpg"], "not a trainer's workdir"),
-        (["--workdir={workdir}", "--model=ViT-Ti_16", "--images={photos}/a.jpg"], "leave out --model"),
+        (["--workdir={workdir}", "--model=ViT-Ti_16", "--images={photos}/a.jpg"], "either --workdir or"),
+        (
+            ["--workdir={workdir}", "--image_size=32", "--images={photos}/a.jpg"],
+            "--image_size is for --weights",
+        ),
     ],
-    ids=["missing", "not-an-image", "unknown-model", "no-model", "other-variant", "not-a-workdir", "both"],
+    ids=[
+        "missing",
+        "not-an-image",
+        "unknown-model",
+        "no-model",
+        "other-variant",
+        "not-a-workdir",
+        "both",
+        "size-of-a-run",
+    ],
 )
 def test_bad_input_is_one_line_and_status_2(args, message, photos, workdir, tmp_path, capsys):
     args = [a.format(photos=photos, workdir=workdir) for a in args]
@@ -90,7 +107,7 @@ def test_bad_input_is_one_line_and_status_2(args, message, photos, workdir, tmp_
 
 @pytest.mark.slow  # a fresh interpreter imports Keras and TensorFlow
 def test_the_command_line_exits_2_without_a_traceback(tmp_path):
-    args = ["--model=ViT-Ti_16", "--images=nope.png", f"--out={tmp_path}"]
+    args = ["--model=ViT-Ti_16", "--weights=none", "--images=nope.png", f"--out={tmp_path}"]
     command = [sys.executable, "-m", "keras_vit.visualize", *args]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2

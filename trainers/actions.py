@@ -94,12 +94,15 @@ class SaveCheckpoint:
 class Evaluate:
     """Runs an evaluator, writes its tags to WORKDIR/eval and prints them; returns the tags."""
 
-    def __init__(self, evaluator, model, summaries, strategy, console=None, quiet=False):
-        """quiet: no console line (for a command that prints a summary of its own)."""
+    def __init__(self, evaluator, model, summaries, strategy, console=None, quiet=False, tag_of=None):
+        """quiet: no console line (for a command that prints a summary of its own).
+        tag_of: the TensorBoard tag of an evaluator's tag (default: the same), for a command whose
+        documented tags differ from the evaluator's own."""
         self.evaluator, self.model, self.summaries, self.strategy = evaluator, model, summaries, strategy
         self.console = console or Console()
         self.every = evaluator.every
         self.quiet = quiet
+        self.tag_of = tag_of or (lambda tag: tag)
 
     def __call__(self, step, out=None, seconds=None):
         with self.strategy.scope():  # so the evaluator shares the trainer's devices
@@ -111,7 +114,7 @@ class Evaluate:
         with self.summaries.eval.as_default(step=step):
             for tag, value in tags.items():
                 if not tag.endswith("/examples"):
-                    tf.summary.scalar(tag, value)
+                    tf.summary.scalar(self.tag_of(tag), value)
         if not self.quiet:
             self.console.print(f"step {step}  {describe(self.evaluator.name, tags)}")
         return tags

@@ -31,6 +31,9 @@ from trainers.linear_probe import fit_ridge, sample_k_per_class  # noqa: F401 (p
 from trainers.model_builder import build_model
 from trainers.validation import validate_common
 
+# The evaluator's name for the command's one dataset (its tags read fewshot/data/...).
+_DATA = "data"
+
 
 def get_config(dataset="cifar10"):
     return fewshot_config.get_config(dataset)
@@ -75,7 +78,7 @@ def run(config):
     console = Console(distribute.is_chief(strategy))
     start = time.time()
     evaluator = FewShotEvaluator(
-        {"data": config.dataset},
+        {_DATA: config.dataset},
         data_dir=config.data_dir or None,
         image_size=config.image_size,
         batch_size=config.batch_size,
@@ -87,19 +90,27 @@ def run(config):
         test_split=config.test_split,
         console=console,
     )
-    spec = evaluator.specs["data"]
+    spec = evaluator.specs[_DATA]
     with strategy.scope():
         model = build_feature_model(config, spec.num_classes)
     chief = distribute.is_chief(strategy)
     summaries = actions.Summaries(config.workdir, chief)
     # The probes print their own summary lines (_finish): the evaluation's own line would repeat them.
-    probes = actions.Evaluate(evaluator, model, summaries, strategy, console, quiet=True)
+    # TensorBoard's tags are the documented fewshot/<k>shot_accuracy (and _std), without _DATA.
+    probes = actions.Evaluate(
+        evaluator, model, summaries, strategy, console, quiet=True, tag_of=_tensorboard_tag
+    )
 
     def finish(step, scores):
         return _finish(config, evaluator, scores, summaries, console, chief, time.time() - start)
 
     # The controller's evaluate-only mode: the end of a training run, without the training.
     return Controller(strategy=strategy, evaluations=[probes], finish=finish).evaluate_only()
+
+
+def _tensorboard_tag(tag):
+    """'fewshot/data/10shot_accuracy' -> 'fewshot/10shot_accuracy' (docs/guides/fewshot.md)."""
+    return tag.replace(f"fewshot/{_DATA}/", "fewshot/", 1)
 
 
 def _finish(config, evaluator, scores, summaries, console, chief, seconds):
@@ -113,16 +124,15 @@ def _finish(config, evaluator, scores, summaries, console, chief, seconds):
         "wall_time_s": round(seconds, 2),
     }
     for k in evaluator.shots:
-        results[f"{k}shot_accuracy"] = scores[f"fewshot/data/{k}shot_accuracy"]
-        results[f"{k}shot_accuracy_std"] = scores[f"fewshot/data/{k}shot_accuracy_std"]
-        results[f"{k}shot_l2_reg"] = evaluator.l2_used[("data", k)]
-    results.update(evaluator.stats["data"])
+        results[f"{k}shot_accuracy"] = scores[f"fewshot/{_DATA}/{k}shot_accuracy"]
+        results[f"{k}shot_accuracy_std"] = scores[f"fewshot/{_DATA}/{k}shot_accuracy_std"]
+        results[f"{k}shot_l2_reg"] = evaluator.l2_used[(_DATA, k)]
+    results.update(evaluator.stats[_DATA])
     with summaries.eval.as_default():
         for k in evaluator.shots:
-            tf.summary.scalar(f"fewshot/{k}shot_accuracy", results[f"{k}shot_accuracy"], step=0)
             # One curve over k: accuracy against the number of examples per class.
             tf.summary.scalar("fewshot/accuracy_by_shots", results[f"{k}shot_accuracy"], step=k)
-        image_summaries.log_accuracy_by_shots(scores, step=0, rename={"data": config.dataset})
+        image_summaries.log_accuracy_by_shots(scores, step=0, rename={_DATA: config.dataset})
     summaries.flush()
     if chief:
         fileio.makedirs(config.workdir)

@@ -3,6 +3,10 @@
     python -m keras_vit.visualize --model=ViT-B_16 --weights=imagenet21k+imagenet2012 \
         --images=a.jpg,b.png --out=DIR
     python -m keras_vit.visualize --workdir=RUN --images=a.jpg --out=DIR   # a trainer's run
+    python -m keras_vit.visualize --model=digits.keras --images=a.jpg --out=DIR
+
+The model comes any of the ways keras_vit.model_source lists (--weights=none with --model=VARIANT:
+random weights, the figures of an untrained model).
 
 writes DIR/attention_rollout.png, mean_attention_distance.png,
 position_embedding_similarity.png, patch_embedding_components.png and DIR/numbers.json.
@@ -17,7 +21,7 @@ import sys
 
 import numpy as np
 
-from keras_vit import errors, fileio, models, run_dir
+from keras_vit import errors, fileio, model_source
 from keras_vit import images as image_files
 from keras_vit import labels as labels_lib
 from keras_vit import visualize as vis
@@ -29,22 +33,6 @@ FIGURES = (
     "position_embedding_similarity",
     "patch_embedding_components",
 )
-
-
-def _model(args):
-    """(model, class names or None) from --workdir, or --model and --weights."""
-    if args.workdir:
-        if args.model or args.weights or args.image_size:
-            raise ValueError("--workdir decides the model: leave out --model, --weights and --image_size")
-        run = run_dir.load_run(args.workdir)
-        return run.model, run.class_names
-    if not args.model:
-        raise ValueError("pass --model (e.g. --model=ViT-B_16, with --weights) or --workdir of a trainer run")
-    if args.model not in models.VARIANTS:
-        raise ValueError(f"unknown --model {args.model!r}; known: {', '.join(models.VARIANTS)}")
-    size = args.image_size or None
-    model = models.create_model(args.model, weights=args.weights or None, image_size=size)
-    return model, None
 
 
 def _labels(model, probabilities, class_names):
@@ -100,26 +88,27 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m keras_vit.visualize", description="Draw the ViT paper's analysis figures."
     )
-    parser.add_argument("--model", help="official variant name, e.g. ViT-B_16")
-    parser.add_argument("--weights", help="registry name or weights file (.npz, .weights.h5, .keras)")
-    parser.add_argument("--workdir", help="a finished trainers.finetune or trainers.pretrain run")
+    model_source.add_arguments(parser)
     parser.add_argument("--images", required=True, help="comma-separated image files")
     parser.add_argument("--out", required=True, help="directory for the PNG figures and numbers.json")
-    parser.add_argument("--image_size", type=int, default=0, help="resolution (default: the weights' own)")
+    parser.add_argument(
+        "--image_size", type=int, default=0, help="with --weights: resolution (default: the weights' own)"
+    )
     parser.add_argument("--num_components", type=int, default=28, help="principal components to draw")
     args = parser.parse_args(argv)
     paths = [p.strip() for p in args.images.split(",") if p.strip()]
     try:
         if not paths:
             raise ValueError("--images is empty: pass image files, e.g. --images=a.jpg,b.png")
-        for path in paths:
-            image_files.read_image(path)  # every file checked before a model is built
         if args.num_components < 1:
             raise ValueError("--num_components must be at least 1")
-        model, class_names = _model(args)
-        written = visualize(model, paths, args.out, class_names, args.num_components)
-    except (ValueError, ImportError) as err:  # CheckpointError is a ValueError
-        print(f"error: {errors.first_line(err)}", file=sys.stderr)
+        model_source.check_arguments(args, args.image_size)
+        for path in paths:
+            image_files.read_image(path)  # every file checked before a model is built
+        source = model_source.load(args, image_size=args.image_size or None)
+        written = visualize(source.model, paths, args.out, source.class_names, args.num_components)
+    except (ValueError, ImportError, OSError) as err:  # CheckpointError is a ValueError
+        print(f"error: {errors.first_line(err, limit=2000)}", file=sys.stderr)
         return USAGE_ERROR
     print("wrote " + ", ".join(written))
     return 0

@@ -1,0 +1,59 @@
+"""The list of a package's commands that `python -m keras_vit` and `python -m trainers` print.
+
+A command is a module run as `python -m PACKAGE.NAME`: a file with an `if __name__ ==
+"__main__":` block, or a sub-package with a `__main__.py`. What it does is the first paragraph
+of its docstring, so the list and the modules cannot disagree. The files are parsed, not
+imported: listing starts nothing (no TensorFlow). The standard library only.
+"""
+
+import ast
+import os
+
+_MAIN_GUARD = ("__name__", "__main__")
+
+
+def _runs_as_main(tree):
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+            names = [node.test.left, *node.test.comparators]
+            values = [getattr(n, "id", None) or getattr(n, "value", None) for n in names]
+            if tuple(values) == _MAIN_GUARD:
+                return True
+    return False
+
+
+def _summary(tree):
+    """The docstring's first paragraph, on one line."""
+    docstring = ast.get_docstring(tree) or ""
+    return " ".join(docstring.split("\n\n")[0].split())
+
+
+def find(package):
+    """[(command, what it does)] of an imported package's commands, sorted by name."""
+    folder = os.path.dirname(package.__file__)
+    found = []
+    for entry in sorted(os.listdir(folder)):
+        path = os.path.join(folder, entry)
+        if os.path.isdir(path):
+            path, name = os.path.join(path, "__main__.py"), entry
+            if not os.path.isfile(path):
+                continue
+        elif entry.endswith(".py") and not entry.startswith("_"):
+            name = entry[: -len(".py")]
+        else:
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        if name == os.path.basename(folder) or not (path.endswith("__main__.py") or _runs_as_main(tree)):
+            continue
+        found.append((f"python -m {package.__name__}.{name}", _summary(tree)))
+    return found
+
+
+def listing(package):
+    """The text `python -m PACKAGE` prints: a line per command, with what it does."""
+    commands = find(package)
+    width = max(len(command) for command, _ in commands)
+    lines = [f"Commands of {package.__name__}:"]
+    lines += [f"  {command:<{width}}  {summary}" for command, summary in commands]
+    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""`python -m keras_vit` and `python -m trainers`: a line per command, with what it does."""
+
+import ast
+import os
+import re
+
+import keras_vit
+import trainers
+from keras_vit import __main__ as keras_vit_main
+from keras_vit import commands
+from trainers import __main__ as trainers_main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCUMENTED = re.compile(r"python -m ((?:keras_vit|trainers)\.[a-z_]+)")
+
+
+def _documented_commands():
+    """Every `python -m keras_vit.X` / `trainers.X` that README.md and docs/ tell users to run."""
+    paths = [os.path.join(ROOT, "README.md")]
+    for folder, _, files in os.walk(os.path.join(ROOT, "docs")):
+        paths += [os.path.join(folder, name) for name in files if name.endswith(".md")]
+    found = set()
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            found |= set(DOCUMENTED.findall(f.read()))
+    return found
+
+
+def test_both_listings_print_every_command_with_its_docstring_and_exit_0(capsys):
+    assert keras_vit_main.main([]) == 0
+    keras_vit_lines = capsys.readouterr().out.splitlines()
+    assert trainers_main.main([]) == 0
+    trainers_lines = capsys.readouterr().out.splitlines()
+    assert keras_vit_lines[0] == "Commands of keras_vit:" and trainers_lines[0] == "Commands of trainers:"
+    listed = {line.split()[2]: line for line in keras_vit_lines[1:] + trainers_lines[1:]}
+    tools = {"keras_vit.predict", "keras_vit.export", "keras_vit.visualize", "keras_vit.convert"}
+    assert tools <= set(listed)
+    assert {"trainers.finetune", "trainers.pretrain", "trainers.fewshot", "trainers.prepare"} <= set(listed)
+    # What each does is its module's docstring's first paragraph: the same words, on one line.
+    with open(os.path.join(ROOT, "keras_vit", "visualize", "__main__.py"), encoding="utf-8") as f:
+        first = ast.get_docstring(ast.parse(f.read())).split("\n\n")[0]
+    assert listed["keras_vit.visualize"].endswith("  " + " ".join(first.split()))
+    assert "Classifies image files" in listed["keras_vit.predict"]
+    # Modules that are not commands (no `__main__` block) and the listings themselves are left out.
+    assert not {"keras_vit.models", "keras_vit.commands", "trainers.loop", "trainers.__main__"} & set(listed)
+
+
+def test_every_command_the_docs_name_is_listed():
+    listed = {command.split()[-1] for command, _ in commands.find(keras_vit) + commands.find(trainers)}
+    assert _documented_commands() - listed == set()

@@ -1,0 +1,16 @@
+"""Lists the trainers' commands: `python -m trainers`."""
+
+import sys
+
+import trainers
+from keras_vit import commands
+
+
+def main(argv=None):
+    del argv  # nothing to choose: the list is the whole answer
+    print(commands.listing(trainers))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
