@@ -63,7 +63,7 @@ def convert(src, dst, model_name=None):
             f"{model.num_classes if model.include_top else 'no'} classes"
         )
     if model_name:
-        params = weights.export_params(_build(model_name, src))
+        params = weights.saved_params(_build(model_name, src))
     else:
         params = weights.read_params(src)
     weights.save_npz(params, dst)

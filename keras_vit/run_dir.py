@@ -9,7 +9,7 @@ TensorFlow or the trainers, so `keras_vit.predict`, `keras_vit.export` and
 import dataclasses
 import json
 
-from keras_vit import fileio, npz_layout
+from keras_vit import deferred_init, fileio, npz_layout
 from keras_vit import weights as weights_lib
 from keras_vit.errors import CheckpointError
 from keras_vit.models import VARIANTS, create_model
@@ -81,16 +81,17 @@ def load_run(workdir, include_preprocessing=True):
     if variant not in VARIANTS:
         raise CheckpointError(f"{workdir}/{CONFIG_FILE}: unknown model {variant!r}")
     image_size = config.get("image_size") or found["image_size"]
-    model = create_model(
-        variant,
-        image_size=image_size,
-        num_classes=found["num_classes"],
-        representation_size=found["representation_size"],
-        classifier=found["classifier"],
-        include_preprocessing=include_preprocessing,
-        classifier_activation="sigmoid" if config.get("loss") == "sigmoid" else "softmax",
-        **overrides,
-    )
+    with deferred_init.without_initializers():  # every weight is assigned from model.npz next
+        model = create_model(
+            variant,
+            image_size=image_size,
+            num_classes=found["num_classes"],
+            representation_size=found["representation_size"],
+            classifier=found["classifier"],
+            include_preprocessing=include_preprocessing,
+            classifier_activation="sigmoid" if config.get("loss") == "sigmoid" else "softmax",
+            **overrides,
+        )
     weights_lib.assign_params(model, params, weights_path)
     class_names = read_class_names(workdir)
     if class_names is not None and len(class_names) != found["num_classes"]:
