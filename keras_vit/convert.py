@@ -63,9 +63,11 @@ def convert(src, dst, model_name=None):
             f"{model.num_classes if model.include_top else 'no'} classes"
         )
     if model_name:
-        params = weights.saved_params(_build(model_name, src))
+        params = weights.export_params(_build(model_name, src))
     else:
         params = weights.read_params(src)
+    # The official layout alone, for the official code: not the config a keras_vit file may hold.
+    params.pop(npz_layout.CONFIG, None)
     weights.save_npz(params, dst)
     found = npz_layout.architecture(params)
     return (

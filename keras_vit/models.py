@@ -140,6 +140,8 @@ class ViT(keras.Model):
         config["pooling"] = None if self.include_top else self.pooling
         policy = self.policy_argument
         config["dtype"] = None if policy is None else keras.dtype_policies.serialize(policy)
+        if config["class_names"] is None:
+            del config["class_names"]  # the default: a .keras file that keras_vit 0.1.0 also reads
         return config
 
     @classmethod
