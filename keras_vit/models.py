@@ -154,10 +154,12 @@ class ViT(keras.Model):
         return cls(**config)
 
     def save_weights(self, filepath, *args, **kwargs):
-        """keras.Model.save_weights, plus the grid of a non-square learned position table.
+        """keras.Model.save_weights, plus the model's config and the grid of a non-square
+        learned position table.
 
-        A table of 200 rows could be 10 x 20 or 20 x 10: the file records which, so that it
-        loads into a model of any size (`keras_vit.npz_layout.POSEMB_GRID`).
+        The config (class names included) lets `load_model` rebuild the model from the file
+        alone. A table of 200 rows could be 10 x 20 or 20 x 10: the file records which, so that
+        it loads into a model of any size (`keras_vit.npz_layout.POSEMB_GRID`).
         """
         super().save_weights(filepath, *args, **kwargs)
         path = os.fspath(filepath)
