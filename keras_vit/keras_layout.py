@@ -89,7 +89,10 @@ def saved_params(model):
 
 
 def model_config(model):
-    """A keras_vit ViT's config (its arguments, class names included), None for another model."""
+    """A keras_vit ViT's config (its arguments, class names included), None for another model.
+
+    Told by an attribute only ViT sets: this module cannot import the models (they import it).
+    """
     config = model.get_config() if hasattr(model, "policy_argument") else None
     return config if isinstance(config, dict) and "patch_size" in config else None
 
