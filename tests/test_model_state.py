@@ -142,18 +142,17 @@ def test_create_model_takes_the_class_names_a_file_was_saved_with(tmp_path, suff
     assert keras_vit.ViT_Ti16(weights=str(path), class_names=own, num_layers=1).class_names == own
 
 
-def test_predict_prints_the_names_of_a_reloaded_model(tmp_path, capsys):
+def test_predict_prints_the_names_of_a_reloaded_model(tmp_path, capsys, monkeypatch):
     """keras_vit.predict on a saved model prints its class names, not indices."""
     from PIL import Image
 
-    model = _randomised(
-        dict(keras_vit.VARIANTS["ViT-Ti_16"], image_size=32, num_classes=3, class_names=NAMES)
-    )
+    monkeypatch.setitem(keras_vit.VARIANTS, "Test-Ti_8", TINY_SHAPE)  # a variant of the tiny shape
+    model = _randomised(dict(TINY_SHAPE, image_size=32, num_classes=3, class_names=NAMES))
     path = tmp_path / "pets.keras"
     model.save(path)
     image = tmp_path / "x.png"
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
-    assert predict.main([str(image), "--model=ViT-Ti_16", f"--weights={path}", "--top=3"]) == 0
+    assert predict.main([str(image), "--model=Test-Ti_8", f"--weights={path}", "--top=3"]) == 0
     printed = capsys.readouterr().out
     assert all(f"  {name}  (class {index})" in printed for index, name in enumerate(NAMES)), printed
 
