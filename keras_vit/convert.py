@@ -66,6 +66,8 @@ def convert(src, dst, model_name=None):
         params = weights.export_params(_build(model_name, src))
     else:
         params = weights.read_params(src)
+    # The official layout alone, for the official code: not the config a keras_vit file may hold.
+    params.pop(npz_layout.CONFIG, None)
     weights.save_npz(params, dst)
     found = npz_layout.architecture(params)
     return (

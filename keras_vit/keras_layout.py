@@ -17,12 +17,21 @@ import numpy as np
 from keras_vit import grids, posembs
 from keras_vit.errors import CheckpointError, first_line
 from keras_vit.layers import GELU_APPROXIMATE, LAYER_NORM_EPSILON
-from keras_vit.npz_layout import NUMERICS_EPSILON, NUMERICS_GELU_APPROXIMATE, POSEMB, POSEMB_GRID
+from keras_vit.npz_layout import (
+    CONFIG,
+    NUMERICS_EPSILON,
+    NUMERICS_GELU_APPROXIMATE,
+    POSEMB,
+    POSEMB_GRID,
+    config_entry,
+)
 from keras_vit.posembs import learned_1d
 
 _KERAS_TO_FLAX = {"gamma": "scale", "beta": "bias"}
 # The attribute of a .weights.h5 file's root that records a non-square grid (npz_layout.POSEMB_GRID).
 _GRID_ATTRIBUTE = "keras_vit_posemb_grid"
+# The attribute of a .weights.h5 file's root that holds its model's config (npz_layout.CONFIG).
+_CONFIG_ATTRIBUTE = "keras_vit_config"
 
 
 def official_key(path):
@@ -70,6 +79,24 @@ def export_params(model):
     return params
 
 
+def saved_params(model):
+    """`export_params(model)` and the model's config (npz_layout.CONFIG): what a `.npz` holds."""
+    params = export_params(model)
+    config = model_config(model)
+    if config is not None:
+        params[CONFIG] = config_entry(config)
+    return params
+
+
+def model_config(model):
+    """A keras_vit ViT's config (its arguments, class names included), None for another model.
+
+    Told by an attribute only ViT sets: this module cannot import the models (they import it).
+    """
+    config = model.get_config() if hasattr(model, "policy_argument") else None
+    return config if isinstance(config, dict) and "patch_size" in config else None
+
+
 def non_square_grid(model):
     """The (h, w) grid of a model's learned 1-D position table when h != w, else None."""
     if learned_1d.LAYER not in {layer.name for layer in model.layers}:
@@ -78,12 +105,15 @@ def non_square_grid(model):
     return grid if grid[0] != grid[1] else None
 
 
-def record_grid(path, model):
-    """Records a non-square position grid in a .weights.h5 file that `model` just wrote."""
+def record_model(path, model):
+    """Records in a .weights.h5 file that `model` just wrote its config and a non-square grid."""
     grid = non_square_grid(model)
-    if grid is not None:
-        with h5py.File(path, "r+") as f:
+    config = model_config(model)
+    with h5py.File(path, "r+") as f:
+        if grid is not None:
             f.attrs[_GRID_ATTRIBUTE] = np.asarray(grid, np.int32)
+        if config is not None:
+            f.attrs[_CONFIG_ATTRIBUTE] = str(config_entry(config))
 
 
 def _is_norm(layer_name):
@@ -115,10 +145,11 @@ def _walk(group, names, out):
 
 
 def _h5_params(handle, source):
-    grid = None
+    grid = config = None
     try:
         with h5py.File(handle, "r") as f:
             grid = f.attrs.get(_GRID_ATTRIBUTE)
+            config = f.attrs.get(_CONFIG_ATTRIBUTE)
             by_layer = {}
             for layer_group in f["layers"].values() if "layers" in f else ():
                 _walk(layer_group, [], by_layer)
@@ -137,6 +168,8 @@ def _h5_params(handle, source):
         )
     if grid is not None:
         params[POSEMB_GRID] = np.asarray(grid, np.int32)
+    if config is not None:
+        params[CONFIG] = np.asarray(config.decode() if isinstance(config, bytes) else str(config))
     return params
 
 
@@ -176,5 +209,7 @@ def read_keras_weights(path):
         grid = _grid_of_config(config.get("config", {}))
         if grid is not None and POSEMB in params:
             params[POSEMB_GRID] = np.asarray(grid, np.int32)
+        if isinstance(config.get("config"), dict):
+            params[CONFIG] = config_entry(config["config"])
         return params
     return _h5_params(path, path)

@@ -15,7 +15,7 @@ import os
 
 import keras
 
-from keras_vit import fileio, npz_layout
+from keras_vit import deferred_init, fileio, npz_layout
 from keras_vit import weights as weights_lib
 from keras_vit.errors import CheckpointError
 from keras_vit.models import ViT
@@ -88,9 +88,10 @@ def from_weights(weights, image_size=None, include_preprocessing=True, cache_dir
             f"{weights}: stores no position embeddings (posemb sincos_2d or none), so its image size "
             "cannot be read from it; pass the run's --workdir, or a .keras file of the model"
         )
-    model = ViT(include_preprocessing=include_preprocessing, **config)
+    config["class_names"] = info.get("class_names")
+    with deferred_init.without_initializers():  # every weight is assigned from the file next
+        model = ViT(include_preprocessing=include_preprocessing, **config)
     weights_lib.load_weights(model, weights, cache_dir=cache_dir, params=params)
-    model.class_names = info.get("class_names")
     return model
 
 
@@ -117,7 +118,7 @@ def differences(variant_config, weights):
 
 def _rebuilt(model, **changes):
     """The same model with config `changes` that add or remove no weight (the input scaling)."""
-    other = ViT.from_config({**model.get_config(), **changes})
+    with deferred_init.without_initializers():  # every weight is set from `model` next
+        other = ViT.from_config({**model.get_config(), **changes})
     other.set_weights(model.get_weights())
-    other.class_names = getattr(model, "class_names", None)
     return other

@@ -1,8 +1,6 @@
 """The Vision Transformer model, its variant table and the public constructors."""
 
-import difflib
 import inspect
-import operator
 import os
 
 import keras
@@ -10,63 +8,26 @@ from keras import ops
 
 from keras_vit import (
     _clash,  # noqa: F401  (first: refuses a package mixed with another's files)
+    deferred_init,
     grids,
-    initializers,
     keras_layout,
+    npz_layout,
     posembs,
     preprocessing,
-    resnet,
+    vit_graph,
 )
 from keras_vit import layers as vit_layers
 from keras_vit import weights as weights_lib
 from keras_vit.variants import VARIANTS
+from keras_vit.vit_graph import CLASSIFIERS, DEFAULT_CLASSES, check_arguments, class_count  # noqa: F401
 
 DEFAULT_IMAGE_SIZE = grids.DEFAULT_IMAGE_SIZE
-DEFAULT_CLASSES = 1000
-# What the head reads: the class token, or the mean of the patch tokens (global average pooling).
-CLASSIFIERS = ("token", "gap")
 # Keras' own arguments of a model, besides the ViT's.
 _KERAS_ARGUMENTS = ("name", "trainable", "dtype")
+_check_data_format = vit_graph.check_data_format
 
 patch_grid = grids.patch_grid
 _image_size = grids.image_size
-
-
-def check_arguments(given, valid, where, renamed=None):
-    """A TypeError naming the closest valid argument for the first unknown one in `given`.
-
-    `renamed`: {an argument of another signature: the one that means it here}.
-    """
-    renamed = renamed or {}
-    for name in given:
-        if name in valid:
-            continue
-        if name in renamed:
-            hint = f"; use {renamed[name]}"
-        else:
-            close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]}?" if close else f"; valid ones: {', '.join(sorted(valid))}"
-        raise TypeError(f"{where} got an unexpected keyword argument {name!r}{hint}")
-
-
-def class_count(value, what):
-    """`value` as an int >= 0 (NumPy integers too); a one-line ValueError for anything else."""
-    try:
-        count = operator.index(value) if not isinstance(value, bool) else -1
-    except TypeError:
-        count = -1
-    if count < 0:
-        raise ValueError(f"{what} must be a whole number >= 0 (0: no head), got {value!r}.")
-    return count
-
-
-def _check_data_format():
-    if keras.config.image_data_format() != "channels_last":
-        raise ValueError(
-            "keras_vit models take channels_last images (batch, height, width, channels), but "
-            "keras.config.image_data_format() is 'channels_first'; call "
-            "keras.config.set_image_data_format('channels_last') before building the model"
-        )
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -108,6 +69,10 @@ class ViT(keras.Model):
             default); False: the exact erf GELU of timm and transformers checkpoints.
         fc_norm: with classifier="gap" only: normalise the pooled token (a LayerNorm named
             "fc_norm") in place of the tokens before pooling (timm's global_pool="avg" models).
+        class_names: None, or one name per class in the order of the outputs (a Hub
+            checkpoint's labels, say), which `keras_vit.predict` prints. Kept, as every
+            argument is, by get_config, `.keras` files and the `.weights.h5` and `.npz` files
+            keras_vit writes (`model.save_weights`, `keras_vit.weights.save_npz`).
         dtype: a Keras dtype policy for this model ("mixed_bfloat16", "mixed_float16",
             "bfloat16", a keras.DTypePolicy, ...); default: the global policy. Outputs stay
             float32; get_config keeps it.
@@ -143,191 +108,63 @@ class ViT(keras.Model):
         layer_norm_epsilon=vit_layers.LAYER_NORM_EPSILON,
         gelu_approximate=vit_layers.GELU_APPROXIMATE,
         fc_norm=False,
+        class_names=None,
         **kwargs,
     ):
+        arguments = {name: value for name, value in locals().items() if name in _OWN_ARGUMENTS}
         check_arguments(kwargs, _VIT_ARGUMENTS, "ViT()")
         _check_data_format()
-        posembs.check(posemb, hidden_size)
-        if fc_norm and classifier != "gap":
-            raise ValueError(
-                "fc_norm=True normalises the mean of the patch tokens; it needs classifier='gap'."
-            )
+        settled = vit_graph.settle(arguments, kwargs.pop("dtype", None))
         if not kwargs.get("name"):
             # Keras would derive "vi_t" from the class name, which is what its messages would
             # call the model. Only the model's own name: its layers' names are the weight format.
             uid = keras.backend.get_uid("vit")
             kwargs["name"] = "vit" if uid == 1 else f"vit_{uid - 1}"
-        if classifier not in CLASSIFIERS:
-            raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
-        if pooling not in (None, "token", "gap"):
-            raise ValueError(f"pooling must be None, 'token' or 'gap', got {pooling!r}.")
-        num_classes = class_count(num_classes, "num_classes")
-        if include_top and num_classes == 0:
-            # As in timm: no classes, no head; the output is the pooled representation.
-            include_top, pooling = False, pooling or classifier
-        if include_top:
-            pooling = classifier
-        if pooling == "token" and classifier == "gap":
-            raise ValueError("pooling='token' needs a class token; this model has classifier='gap'.")
-        image_size = _image_size(image_size)
-        grid = patch_grid(image_size, patch_size, resnet_layers)
-        dynamic = None in image_size
-        stored_grid = grids.stored_grid(image_size, patch_size, resnet_layers, base_image_size)
-        resnet_layers = None if resnet_layers is None else tuple(resnet_layers)
-        # One policy object for every layer: a string, a dict (from a config) or a DTypePolicy.
-        policy = kwargs.pop("dtype", None)
-        if policy is not None:
-            policy = keras.dtype_policies.get(policy)
-
-        inputs = keras.Input((*image_size, num_channels), name="image")
-        x = inputs
-        if include_preprocessing:
-            x = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="rescaling", dtype=policy)(x)
-        if resnet_layers is not None:
-            x = resnet.resnet_stem(x, resnet_layers, resnet_width, dtype=policy)
-        patch_input = x
-        x = vit_layers.PatchEmbedding(patch_size, hidden_size, name="embedding", dtype=policy)(x)
-        prefix = 1 if classifier == "token" else 0
-        if prefix:
-            x = vit_layers.ClassToken(name="cls", dtype=policy)(x)
-        # An any-size model's position layers read each call's grid off the patch input.
-        grid_source = {"patch_input": patch_input} if dynamic else {}
-        # stored_grid: a fixed size's own grid; for any size, the grid of base_image_size.
-        position = posembs.get(posemb)
-        posemb_args = (stored_grid, prefix, patch_size if dynamic else None)
-        position_layer = position.input_layer(*posemb_args, dtype=policy)
-        if position_layer is not None:  # None: the type adds nothing to the tokens (relative, none)
-            x = position_layer(x, **grid_source)
-        attention_layer = position.attention_layer(*posemb_args)
-        x = keras.layers.Dropout(dropout_rate, name="embedding_dropout", dtype=policy)(x)
-        for index in range(num_layers):
-            rate = stochastic_depth_rate * index / max(num_layers - 1, 1)
-            x = vit_layers.EncoderBlock(
-                num_heads,
-                mlp_dim,
-                dropout_rate=dropout_rate,
-                attention_dropout_rate=attention_dropout_rate,
-                stochastic_depth_rate=rate,
-                attention_layer=attention_layer,
-                layer_norm_epsilon=layer_norm_epsilon,
-                gelu_approximate=gelu_approximate,
-                name=f"encoderblock_{index}",
-                dtype=policy,
-            )(x, **(grid_source if attention_layer else {}))
-        if not fc_norm:
-            x = keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, name="encoder_norm", dtype=policy
-            )(x)
-        if pooling:
-            x = vit_layers.TokenPooling(pooling, prefix, name=f"{pooling}_pool", dtype=policy)(x)
-            if fc_norm:
-                x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="fc_norm", dtype=policy)(
-                    x
-                )
-        if pooling and representation_size:
-            # Flax's nn.Dense default (LeCun normal, zero bias), not Keras' glorot_uniform.
-            x = keras.layers.Dense(
-                representation_size,
-                activation="tanh",
-                name="pre_logits",
-                kernel_initializer=initializers.LecunNormal(num_input_axes=1),
-                dtype=policy,
-            )(x)
-        if include_top:
-            # The official head starts at zero; logits and softmax stay float32 under
-            # mixed precision.
-            x = keras.layers.Dense(
-                num_classes,
-                activation=classifier_activation,
-                kernel_initializer="zeros",
-                name="head",
-                dtype="float32",
-            )(x)
-        elif x.dtype != "float32":
-            x = keras.layers.Activation("linear", name="output_float32", dtype="float32")(x)
-        super().__init__(inputs=inputs, outputs=x, **kwargs)
-        if policy is not None:
+        inputs, outputs, self._blocks_take_grid = vit_graph.build(settled)
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        if settled.policy is not None:
             # Functional models drop the dtype argument; compile() reads the model's policy
             # (mixed_float16 gets a loss-scaling optimizer).
-            self.dtype_policy = policy
-
-        self.image_size = image_size
-        self.patch_size = patch_size
-        self.hidden_size = hidden_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.mlp_dim = mlp_dim
-        self.num_classes = num_classes
-        self.classifier = classifier
-        self.representation_size = representation_size
-        self.dropout_rate = dropout_rate
-        self.attention_dropout_rate = attention_dropout_rate
-        self.stochastic_depth_rate = stochastic_depth_rate
-        self.include_top = include_top
-        self.pooling = pooling
-        self.classifier_activation = classifier_activation
-        self.include_preprocessing = include_preprocessing
-        self.num_channels = num_channels
-        self.resnet_layers = resnet_layers
-        self.resnet_width = resnet_width
-        self.base_image_size = _image_size(base_image_size) if base_image_size else None
-        self.grid_size = grid
-        self.posemb = posemb
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.gelu_approximate = gelu_approximate
-        self.fc_norm = fc_norm
-        self.policy_argument = policy
+            self.dtype_policy = settled.policy
+        # Every argument, as the layers use it, is an attribute, and get_config returns them all.
+        for name, value in settled.arguments.items():
+            setattr(self, name, value)
+        self.grid_size = settled.grid
+        self.policy_argument = settled.policy
         self._warned_double_scaling = False
-        # Whether the blocks take the patch input (attention_maps calls them as the model does).
-        self._blocks_take_grid = bool(grid_source and attention_layer)
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "image_size": self.image_size,
-            "patch_size": self.patch_size,
-            "hidden_size": self.hidden_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "mlp_dim": self.mlp_dim,
-            "num_classes": self.num_classes,
-            "classifier": self.classifier,
-            "representation_size": self.representation_size,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": self.attention_dropout_rate,
-            "stochastic_depth_rate": self.stochastic_depth_rate,
-            "include_top": self.include_top,
-            "pooling": None if self.include_top else self.pooling,
-            "classifier_activation": self.classifier_activation,
-            "include_preprocessing": self.include_preprocessing,
-            "num_channels": self.num_channels,
-            "resnet_layers": self.resnet_layers,
-            "resnet_width": self.resnet_width,
-            "base_image_size": self.base_image_size,
-            "posemb": self.posemb,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "gelu_approximate": self.gelu_approximate,
-            "fc_norm": self.fc_norm,
-            "dtype": None
-            if self.policy_argument is None
-            else keras.dtype_policies.serialize(self.policy_argument),
-        }
+        config = {"name": self.name, "trainable": self.trainable}
+        config.update({name: getattr(self, name) for name in _OWN_ARGUMENTS})
+        # A head pools as its classifier says; pooling is an argument only without one.
+        config["pooling"] = None if self.include_top else self.pooling
+        policy = self.policy_argument
+        config["dtype"] = None if policy is None else keras.dtype_policies.serialize(policy)
+        if config["class_names"] is None:
+            del config["class_names"]  # the default: a .keras file that keras_vit 0.1.0 also reads
+        return config
 
     @classmethod
     def from_config(cls, config):
+        if deferred_init.in_keras_load():
+            # keras.saving.load_model assigns every weight next: drawing them first is wasted
+            # (seconds on JAX, where each initializer compiles).
+            with deferred_init.without_initializers():
+                return cls(**config)
         return cls(**config)
 
     def save_weights(self, filepath, *args, **kwargs):
-        """keras.Model.save_weights, plus the grid of a non-square learned position table.
+        """keras.Model.save_weights, plus the model's config and the grid of a non-square
+        learned position table.
 
-        A table of 200 rows could be 10 x 20 or 20 x 10: the file records which, so that it
-        loads into a model of any size (`keras_vit.npz_layout.POSEMB_GRID`).
+        The config (class names included) lets `load_model` rebuild the model from the file
+        alone. A table of 200 rows could be 10 x 20 or 20 x 10: the file records which, so that
+        it loads into a model of any size (`keras_vit.npz_layout.POSEMB_GRID`).
         """
         super().save_weights(filepath, *args, **kwargs)
         path = os.fspath(filepath)
         if path.endswith(".weights.h5") and os.path.isfile(path):  # not a sharded or remote save
-            keras_layout.record_grid(path, self)
+            keras_layout.record_model(path, self)
 
     def token_grid(self, image_size):
         """The (h, w) token grid of images of `image_size` (int or (height, width)).
@@ -416,10 +253,8 @@ class ViT(keras.Model):
 
 
 # Every keyword argument ViT() takes.
-_VIT_ARGUMENTS = (
-    *[n for n in inspect.signature(ViT.__init__).parameters if n not in ("self", "kwargs")],
-    *_KERAS_ARGUMENTS,
-)
+_OWN_ARGUMENTS = tuple(n for n in inspect.signature(ViT.__init__).parameters if n not in ("self", "kwargs"))
+_VIT_ARGUMENTS = (*_OWN_ARGUMENTS, *_KERAS_ARGUMENTS)
 
 
 def _read_weights(variant, weights, cache_dir=None, params=None):
@@ -481,11 +316,42 @@ def create_model(
         num_classes = info.get("num_classes") or DEFAULT_CLASSES
     config["num_classes"] = num_classes
     config.setdefault("name", variant.lower().replace("+", "_").replace("-", "_"))
-    model = ViT(**config)
-    if weights is not None:
-        weights_lib.load_weights(model, weights, variant=variant, cache_dir=cache_dir, params=params)
-    # The checkpoint's own class names (a Hub model's labels), for keras_vit.predict.
-    model.class_names = info.get("class_names")
+    # The checkpoint's own class names (a Hub model's labels, a saved model's), for
+    # keras_vit.predict; not for a new head of another size.
+    names = info.get("class_names")
+    if names is not None and len(names) == class_count(num_classes, "num_classes"):
+        config.setdefault("class_names", names)
+    if weights is None:
+        return ViT(**config)
+    with deferred_init.without_initializers():  # every weight is assigned from the file next
+        model = ViT(**config)
+    weights_lib.load_weights(model, weights, variant=variant, cache_dir=cache_dir, params=params)
+    return model
+
+
+def load_model(path):
+    """The model a keras_vit file holds, as it was saved: all its arguments and its weights.
+
+    `path`: a `.keras` file (read by `keras.saving.load_model`, in safe mode), or a `.npz` or
+    `.weights.h5` file that keras_vit wrote (`keras_vit.weights.save_npz`,
+    `model.save_weights`), local or remote: those carry the model's config. A file without
+    one (an official checkpoint, a file of an older version) is a one-line CheckpointError:
+    build its model with `create_model(variant, weights=path)`. No initializer runs: the
+    model's weights are the file's from the start.
+    """
+    path = os.fspath(path)
+    if path.endswith(".keras"):
+        return keras.saving.load_model(path)
+    params = weights_lib.read_params(path)
+    config = npz_layout.saved_config(params)
+    if config is None:
+        raise weights_lib.CheckpointError(
+            f"{path}: holds weights without a model config (an official checkpoint, or a file of "
+            "an older keras_vit); build its model with keras_vit.create_model(variant, weights=path)"
+        )
+    with deferred_init.without_initializers():
+        model = ViT(**config)
+    weights_lib.assign_params(model, params, path)
     return model
 
 

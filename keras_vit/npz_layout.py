@@ -7,6 +7,7 @@ The canonical layout here is the original vit_jax file: Flax parameter paths joi
 its `vit.fix_old_checkpoints` and flax's `convert_pre_linen` describe, in reverse.
 """
 
+import json
 import re
 import zipfile
 
@@ -30,6 +31,11 @@ _LINEN_TO_VIT_JAX = {
 # ones (one loaded from timm or transformers), as scalars (keras_vit.keras_layout.export_params).
 NUMERICS_EPSILON = "numerics/layer_norm_epsilon"
 NUMERICS_GELU_APPROXIMATE = "numerics/gelu_approximate"
+# Not weights either: the arguments of the model a keras_vit file was saved from (ViT.get_config(),
+# its class names included) as one JSON string, so that the file rebuilds that model
+# (keras_vit.models.load_model) and names its classes. A 0-d string array: np.load reads it without
+# unpickling. Official files, and files of older versions, have none.
+CONFIG = "keras_vit/config"
 _STRIP_PREFIXES = ("opt/target/", "params/")
 _GROUP_NORM = re.compile(r"(^|/)gn(\d+|_root|_proj)/(scale|bias)$")
 
@@ -66,6 +72,8 @@ def read_npz(path, source=None):
         raise CheckpointError(f"{source}: the .npz archive is empty; it is not a checkpoint")
     for key, value in arrays.items():
         # NpzFile hands back raw bytes for members that are not .npy arrays.
+        if key == CONFIG and isinstance(value, np.ndarray) and value.dtype.kind == "U":
+            continue
         if not isinstance(value, np.ndarray) or value.dtype.kind not in "fiu":
             kind = value.dtype if isinstance(value, np.ndarray) else "a non-array member"
             raise CheckpointError(
@@ -74,6 +82,26 @@ def read_npz(path, source=None):
                 "keras_vit.convert"
             )
     return arrays
+
+
+def config_entry(config):
+    """The `CONFIG` entry of a model's config (a dict): a 0-d string array of its JSON."""
+    return np.asarray(json.dumps(config))
+
+
+def saved_config(params, source="the checkpoint"):
+    """The config (a dict) of the model a file was saved from, or None where it has none."""
+    if CONFIG not in params:
+        return None
+    try:
+        config = json.loads(str(params[CONFIG]))
+    except ValueError:
+        config = None
+    if not isinstance(config, dict):
+        raise CheckpointError(
+            f"{source}: its {CONFIG!r} entry is not a model config; save the model again with keras_vit"
+        )
+    return config
 
 
 def to_vit_jax_layout(params):
@@ -164,4 +192,5 @@ def architecture(params):
         gelu_approximate=(
             bool(params[NUMERICS_GELU_APPROXIMATE]) if NUMERICS_GELU_APPROXIMATE in params else None
         ),
+        class_names=(saved_config(params) or {}).get("class_names"),
     )

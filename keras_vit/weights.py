@@ -33,7 +33,7 @@ from keras_vit import (
 )
 from keras_vit.checkpoints import REGISTRY, Checkpoint
 from keras_vit.errors import CheckpointError, first_line
-from keras_vit.keras_layout import export_params
+from keras_vit.keras_layout import export_params, saved_params
 from keras_vit.npz_layout import POSEMB_GRID
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "read_params",
     "save_npz",
     "save_weights",
+    "saved_params",
 ]
 
 logger = logging.getLogger("keras_vit")
@@ -98,7 +99,8 @@ def read_checkpoint(weights, variant=None, cache_dir=None, params=None):
     # posemb too where the file tells (its position weights); sincos_2d and none store none.
     # fc_norm, the LayerNorm epsilon and the GELU form where they are not the official ones.
     info = {key: found[key] for key in (*_DESCRIBE_KEYS, *MODEL_FIELDS)}
-    info["class_names"] = class_names
+    # A Hub checkpoint's labels, or the class names a keras_vit file was saved with.
+    info["class_names"] = class_names if class_names is not None else found["class_names"]
     return info, params
 
 
@@ -293,7 +295,11 @@ def assign_params(model, params, source):
     _check_numerics(params, model, source)
     # A timm / transformers checkpoint's own tensor names, for the messages.
     tensor_name = getattr(params, "tensor_name", None)
-    params = {key: value for key, value in params.items() if not key.startswith("numerics/")}
+    params = {
+        key: value
+        for key, value in params.items()
+        if not key.startswith("numerics/") and key != npz_layout.CONFIG  # not weights
+    }
     values = {}
     head_kernel = next((tuple(v.shape) for k, v in targets if k == "head/kernel"), None)
     keep_head = (
@@ -398,9 +404,12 @@ def _log_head(params, head_kernel, keep_head, model_keys):
 def save_npz(model, path):
     """Writes a keras_vit model's weights as an official vit_jax-layout .npz, atomically.
 
+    A model (not a dict) adds its config under npz_layout.CONFIG, class names included
+    (`keras_vit.load_model` rebuilds it from the file).
+
     `path` may be local or on any TensorFlow file system (gs://...).
     """
-    params = export_params(model) if not isinstance(model, dict) else model
+    params = saved_params(model) if not isinstance(model, dict) else model
     fileio.write_atomic(path, lambda tmp: _write_npz(tmp, params))
 
 

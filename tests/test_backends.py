@@ -142,7 +142,7 @@ def test_files_written_on_the_backend_load_on_tensorflow(backend, cases, outputs
     expected = np.asarray(_load(cases, "token")(x))
     np.testing.assert_array_equal(np.asarray(_load(cases, backend)(x)), expected)
     params = dict(np.load(cases / f"{backend}.npz", allow_pickle=False))
-    exported = weights.export_params(_load(cases, "token"))
+    exported = weights.saved_params(_load(cases, "token"))  # the weights and the config
     assert sorted(params) == sorted(exported)
     for key, value in exported.items():
         np.testing.assert_array_equal(params[key], value, err_msg=key)
