@@ -24,6 +24,13 @@ def index_description(path="README.md"):
     return re.sub(r"\]\((?!https?://|mailto:)([^)\s]+)\)", absolute, text)
 
 
+def read_version(path="keras_vit/_version.py"):
+    """The version, from the one file that holds it, without importing the package (which imports
+    Keras, not installed yet when this runs)."""
+    text = open(path, encoding="utf-8").read()
+    return re.search(r'^__version__ = "([^"]+)"$', text, re.MULTILINE).group(1)
+
+
 # The library alone: Keras 3 on any backend. TensorFlow is not among them, so a JAX or PyTorch
 # environment stays as it is. tests/test_packaging.py checks these against what keras_vit imports.
 INSTALL_REQUIRES = [
@@ -104,7 +111,7 @@ TEST_REQUIRES = [
 # `keras_vit` package (keras_vit/_clash.py refuses the mix of the two).
 setup(
     name="keras-vision-transformer",
-    version="0.1.0",
+    version=read_version(),
     description="Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3, with "
     "official checkpoints and a tf.distribute trainer.",
     long_description=index_description(),

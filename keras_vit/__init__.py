@@ -35,6 +35,7 @@ from keras_vit import (  # noqa: E402
     visualize,
     weights,
 )
+from keras_vit._version import __version__  # noqa: E402, F401  (the one place it is written)
 from keras_vit.images import load_image, load_images  # noqa: E402
 from keras_vit.models import (  # noqa: E402
     CONSTRUCTORS,
@@ -59,8 +60,6 @@ from keras_vit.models import (  # noqa: E402
     create_model,
 )
 from keras_vit.preprocessing import decode_predictions, preprocess_input  # noqa: E402
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CONSTRUCTORS",

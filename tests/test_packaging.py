@@ -22,7 +22,10 @@ from unittest import mock
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 from test_import_graph import PACKAGES, all_imports, find_modules
+
+import keras_vit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -255,6 +258,23 @@ def test_the_index_page_links_to_files_that_exist_on_github(setup_kwargs):
     assert (
         re.sub(re.escape(f"{home}/blob/main/") + "|" + re.escape(home) + "(?=#)", "", description) == readme
     )
+
+
+def test_the_version_is_written_once(setup_kwargs):
+    """keras_vit/_version.py holds it; setup.py reads that file, keras_vit.__version__ imports it,
+    and the changelog's first release heading names it."""
+    with open(os.path.join(ROOT, "keras_vit", "_version.py"), encoding="utf-8") as f:
+        (version,) = re.findall(r'^__version__ = "([^"]+)"$', f.read(), re.MULTILINE)
+    assert setup_kwargs["version"] == version == keras_vit.__version__
+    assert Version(version) >= Version("0.2.0")  # 0.2.0 breaks 0.1.0's checkpoints (the changelog)
+    with open(os.path.join(ROOT, "docs", "changelog.md"), encoding="utf-8") as f:
+        headings = re.findall(r"^## (.+)$", f.read(), re.MULTILINE)
+    assert headings[0].split()[0] == version, headings[0]
+    for module, path in find_modules(ROOT, PACKAGES).items():
+        with open(path, encoding="utf-8") as f:
+            assert not re.search(r"__version__ = ", f.read()) or module == "keras_vit._version", module
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
+        assert version not in f.read()
 
 
 def test_make_installs_the_train_test_plots_and_docs_extras():
