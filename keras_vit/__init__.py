@@ -6,17 +6,12 @@ Distributed as keras-vision-transformer (the package index's keras-vit is anothe
 # First, before Keras: refuses a package mixed with the files of the index's unrelated keras-vit.
 from keras_vit import _clash  # noqa: F401, I001
 
-import os  # noqa: I001
-import sys
-
 from keras_vit import startup  # the standard library only
 
-# Keras imports its backend (TensorFlow's native start-up lines) here, first: a command of the
-# project (python -m keras_vit.predict, trainers.finetune, ...) shows none of them.
-if startup.quiet_start():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", startup.QUIET_LOG_LEVEL)
-with startup.native_stderr_hidden(hide=startup.quiet_start() and "keras" not in sys.modules):
-    import keras  # noqa: F401
+# Keras imports its backend here, first, with the backend's native start-up lines hidden (unless
+# TF_CPP_MIN_LOG_LEVEL asks for them, or a command has --verbose); without the backend installed,
+# one line names the extra that installs it.
+startup.import_keras()
 
 # The submodules users call as keras_vit.weights.describe(...) and the like are attributes
 # after a plain `import keras_vit`; none of them imports TensorFlow. Not `convert`: it is run

@@ -26,6 +26,7 @@ from packaging.version import Version
 from test_import_graph import PACKAGES, all_imports, find_modules
 
 import keras_vit
+from keras_vit import startup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -260,6 +261,15 @@ def test_the_index_page_links_to_files_that_exist_on_github(setup_kwargs):
     )
 
 
+def test_each_backend_has_its_extra_named_as_keras_names_it(requires):
+    # `pip install "keras-vision-transformer[jax]"`: the name KERAS_BACKEND takes, which the
+    # one line of `import keras_vit` without a backend names (keras_vit/startup.py).
+    assert set(startup.BACKEND_MODULES) == BACKENDS
+    for backend in BACKENDS:
+        assert requires[backend] == {backend}, (backend, requires[backend])
+    assert not requires["install"] & BACKENDS  # the library alone leaves the choice to the user
+
+
 def test_the_version_is_written_once(setup_kwargs):
     """keras_vit/_version.py holds it; setup.py reads that file, keras_vit.__version__ imports it,
     and the changelog's first release heading names it."""
@@ -350,3 +360,80 @@ def test_the_library_works_on_jax_with_no_tensorflow_installed(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "ok"
+
+
+# --- a fresh environment: the library, then each backend's extra -------------------------------
+
+_FRESH_PROGRAM = (
+    "import keras_vit\n"  # first, as the Quickstart does
+    "import keras, numpy as np\n"
+    "model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2, "
+    "mlp_dim=64, num_classes=3)\n"
+    "print(keras.backend.backend(), keras_vit.__version__, tuple(model(np.zeros((1, 32, 32, 3))).shape))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def fresh_library(tmp_path_factory, setup_kwargs):
+    """A new virtual environment with what `pip install .` of a clone puts there: the wheel built
+    from the sources (no dependencies fetched), and the library's requirements, linked from this
+    environment (tests/fresh_venv.py). Its python, and a folder per backend extra with what that
+    extra adds."""
+    import shutil
+
+    import fresh_venv
+
+    root = tmp_path_factory.mktemp("fresh")
+    python, site = fresh_venv.create(str(root / "venv"))
+    source = root / "source"  # a copy: building in the checkout would leave build/ there
+    for name in ("keras_vit", "trainers", "configs"):
+        shutil.copytree(os.path.join(ROOT, name), source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.py", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), source / name)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
+        + ["--no-index", "--target", site, str(source)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    owners = fresh_venv.top_level_owners()
+    library = fresh_venv.requirement_closure(setup_kwargs["install_requires"])
+    fresh_venv.link_distributions(library, site, owners)
+    extras = {}
+    for backend in startup.BACKEND_MODULES:
+        extras[backend] = str(root / "extras" / backend)
+        os.makedirs(extras[backend])
+        added = fresh_venv.requirement_closure(setup_kwargs["extras_require"][backend], skip=library)
+        fresh_venv.link_distributions(added, extras[backend], owners)
+    os.makedirs(root / "home")  # the programs' working directory and home: nothing importable there
+    return python, extras, root / "home"
+
+
+def _run_fresh(python, cwd, backend, extra_folder=None):
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(cwd),  # no ~/.keras/keras.json of the machine's user
+        "KERAS_BACKEND": backend,
+        "PYTHONNOUSERSITE": "1",
+        "JAX_PLATFORMS": "cpu",
+    }
+    if extra_folder:
+        env["PYTHONPATH"] = extra_folder
+    return subprocess.run(
+        [python, "-c", _FRESH_PROGRAM], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.slow  # builds a wheel, then starts each backend in a fresh interpreter: about a minute
+def test_a_fresh_install_says_which_extra_brings_the_backend_then_works_with_it(fresh_library, setup_kwargs):
+    python, extras, home = fresh_library
+    for backend, folder in extras.items():
+        proc = _run_fresh(python, home, backend)
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        # One line, no traceback: the backend is named, with the extra that installs it.
+        assert proc.stderr == startup.no_backend_message(backend, {"KERAS_BACKEND": backend}) + "\n"
+        proc = _run_fresh(python, home, backend, folder)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout == f"{backend} {setup_kwargs['version']} (1, 3)\n", proc.stdout
+        assert proc.stderr == "", proc.stderr[-3000:]  # quiet on every backend
