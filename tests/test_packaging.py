@@ -270,6 +270,14 @@ def test_each_backend_has_its_extra_named_as_keras_names_it(requires):
     assert not requires["install"] & BACKENDS  # the library alone leaves the choice to the user
 
 
+def test_the_install_page_lists_every_extra(setup_kwargs):
+    with open(os.path.join(ROOT, "docs", "install.md"), encoding="utf-8") as f:
+        page = f.read()
+    table = page[page.index("## Extras") : page.index("## The `keras-vit` package")]
+    listed = set(re.findall(r"`\[(\w+)\]`", table))
+    assert listed == set(setup_kwargs["extras_require"]), listed ^ set(setup_kwargs["extras_require"])
+
+
 def test_the_version_is_written_once(setup_kwargs):
     """keras_vit/_version.py holds it; setup.py reads that file, keras_vit.__version__ imports it,
     and the changelog's first release heading names it."""
@@ -287,14 +295,31 @@ def test_the_version_is_written_once(setup_kwargs):
         assert version not in f.read()
 
 
-def test_make_installs_the_train_test_plots_and_docs_extras():
+def _make_rule(makefile, target):
+    """(prerequisites, recipe lines) of a Makefile rule."""
+    match = re.search(rf"^{re.escape(target)}:(.*)\n((?:\t.*\n)*)", makefile, re.MULTILINE)
+    assert match, target
+    return match.group(1), match.group(2)
+
+
+def test_make_install_is_the_first_hour_and_the_tests_add_their_extras():
     with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
         makefile = f.read()
-    stamp = re.search(r"^\$\(STAMP\):(.*)$", makefile, re.MULTILINE)
-    assert stamp and "setup.py" in stamp.group(1).split("|")[0]  # reinstalls when setup.py changes
-    install = re.search(r'pip install .*-e "\.\[([a-z,]+)\]"', makefile)
+    extras = {}
+    for stamp in ("$(STAMP)", "$(TEST_STAMP)"):
+        prerequisites, recipe = _make_rule(makefile, stamp)
+        (installed,) = re.findall(r'pip install .*-e "\.\[([a-z,]+)\]"', recipe)
+        extras[stamp] = set(installed.split(","))
+        # Both reinstall when setup.py changes (the test stamp through the first).
+        assert "setup.py" in prerequisites.split("|")[0] or "$(STAMP)" in prerequisites, stamp
+    # `make install`: the README's First hour (trainers, export); not the suite's or the docs' extras.
+    assert extras["$(STAMP)"] == {"train", "export"}
     # [docs]: `make test` builds the documentation site (`make docs`) before the tests.
-    assert install and {"train", "test", "plots", "docs"} <= set(install.group(1).split(","))
+    assert extras["$(TEST_STAMP)"] >= {"test", "plots", "docs"}
+    assert _make_rule(makefile, "install")[0].split() == ["$(STAMP)"]
+    for target in ("test", "test-fast", "docs", "lint"):
+        assert "$(TEST_STAMP)" in _make_rule(makefile, target)[0].split(), target
+    assert "$(STAMP)" in _make_rule(makefile, "demo")[0].split()
 
 
 # --- the library without TensorFlow -------------------------------------------------------
