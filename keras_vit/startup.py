@@ -134,9 +134,15 @@ def missing_backend(error, modules=None):
     return backend if missing in BACKEND_MODULES.get(backend, ()) else None
 
 
-def no_backend_message(backend, environ=None):
+def no_backend_message(backend, environ=None, modules=None):
     """The one line `import keras_vit` ends with when Keras' backend is not installed."""
     environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    if any(name in modules for name in QUIET_IMPORTERS):  # the trainers' engine chose the backend
+        return (
+            f"keras_vit: the trainers need TensorFlow, TFDS and Keras' {backend} backend, which is not "
+            f'installed: pip install "{DISTRIBUTION}[train]"'
+        )
     chosen = "KERAS_BACKEND" if environ.get("KERAS_BACKEND") else "~/.keras/keras.json or Keras' default"
     others = [name for name in BACKEND_MODULES if name != backend]
     return (

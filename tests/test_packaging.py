@@ -435,7 +435,7 @@ def fresh_library(tmp_path_factory, setup_kwargs):
     return python, extras, root / "home"
 
 
-def _run_fresh(python, cwd, backend, extra_folder=None):
+def _run_fresh(python, cwd, backend, extra_folder=None, args=("-c", _FRESH_PROGRAM)):
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(cwd),  # no ~/.keras/keras.json of the machine's user
@@ -445,9 +445,7 @@ def _run_fresh(python, cwd, backend, extra_folder=None):
     }
     if extra_folder:
         env["PYTHONPATH"] = extra_folder
-    return subprocess.run(
-        [python, "-c", _FRESH_PROGRAM], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    return subprocess.run([python, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.slow  # builds a wheel, then starts each backend in a fresh interpreter: about a minute
@@ -457,8 +455,12 @@ def test_a_fresh_install_says_which_extra_brings_the_backend_then_works_with_it(
         proc = _run_fresh(python, home, backend)
         assert proc.returncode == 1, proc.stderr[-3000:]
         # One line, no traceback: the backend is named, with the extra that installs it.
-        assert proc.stderr == startup.no_backend_message(backend, {"KERAS_BACKEND": backend}) + "\n"
+        assert proc.stderr == startup.no_backend_message(backend, {"KERAS_BACKEND": backend}, {}) + "\n"
         proc = _run_fresh(python, home, backend, folder)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert proc.stdout == f"{backend} {setup_kwargs['version']} (1, 3)\n", proc.stdout
         assert proc.stderr == "", proc.stderr[-3000:]  # quiet on every backend
+    # The trainers, without their extra: the line names [train], which brings TensorFlow and TFDS.
+    proc = _run_fresh(python, home, "", args=("-m", "trainers.finetune", "--dataset=digits"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stderr == startup.no_backend_message("tensorflow", {}, {"trainers": None}) + "\n"

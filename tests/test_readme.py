@@ -353,7 +353,7 @@ def test_no_backend_sample():
     # fresh environment without the backend).
     from keras_vit import startup
 
-    assert block("no-backend").text.strip() == startup.no_backend_message("jax", {"KERAS_BACKEND": "jax"})
+    assert block("no-backend").text.strip() == startup.no_backend_message("jax", {"KERAS_BACKEND": "jax"}, {})
 
 
 def test_clash_fix_commands():

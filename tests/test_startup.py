@@ -1,4 +1,5 @@
-"""The library's own commands start without TensorFlow's native start-up lines (keras_vit/startup.py)."""
+"""keras_vit/startup.py: the commands and `import keras_vit` start without TensorFlow's native
+start-up lines, and a missing Keras backend is one line naming the extra that installs it."""
 
 import os
 import subprocess
@@ -138,12 +139,15 @@ def test_only_the_backend_itself_missing_is_caught(backend, missing, expected):
 
 
 def test_the_missing_backend_line_names_the_extras():
-    line = startup.no_backend_message("jax", environ={"KERAS_BACKEND": "jax"})
+    line = startup.no_backend_message("jax", environ={"KERAS_BACKEND": "jax"}, modules={})
     assert "\n" not in line and line.startswith("keras_vit: Keras' backend is jax (KERAS_BACKEND)")
     assert 'pip install "keras-vision-transformer[jax]"' in line
     assert "[tensorflow] or [torch] and set KERAS_BACKEND=tensorflow or torch" in line
-    line = startup.no_backend_message("tensorflow", environ={})
+    line = startup.no_backend_message("tensorflow", environ={}, modules={})
     assert "(~/.keras/keras.json or Keras' default)" in line and "[tensorflow]" in line
+    # `python -m trainers.finetune` with the library alone: the trainers' extra brings it all.
+    line = startup.no_backend_message("tensorflow", environ={}, modules={"trainers": None})
+    assert line.endswith('backend, which is not installed: pip install "keras-vision-transformer[train]"')
 
 
 # The Quickstart's first steps: the library imported and a model run, so that TensorFlow's CUDA
