@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# `make install`: the library with TensorFlow, the trainers and export, what the README's First hour
+# runs. The test suite and the docs site add their extras on top, in their own stamp.
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 # pytest-xdist workers for `make test`: each takes whole test files, so that a file's shared set-up
 # (a module-scoped fixture that trains both engines, say) runs once. Most of the suite's time is
 # process start-up, compilation and single-threaded Python, so two workers on 2 cores take about
@@ -17,23 +20,27 @@ $(BIN)/python:
 
 $(STAMP): setup.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[train,test,plots,docs]"
+	$(BIN)/python -m pip install --quiet -e ".[train,export]"
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test,plots,docs]"
+	touch $(TEST_STAMP)
 
 install: $(STAMP)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(MAKE) docs
 	$(PYTEST) --durations=25
 
-test-fast: $(STAMP)
+test-fast: $(TEST_STAMP)
 	$(PYTEST) -m "not slow"
 
 # The documentation site, from docs/ into site/; any warning (a broken link or anchor, an API name
 # that does not resolve) fails the build.
-docs: $(STAMP)
+docs: $(TEST_STAMP)
 	NO_MKDOCS_2_WARNING=1 TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/mkdocs build --strict
 
 demo: $(STAMP)
@@ -50,11 +57,11 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.op_profile
 	$(BIN)/python -m benchmarks.report --write
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-format: $(STAMP)
+format: $(TEST_STAMP)
 	$(BIN)/ruff format .
 
 clean:

@@ -24,8 +24,16 @@ def index_description(path="README.md"):
     return re.sub(r"\]\((?!https?://|mailto:)([^)\s]+)\)", absolute, text)
 
 
-# The library alone: Keras 3 on any backend. TensorFlow is not among them, so a JAX or PyTorch
-# environment stays as it is. tests/test_packaging.py checks these against what keras_vit imports.
+def read_version(path="keras_vit/_version.py"):
+    """The version, from the one file that holds it, without importing the package (which imports
+    Keras, not installed yet when this runs)."""
+    text = open(path, encoding="utf-8").read()
+    return re.search(r'^__version__ = "([^"]+)"$', text, re.MULTILINE).group(1)
+
+
+# The library alone: Keras 3 without a backend, so a JAX or PyTorch environment stays as it is;
+# the backend extras below bring one (`import keras_vit` without it says which to install, in one
+# line: keras_vit/startup.py). tests/test_packaging.py checks these against what keras_vit imports.
 INSTALL_REQUIRES = [
     # Earlier Keras releases have known safe_mode bypasses.
     "keras>=3.13.2",
@@ -35,6 +43,15 @@ INSTALL_REQUIRES = [
     # Keras does not declare it.
     "pillow",
 ]
+
+# Keras' backends, one extra each, named as the backends are (KERAS_BACKEND): pip install
+# "keras-vision-transformer[jax]". keras_vit/startup.py names them when Keras' backend is missing.
+# JAX brings its CPU jaxlib; on a GPU or TPU install JAX's build for it.
+BACKEND_REQUIRES = {
+    "tensorflow": ["tensorflow>=2.16"],
+    "jax": ["jax"],
+    "torch": ["torch"],
+}
 
 # The trainers and configs (TensorFlow only): pip install "keras-vision-transformer[train]".
 # tests/test_packaging.py checks these against what trainers/ and configs/ import.
@@ -104,7 +121,7 @@ TEST_REQUIRES = [
 # `keras_vit` package (keras_vit/_clash.py refuses the mix of the two).
 setup(
     name="keras-vision-transformer",
-    version="0.1.0",
+    version=read_version(),
     description="Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3, with "
     "official checkpoints and a tf.distribute trainer.",
     long_description=index_description(),
@@ -118,6 +135,7 @@ setup(
     package_data={"keras_vit": ["data/*.json"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={
+        **BACKEND_REQUIRES,
         "train": TRAIN_REQUIRES,
         "test": TEST_REQUIRES + TRAIN_REQUIRES + EXPORT_REQUIRES + HUB_REQUIRES,
         "hub": HUB_REQUIRES,

@@ -6,17 +6,12 @@ Distributed as keras-vision-transformer (the package index's keras-vit is anothe
 # First, before Keras: refuses a package mixed with the files of the index's unrelated keras-vit.
 from keras_vit import _clash  # noqa: F401, I001
 
-import os  # noqa: I001
-import sys
-
 from keras_vit import startup  # the standard library only
 
-# Keras imports its backend (TensorFlow's native start-up lines) here, first: a command of the
-# project (python -m keras_vit.predict, trainers.finetune, ...) shows none of them.
-if startup.quiet_start():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", startup.QUIET_LOG_LEVEL)
-with startup.native_stderr_hidden(hide=startup.quiet_start() and "keras" not in sys.modules):
-    import keras  # noqa: F401
+# Keras imports its backend here, first, with the backend's native start-up lines hidden (unless
+# TF_CPP_MIN_LOG_LEVEL asks for them, or a command has --verbose); without the backend installed,
+# one line names the extra that installs it.
+startup.import_keras()
 
 # The submodules users call as keras_vit.weights.describe(...) and the like are attributes
 # after a plain `import keras_vit`; none of them imports TensorFlow. Not `convert`: it is run
@@ -35,6 +30,7 @@ from keras_vit import (  # noqa: E402
     visualize,
     weights,
 )
+from keras_vit._version import __version__  # noqa: E402, F401  (the one place it is written)
 from keras_vit.images import load_image, load_images  # noqa: E402
 from keras_vit.models import (  # noqa: E402
     CONSTRUCTORS,
@@ -59,8 +55,6 @@ from keras_vit.models import (  # noqa: E402
     create_model,
 )
 from keras_vit.preprocessing import decode_predictions, preprocess_input  # noqa: E402
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CONSTRUCTORS",

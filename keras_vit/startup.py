@@ -1,4 +1,4 @@
-"""What the project's commands keep TensorFlow from printing when it is imported.
+"""How keras_vit starts Keras and its backend: quietly, or with one line when the backend is missing.
 
 TensorFlow's native start-up lines (oneDNN, CUDA probing on a CPU-only machine, CPU features)
 are written by its C++ logger to file descriptor 2 before Python can configure anything, and
@@ -6,10 +6,16 @@ TF_CPP_MIN_LOG_LEVEL does not reach the ones logged before absl::InitializeLog. 
 run with descriptor 2 pointed at a temporary file, which is replayed only if the import fails.
 
 Keras imports its backend when it is imported, and `keras_vit/__init__.py` imports Keras first
-of all: it is the one place that runs before TensorFlow for both `python -m keras_vit.predict`
-(Python imports the package before the command's module) and the trainers (whose package
-imports this module). Only commands are quieted, never a user's own program that imports
-keras_vit. The standard library only: nothing here may import Keras or TensorFlow.
+of all (`import_keras`): it is the one place that runs before TensorFlow for both `python -m
+keras_vit.predict` (Python imports the package before the command's module) and the trainers
+(whose package imports this module). A user's own program that imports keras_vit starts as
+quietly, unless its TF_CPP_MIN_LOG_LEVEL asks for TensorFlow's lines; TensorFlow's later log
+lines (the CUDA probe of its first op, XLA's service) stay hidden too: TF_CPP_MIN_LOG_LEVEL is
+set to 3 unless the user set it.
+
+Keras with its backend not installed fails in a traceback ending in `No module named 'jax'`;
+`import keras_vit` says instead, in one line, which extra installs one. The standard library
+only: nothing here may import Keras or TensorFlow.
 """
 
 import contextlib
@@ -27,6 +33,13 @@ QUIET_IMPORTERS = ("trainers", "configs")
 # Below this level TensorFlow's C++ log lines stay hidden after the import too (XLA service,
 # tf.data notes, CUDA probing errors on a machine without a GPU).
 QUIET_LOG_LEVEL = "3"
+LOG_LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
+# Keras' backends that an extra of ours installs: the backend's name (KERAS_BACKEND), which is
+# also the extra's name, -> the top-level modules whose absence means it is not installed.
+BACKEND_MODULES = {"tensorflow": ("tensorflow",), "jax": ("jax", "jaxlib"), "torch": ("torch",)}
+DISTRIBUTION = "keras-vision-transformer"
+# The module in which Keras decides its backend (KERAS_BACKEND, ~/.keras/keras.json, default).
+KERAS_CONFIG = "keras.src.backend.config"
 
 
 def verbose_requested(argv):
@@ -70,6 +83,91 @@ def quiet_start(orig_argv=None, argv=None, modules=None):
         name in modules for name in QUIET_IMPORTERS
     )
     return command and not verbose_requested(argv)
+
+
+def asks_for_native_lines(environ=None):
+    """Whether the user's own TF_CPP_MIN_LOG_LEVEL (0, 1 or 2) asks for TensorFlow's log lines."""
+    environ = os.environ if environ is None else environ
+    level = environ.get(LOG_LEVEL_VARIABLE, "").strip()
+    return level.isdigit() and int(level) < int(QUIET_LOG_LEVEL)
+
+
+def hide_backend_start(orig_argv=None, argv=None, modules=None, environ=None):
+    """Whether importing Keras here runs with the backend's native start-up lines hidden.
+
+    A command does unless --verbose; a user's program that imports keras_vit does unless its
+    TF_CPP_MIN_LOG_LEVEL asks for them. Nothing to hide once Keras is imported.
+    """
+    orig_argv = getattr(sys, "orig_argv", sys.argv) if orig_argv is None else orig_argv
+    modules = sys.modules if modules is None else modules
+    if "keras" in modules:
+        return False
+    if quiet_start(orig_argv, argv, modules):
+        return True
+    if command_package(orig_argv) in COMMAND_PACKAGES or any(name in modules for name in QUIET_IMPORTERS):
+        return False  # the command line's --verbose asks for them
+    return not asks_for_native_lines(environ)
+
+
+def _chosen_backend(error, modules):
+    """The backend Keras chose, as its module keras.src.backend.config decided it: from the module,
+    or, when the backend's import failed during that module's own import (Keras 3.15 imports it
+    there), from the module's frame in the traceback (Python removes a failed module)."""
+    config = modules.get(KERAS_CONFIG)
+    if config is not None:
+        return config.backend()
+    trace = error.__traceback__
+    while trace is not None:
+        namespace = trace.tb_frame.f_globals
+        if namespace.get("__name__") == KERAS_CONFIG and isinstance(namespace.get("_BACKEND"), str):
+            return namespace["_BACKEND"]
+        trace = trace.tb_next
+    return None
+
+
+def missing_backend(error, modules=None):
+    """The name of Keras' backend (tensorflow, jax, torch) when `error`, raised by `import keras`,
+    says that backend is not installed; None for any other missing module."""
+    modules = sys.modules if modules is None else modules
+    missing = (error.name or "").partition(".")[0]
+    backend = _chosen_backend(error, modules) if missing else None
+    return backend if missing in BACKEND_MODULES.get(backend, ()) else None
+
+
+def no_backend_message(backend, environ=None, modules=None):
+    """The one line `import keras_vit` ends with when Keras' backend is not installed."""
+    environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    if any(name in modules for name in QUIET_IMPORTERS):  # the trainers' engine chose the backend
+        return (
+            f"keras_vit: the trainers need TensorFlow, TFDS and Keras' {backend} backend, which is not "
+            f'installed: pip install "{DISTRIBUTION}[train]"'
+        )
+    chosen = "KERAS_BACKEND" if environ.get("KERAS_BACKEND") else "~/.keras/keras.json or Keras' default"
+    others = [name for name in BACKEND_MODULES if name != backend]
+    return (
+        f"keras_vit: Keras' backend is {backend} ({chosen}), which is not installed: "
+        f'pip install "{DISTRIBUTION}[{backend}]", or install [{others[0]}] or [{others[1]}] '
+        f"and set KERAS_BACKEND={others[0]} or {others[1]}"
+    )
+
+
+def import_keras():
+    """Imports Keras, and so its backend, for keras_vit/__init__.py: quietly (hide_backend_start),
+    and ending in one line (SystemExit, status 1, no traceback) when the backend is not installed."""
+    hide = hide_backend_start()
+    if hide or quiet_start():
+        # TensorFlow's lines after the import too: the CUDA probe of its first op on a machine
+        # without a GPU (`failed call to cuInit`), XLA's service lines. A value the user set stays.
+        os.environ.setdefault(LOG_LEVEL_VARIABLE, QUIET_LOG_LEVEL)
+    try:
+        with native_stderr_hidden(hide=hide):
+            import keras  # noqa: F401
+    except ModuleNotFoundError as error:
+        backend = missing_backend(error)
+        if backend is None:
+            raise
+        raise SystemExit(no_backend_message(backend)) from None
 
 
 @contextlib.contextmanager

@@ -66,7 +66,7 @@ def test_our_package_has_none_of_their_files():
 
 def test_ours_installed_over_theirs_stops_import(tmp_path):
     package = _mixed_package(tmp_path, theirs_last=False)
-    assert '__version__ = "0.1.0"' in (package / "__init__.py").read_text(encoding="utf-8")
+    assert "from keras_vit import _clash" in (package / "__init__.py").read_text(encoding="utf-8")  # ours
     _assert_refused(_run(tmp_path, "-c", "import keras_vit"), package)
 
 

@@ -34,7 +34,7 @@ def _browser():
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The site, built from the working tree as `make docs` builds it (warnings are errors)."""
-    pytest.importorskip("mkdocs", reason="the [docs] extra is not installed (make install installs it)")
+    pytest.importorskip("mkdocs", reason="the [docs] extra is not installed (make test installs it)")
     out = tmp_path_factory.mktemp("site")
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],

@@ -52,6 +52,10 @@ DELIBERATE_LAZY_IMPORTS = {
     # JAX's own attention (cuDNN's flash kernel), reached only on the JAX backend, which has
     # imported JAX already.
     ("keras_vit.fused_attention", "jax"),
+    # The one import of Keras that starts its backend, inside keras_vit/startup.py's import_keras,
+    # which __init__.py runs first: with the backend's start-up lines hidden, and one line naming
+    # the extra to install when the backend is missing (startup.py itself is standard library only).
+    ("keras_vit.startup", "keras"),
     # Not deliberate (keras_vit imports keras at the top of other modules anyway); here until
     # preprocessing.py imports it at the top of the file.
     ("keras_vit.preprocessing", "keras"),

@@ -22,7 +22,11 @@ from unittest import mock
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 from test_import_graph import PACKAGES, all_imports, find_modules
+
+import keras_vit
+from keras_vit import startup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -257,14 +261,65 @@ def test_the_index_page_links_to_files_that_exist_on_github(setup_kwargs):
     )
 
 
-def test_make_installs_the_train_test_plots_and_docs_extras():
+def test_each_backend_has_its_extra_named_as_keras_names_it(requires):
+    # `pip install "keras-vision-transformer[jax]"`: the name KERAS_BACKEND takes, which the
+    # one line of `import keras_vit` without a backend names (keras_vit/startup.py).
+    assert set(startup.BACKEND_MODULES) == BACKENDS
+    for backend in BACKENDS:
+        assert requires[backend] == {backend}, (backend, requires[backend])
+    assert not requires["install"] & BACKENDS  # the library alone leaves the choice to the user
+
+
+def test_the_install_page_lists_every_extra(setup_kwargs):
+    with open(os.path.join(ROOT, "docs", "install.md"), encoding="utf-8") as f:
+        page = f.read()
+    table = page[page.index("## Extras") : page.index("## The `keras-vit` package")]
+    listed = set(re.findall(r"`\[(\w+)\]`", table))
+    assert listed == set(setup_kwargs["extras_require"]), listed ^ set(setup_kwargs["extras_require"])
+
+
+def test_the_version_is_written_once(setup_kwargs):
+    """keras_vit/_version.py holds it; setup.py reads that file, keras_vit.__version__ imports it,
+    and the changelog's first release heading names it."""
+    with open(os.path.join(ROOT, "keras_vit", "_version.py"), encoding="utf-8") as f:
+        (version,) = re.findall(r'^__version__ = "([^"]+)"$', f.read(), re.MULTILINE)
+    assert setup_kwargs["version"] == version == keras_vit.__version__
+    assert Version(version) >= Version("0.2.0")  # 0.2.0 breaks 0.1.0's checkpoints (the changelog)
+    with open(os.path.join(ROOT, "docs", "changelog.md"), encoding="utf-8") as f:
+        headings = re.findall(r"^## (.+)$", f.read(), re.MULTILINE)
+    assert headings[0].split()[0] == version, headings[0]
+    for module, path in find_modules(ROOT, PACKAGES).items():
+        with open(path, encoding="utf-8") as f:
+            assert not re.search(r"__version__ = ", f.read()) or module == "keras_vit._version", module
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
+        assert version not in f.read()
+
+
+def _make_rule(makefile, target):
+    """(prerequisites, recipe lines) of a Makefile rule."""
+    match = re.search(rf"^{re.escape(target)}:(.*)\n((?:\t.*\n)*)", makefile, re.MULTILINE)
+    assert match, target
+    return match.group(1), match.group(2)
+
+
+def test_make_install_is_the_first_hour_and_the_tests_add_their_extras():
     with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
         makefile = f.read()
-    stamp = re.search(r"^\$\(STAMP\):(.*)$", makefile, re.MULTILINE)
-    assert stamp and "setup.py" in stamp.group(1).split("|")[0]  # reinstalls when setup.py changes
-    install = re.search(r'pip install .*-e "\.\[([a-z,]+)\]"', makefile)
+    extras = {}
+    for stamp in ("$(STAMP)", "$(TEST_STAMP)"):
+        prerequisites, recipe = _make_rule(makefile, stamp)
+        (installed,) = re.findall(r'pip install .*-e "\.\[([a-z,]+)\]"', recipe)
+        extras[stamp] = set(installed.split(","))
+        # Both reinstall when setup.py changes (the test stamp through the first).
+        assert "setup.py" in prerequisites.split("|")[0] or "$(STAMP)" in prerequisites, stamp
+    # `make install`: the README's First hour (trainers, export); not the suite's or the docs' extras.
+    assert extras["$(STAMP)"] == {"train", "export"}
     # [docs]: `make test` builds the documentation site (`make docs`) before the tests.
-    assert install and {"train", "test", "plots", "docs"} <= set(install.group(1).split(","))
+    assert extras["$(TEST_STAMP)"] >= {"test", "plots", "docs"}
+    assert _make_rule(makefile, "install")[0].split() == ["$(STAMP)"]
+    for target in ("test", "test-fast", "docs", "lint"):
+        assert "$(TEST_STAMP)" in _make_rule(makefile, target)[0].split(), target
+    assert "$(STAMP)" in _make_rule(makefile, "demo")[0].split()
 
 
 # --- the library without TensorFlow -------------------------------------------------------
@@ -330,3 +385,82 @@ def test_the_library_works_on_jax_with_no_tensorflow_installed(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "ok"
+
+
+# --- a fresh environment: the library, then each backend's extra -------------------------------
+
+_FRESH_PROGRAM = (
+    "import keras_vit\n"  # first, as the Quickstart does
+    "import keras, numpy as np\n"
+    "model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2, "
+    "mlp_dim=64, num_classes=3)\n"
+    "print(keras.backend.backend(), keras_vit.__version__, tuple(model(np.zeros((1, 32, 32, 3))).shape))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def fresh_library(tmp_path_factory, setup_kwargs):
+    """A new virtual environment with what `pip install .` of a clone puts there: the wheel built
+    from the sources (no dependencies fetched), and the library's requirements, linked from this
+    environment (tests/fresh_venv.py). Its python, and a folder per backend extra with what that
+    extra adds."""
+    import shutil
+
+    import fresh_venv
+
+    root = tmp_path_factory.mktemp("fresh")
+    python, site = fresh_venv.create(str(root / "venv"))
+    source = root / "source"  # a copy: building in the checkout would leave build/ there
+    for name in ("keras_vit", "trainers", "configs"):
+        shutil.copytree(os.path.join(ROOT, name), source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.py", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), source / name)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
+        + ["--no-index", "--target", site, str(source)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    owners = fresh_venv.top_level_owners()
+    library = fresh_venv.requirement_closure(setup_kwargs["install_requires"])
+    fresh_venv.link_distributions(library, site, owners)
+    extras = {}
+    for backend in startup.BACKEND_MODULES:
+        extras[backend] = str(root / "extras" / backend)
+        os.makedirs(extras[backend])
+        added = fresh_venv.requirement_closure(setup_kwargs["extras_require"][backend], skip=library)
+        fresh_venv.link_distributions(added, extras[backend], owners)
+    os.makedirs(root / "home")  # the programs' working directory and home: nothing importable there
+    return python, extras, root / "home"
+
+
+def _run_fresh(python, cwd, backend, extra_folder=None, args=("-c", _FRESH_PROGRAM)):
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(cwd),  # no ~/.keras/keras.json of the machine's user
+        "KERAS_BACKEND": backend,
+        "PYTHONNOUSERSITE": "1",
+        "JAX_PLATFORMS": "cpu",
+    }
+    if extra_folder:
+        env["PYTHONPATH"] = extra_folder
+    return subprocess.run([python, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow  # builds a wheel, then starts each backend in a fresh interpreter: about a minute
+def test_a_fresh_install_says_which_extra_brings_the_backend_then_works_with_it(fresh_library, setup_kwargs):
+    python, extras, home = fresh_library
+    for backend, folder in extras.items():
+        proc = _run_fresh(python, home, backend)
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        # One line, no traceback: the backend is named, with the extra that installs it.
+        assert proc.stderr == startup.no_backend_message(backend, {"KERAS_BACKEND": backend}, {}) + "\n"
+        proc = _run_fresh(python, home, backend, folder)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout == f"{backend} {setup_kwargs['version']} (1, 3)\n", proc.stdout
+        assert proc.stderr == "", proc.stderr[-3000:]  # quiet on every backend
+    # The trainers, without their extra: the line names [train], which brings TensorFlow and TFDS.
+    proc = _run_fresh(python, home, "", args=("-m", "trainers.finetune", "--dataset=digits"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stderr == startup.no_backend_message("tensorflow", {}, {"trainers": None}) + "\n"

@@ -1,4 +1,5 @@
-"""The library's own commands start without TensorFlow's native start-up lines (keras_vit/startup.py)."""
+"""keras_vit/startup.py: the commands and `import keras_vit` start without TensorFlow's native
+start-up lines, and a missing Keras backend is one line naming the extra that installs it."""
 
 import os
 import subprocess
@@ -82,3 +83,112 @@ def test_library_commands_print_their_one_line_error_and_nothing_else(tmp_path, 
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
     assert "missing" in proc.stderr and not NOISE.search(proc.stderr)
+
+
+# --- `import keras_vit` in a user's own program ----------------------------------------------
+
+
+def test_a_users_program_starts_quietly_unless_its_log_level_asks():
+    program = (["python", "train.py"], ["train.py"])
+    assert startup.hide_backend_start(*program, modules={}, environ={})
+    assert startup.hide_backend_start(*program, modules={}, environ={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    # The user's own TF_CPP_MIN_LOG_LEVEL below 3 asks for TensorFlow's lines: they are not hidden.
+    for level in ("0", "1", "2"):
+        assert not startup.hide_backend_start(*program, modules={}, environ={"TF_CPP_MIN_LOG_LEVEL": level})
+    # Keras already imported by the program: its backend has started, nothing left to hide.
+    assert not startup.hide_backend_start(*program, modules={"keras": None}, environ={})
+    # A command's --verbose shows them whatever the environment says.
+    verbose = (["python", "-m", "keras_vit.predict", "a.jpg", "--verbose"], ["-m", "a.jpg", "--verbose"])
+    assert not startup.hide_backend_start(*verbose, modules={}, environ={})
+
+
+class _BackendConfig:
+    def __init__(self, name):
+        self.name = name
+
+    def backend(self):
+        return self.name
+
+
+@pytest.mark.parametrize(
+    "backend, missing, expected",
+    [
+        ("tensorflow", "tensorflow", "tensorflow"),
+        ("jax", "jax", "jax"),
+        ("jax", "jaxlib", "jax"),
+        ("torch", "torch", "torch"),
+        # Anything else that is missing keeps Keras' own error: the backend is there.
+        ("jax", "tensorflow", None),
+        ("tensorflow", "h5py", None),
+        ("tensorflow", "tensorflow_text", None),
+        ("openvino", "openvino", None),  # no extra of ours installs it
+    ],
+)
+def test_only_the_backend_itself_missing_is_caught(backend, missing, expected):
+    error = ModuleNotFoundError(f"No module named {missing!r}", name=missing)
+    modules = {"keras.src.backend.config": _BackendConfig(backend)}
+    assert startup.missing_backend(error, modules) == expected
+    assert startup.missing_backend(error, {}) is None  # Keras itself did not get that far
+    # Keras 3.15 imports the backend while its config module is still being imported, which
+    # Python then removes from sys.modules: the choice is read from that module's frame.
+    namespace = {"__name__": "keras.src.backend.config", "_BACKEND": backend, "missing": missing}
+    try:
+        exec("raise ModuleNotFoundError(f'No module named {missing!r}', name=missing)", namespace)
+    except ModuleNotFoundError as raised:
+        assert startup.missing_backend(raised, {}) == expected
+
+
+def test_the_missing_backend_line_names_the_extras():
+    line = startup.no_backend_message("jax", environ={"KERAS_BACKEND": "jax"}, modules={})
+    assert "\n" not in line and line.startswith("keras_vit: Keras' backend is jax (KERAS_BACKEND)")
+    assert 'pip install "keras-vision-transformer[jax]"' in line
+    assert "[tensorflow] or [torch] and set KERAS_BACKEND=tensorflow or torch" in line
+    line = startup.no_backend_message("tensorflow", environ={}, modules={})
+    assert "(~/.keras/keras.json or Keras' default)" in line and "[tensorflow]" in line
+    # `python -m trainers.finetune` with the library alone: the trainers' extra brings it all.
+    line = startup.no_backend_message("tensorflow", environ={}, modules={"trainers": None})
+    assert line.endswith('backend, which is not installed: pip install "keras-vision-transformer[train]"')
+
+
+# The Quickstart's first steps: the library imported and a model run, so that TensorFlow's CUDA
+# probe at its first op (`failed call to cuInit` on a machine without a GPU) has its chance too.
+_USERS_PROGRAM = (
+    "import numpy as np\n"
+    "import keras_vit\n"
+    "model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2, "
+    "mlp_dim=64, num_classes=3)\n"
+    "print(tuple(model(np.zeros((1, 32, 32, 3))).shape))\n"
+    "keras_vit.preprocess_input(np.full((1, 2, 2, 3), -1.0))  # scaled twice: keras_vit warns\n"
+)
+
+
+def _run_users_program(backend, **env):
+    base = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
+    return subprocess.run(
+        [sys.executable, "-c", _USERS_PROGRAM],
+        cwd=ROOT,
+        env={**base, "PYTHONPATH": ROOT, "KERAS_BACKEND": backend, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow  # a fresh interpreter imports the backend: 10 to 20 s on two busy cores
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_import_keras_vit_prints_nothing_on_stderr_but_its_own_warnings(backend):
+    proc = _run_users_program(backend)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "(1, 3)"
+    # keras_vit's own warning, and nothing else: no line of the backend's start.
+    (line,) = proc.stderr.splitlines() or [""]
+    assert "DoubleScalingWarning: keras_vit.preprocess_input: the input has negative values" in line, (
+        proc.stderr[-3000:]
+    )
+
+
+@pytest.mark.slow
+def test_the_users_own_log_level_shows_tensorflows_lines():
+    proc = _run_users_program("tensorflow", TF_CPP_MIN_LOG_LEVEL="0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert NOISE.search(proc.stderr), proc.stderr[-3000:]  # what the quiet start hides
