@@ -29,7 +29,7 @@ import random
 
 import keras
 import numpy as np
-from keras.src.backend.common.name_scope import current_path
+from keras.src.backend.common.name_scope import current_path  # Keras exports no public accessor
 
 # The standard deviation of a unit normal truncated to [-2, 2]; dividing by it makes the
 # truncated samples have the intended variance (as jax.nn.initializers.variance_scaling).
@@ -97,6 +97,8 @@ class DrawnInitializer(keras.initializers.Initializer):
         if scope is None or self._config_seed is not None:
             return np.random.default_rng(self.seed)
         seed, ranks = scope
+        # The path of the layer that builds the weight (e.g. "encoderblock_0/MlpBlock_3/Dense_0"),
+        # which Keras also names the weight by: the same on every backend.
         path = current_path()
         rank = ranks.get(path, 0)
         ranks[path] = rank + 1
