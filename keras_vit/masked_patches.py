@@ -24,6 +24,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit import initializers
+
 TARGETS = ("mean_color", "downsampled", "l2")
 CORRUPTION_RATE = 0.5
 REPLACED_FRACTION = 0.1
@@ -83,7 +85,8 @@ class PatchCorruption(keras.layers.Layer):
         self.mask_embedding = self.add_weight(
             name="mask_embedding",
             shape=(input_shape[-1],),
-            initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            # Drawn as the ViT's own weights: the same on every backend (keras_vit.initializers).
+            initializer=initializers.TruncatedNormal(stddev=0.02),
         )
 
     def call(self, tokens, roles, sources):

@@ -12,6 +12,7 @@ The child also writes back what it saved on its backend (a .keras file and an .n
 test process loads on TensorFlow.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ import numpy as np
 from fixtures import DISTINCT
 
 import keras_vit
-from keras_vit import visualize, weights
+from keras_vit import initializers, masked_patches, visualize, weights
 from keras_vit.preprocessing import DoubleScalingWarning, decode_predictions, preprocess_input
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -145,12 +146,31 @@ def compute(directory, written=None):
     out.update(_preprocessing(directory, x["pixels_16x16"]))
     out.update(_after_one_training_step(directory, x))
     out.update(_mixed_bfloat16(directory, pixels))
+    out.update(_initial_weights())
     if keras.backend.backend() == "jax":
         out["any_size/jax_jit"] = _jax_jit(model, pixels)
     if written:
         token = _load(directory, "token")
         token.save(os.path.join(written, f"{keras.backend.backend()}.keras"))
         weights.save_npz(token, os.path.join(written, f"{keras.backend.backend()}.npz"))
+    return out
+
+
+def _initial_weights():
+    """The weights a build starts with, drawn on this backend: the hybrid and a plain model with
+    its masked patch predictor under keras_vit.initializers.seeded(3), and the plain model after
+    keras.utils.set_random_seed(5). Every backend must start from the same values."""
+    out = {}
+    for tag in ("seeded", "set_random_seed"):
+        keras.utils.set_random_seed(5)
+        with initializers.seeded(3) if tag == "seeded" else contextlib.nullcontext():
+            plain = keras_vit.ViT(
+                image_size=16, include_preprocessing=False, representation_size=6, **DISTINCT
+            )
+            built = [*plain.weights, *masked_patches.MaskedPatchPredictor(plain).trainable_variables]
+            if tag == "seeded":
+                built += keras_vit.ViT(**HYBRID).weights
+        out.update({f"init_{tag}/{v.path}": _numpy(v) for v in built})
     return out
 
 

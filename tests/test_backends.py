@@ -114,6 +114,16 @@ def test_every_output_equals_tensorflows(backend, outputs):
     assert np.abs(got["train/logits"] - got["token/logits"]).max() > 1e-3
 
 
+@pytest.mark.parametrize("backend", BACKENDS[1:])
+def test_a_seed_gives_the_same_initial_weights_on_every_backend(backend, outputs):
+    """Bit for bit: keras_vit's initialisers draw with NumPy, not with the backend's generator."""
+    got, expected = outputs(backend), outputs("tensorflow")
+    names = [name for name in expected if name.startswith("init_")]
+    assert any("mask_embedding" in name for name in names) and any("conv_root" in name for name in names)
+    for name in names:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_scaled_images_warn_and_predictions_decode(backend, cases, outputs):
     got = outputs(backend)

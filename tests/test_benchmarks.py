@@ -397,7 +397,8 @@ def test_report_renders_the_json_and_check_catches_a_stale_page(results, tmp_pat
     results = shutil.copytree(results, tmp_path / "json")
     page = tmp_path / "benchmarks.md"
     page.write_text(f"# x\n\n{report.BEGIN}\nold\n{report.END}\n\nafter\n", encoding="utf-8")
-    argv = [f"--json_dir={results}", f"--page={page}", f"--demo_page={page}"]  # no demo markers there
+    # No demo markers there.
+    argv = [f"--json_dir={results}", f"--page={page}", f"--demo_page={page}", f"--readme={page}"]
     assert report.main([*argv, "--check"]) == 1
     assert report.main([*argv, "--write"]) == 0
     assert report.main([*argv, "--check"]) == 0

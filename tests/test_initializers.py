@@ -1,21 +1,25 @@
-"""A model built with weights=None starts as the official Flax code's does.
+"""A model built with weights=None starts as the official Flax code's does, with the same
+values on every backend.
 
 These tests read the weights as built, never randomised: vit_jax/models_vit.py and
 models_resnet.py are the reference (Xavier-uniform with DenseGeneral's fans, LeCun truncated
 normal convs and pre-logits, N(0, 0.02) position embeddings, N(0, 1e-6) MLP biases, zeros
-and ones elsewhere).
+and ones elsewhere). tests/test_backends.py holds the seeded builds of JAX and PyTorch to
+TensorFlow's, tests/test_engines.py the two engines' runs from --weights=none.
 """
 
 import collections
+import hashlib
 import math
+import random
 
 import keras
 import numpy as np
 import pytest
-from fixtures import tiny_hybrid
+from fixtures import DISTINCT, tiny_hybrid
 
 import keras_vit
-from keras_vit import initializers, layers
+from keras_vit import initializers, layers, masked_patches
 
 # ViT-B/16's encoder widths: sampling noise of a 768 x 12 x 64 kernel's variance is ~0.2%,
 # far below the gap between the Flax fans and Keras' convolution-style 3-D fans.
@@ -191,9 +195,19 @@ def test_kernel_fans_reject_impossible_input_axes():
         initializers.kernel_fans((4, 4), 2)
 
 
-@pytest.mark.parametrize("cls", [initializers.XavierUniform, initializers.LecunNormal])
-def test_initializer_round_trips_through_a_safe_config(cls):
-    original = cls(num_input_axes=2, seed=3)
+@pytest.mark.parametrize(
+    "original",
+    [
+        initializers.XavierUniform(num_input_axes=2, seed=3),
+        initializers.LecunNormal(num_input_axes=2, seed=3),
+        initializers.RandomNormal(0.5, 0.02, seed=3),
+        initializers.TruncatedNormal(0.0, 0.02, seed=3),
+        initializers.RandomUniform(-1.0, 2.0, seed=3),
+    ],
+    ids=lambda initializer: type(initializer).__name__,
+)
+def test_initializer_round_trips_through_a_safe_config(original):
+    cls = type(original)
     config = keras.saving.serialize_keras_object(original)
     clone = keras.saving.deserialize_keras_object(config, safe_mode=True)
     assert type(clone) is cls and clone.get_config() == original.get_config()
@@ -215,3 +229,134 @@ def test_a_user_kernel_initializer_is_told_each_attention_kernels_axes():
     for kernel in (attention.query.kernel, attention.out.kernel):
         # 768 in, 768 out for both layouts; Keras' 3-D fans would give ~38x or ~6.5x less.
         _assert_variance(np.asarray(kernel), 2 / (768 + 768), kernel.path)
+
+
+def _seeded_build(seed, num_layers=2):
+    """A plain model with pre-logits and its masked patch predictor ([mask] embedding) under
+    seeded(`seed`): {path: values}."""
+    with initializers.seeded(seed):
+        model = keras_vit.ViT(
+            image_size=16,
+            include_preprocessing=False,
+            representation_size=8,
+            **dict(DISTINCT, num_layers=num_layers),
+        )
+        predictor = masked_patches.MaskedPatchPredictor(model)
+    return {v.path: np.asarray(v) for v in [*model.weights, *predictor.trainable_variables]}
+
+
+def test_seeded_builds_repeat_whatever_was_drawn_before_and_another_seed_differs():
+    first = _seeded_build(3)
+    random.random()  # Python's random moved on, and another model was built meanwhile
+    keras_vit.ViT(**DISTINCT)
+    again, other = _seeded_build(3), _seeded_build(4)
+    assert "patch_corruption/mask_embedding" in first
+    for path, value in first.items():
+        np.testing.assert_array_equal(again[path], value, err_msg=path)
+        if _design_constant(path) is None and path != "masked_patch_head/kernel":  # the head starts at zero
+            assert not np.array_equal(other[path], value), f"{path} ignores the seed"
+    _assert_no_two_alike({path: value for path, value in first.items() if value.std() > 0})
+
+
+def test_a_seeded_weight_is_numpys_draw_from_the_seed_and_its_path():
+    """What makes the values the same on every backend: NumPy's PCG64 Generator, seeded with the
+    seed and a hash of the layer's path and the weight's rank in it (kernel 0, bias 1)."""
+    weights = _seeded_build(3)
+
+    def generator(path, rank):
+        digest = hashlib.sha256(f"{path}#{rank}".encode()).digest()
+        words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence([3, *words])))
+
+    kernel = weights[MLP + "Dense_0/kernel"]
+    limit = math.sqrt(6 / (24 + 48))
+    expected = generator(MLP.rstrip("/") + "/Dense_0", 0).uniform(-limit, limit, (24, 48)).astype("float32")
+    np.testing.assert_array_equal(kernel, expected)
+    bias = generator(MLP.rstrip("/") + "/Dense_0", 1).standard_normal(48, dtype=np.float32) * np.float32(1e-6)
+    np.testing.assert_array_equal(weights[MLP + "Dense_0/bias"], bias)
+
+
+def test_adding_a_layer_moves_no_other_layers_start():
+    two, three = _seeded_build(3, num_layers=2), _seeded_build(3, num_layers=3)
+    assert set(two) < set(three)
+    for path, value in two.items():
+        np.testing.assert_array_equal(three[path], value, err_msg=path)
+
+
+_XAVIER_LIMIT = math.sqrt(6 / (64 + 256))  # a (64, 8, 32) attention kernel: 64 in, 256 out
+_LECUN_BOUND = 2 * math.sqrt(1 / 64) / initializers.TRUNCATED_NORMAL_STDDEV
+
+
+@pytest.mark.parametrize(
+    "ours, keras_own, shape, bounds",
+    [
+        (initializers.RandomNormal(0.1, 0.02), keras.initializers.RandomNormal(0.1, 0.02), (400, 500), None),
+        (
+            initializers.TruncatedNormal(0.0, 0.02),
+            keras.initializers.TruncatedNormal(0.0, 0.02),
+            (400, 500),
+            (-0.04, 0.04),
+        ),
+        (
+            initializers.RandomUniform(-0.3, 0.5),
+            keras.initializers.RandomUniform(-0.3, 0.5),
+            (400, 500),
+            (-0.3, 0.5),
+        ),
+        # Keras' VarianceScaling on the kernel read as a (64, 256) matrix: the Flax fans.
+        (
+            initializers.XavierUniform(num_input_axes=1),
+            keras.initializers.VarianceScaling(1.0, "fan_avg", "uniform"),
+            (64, 8, 32),
+            (-_XAVIER_LIMIT, _XAVIER_LIMIT),
+        ),
+        (
+            initializers.LecunNormal(num_input_axes=1),
+            keras.initializers.VarianceScaling(1.0, "fan_in", "truncated_normal"),
+            (64, 8, 32),
+            (-_LECUN_BOUND, _LECUN_BOUND),
+        ),
+    ],
+    ids=["RandomNormal", "TruncatedNormal", "RandomUniform", "XavierUniform", "LecunNormal"],
+)
+def test_numpy_draws_keep_each_initializers_distribution(ours, keras_own, shape, bounds):
+    """Mean, standard deviation and range of NumPy's draws (seeded and not) against the
+    backend's own initialiser of the same distribution."""
+    with initializers.seeded(0):
+        seeded = np.asarray(ours(shape), np.float64).ravel()
+    drawn = np.asarray(ours(shape), np.float64).ravel()
+    reference = np.asarray(keras_own((shape[0], math.prod(shape[1:]))), np.float64).ravel()
+    spread = reference.std()
+    for values in (seeded, drawn):
+        assert abs(values.mean() - reference.mean()) < 6 * spread * math.sqrt(2 / values.size)
+        assert abs(values.std() / spread - 1) < _tolerance(values.size)
+        if bounds is None:  # a plain normal: tails beyond 3.5 standard deviations
+            assert np.abs(values - values.mean()).max() > 3.5 * spread
+        else:  # the whole range, and nothing beyond it
+            low, high = bounds
+            assert low - 1e-7 <= values.min() < low + 0.01 * (high - low)
+            assert high - 0.01 * (high - low) < values.max() <= high + 1e-7
+
+
+def test_for_weight_draws_keras_random_initializers_with_numpy():
+    for keras_own, cls in [
+        (keras.initializers.RandomNormal(stddev=0.02), initializers.RandomNormal),
+        (keras.initializers.TruncatedNormal(stddev=0.02), initializers.TruncatedNormal),
+        (keras.initializers.RandomUniform(-1.0, 1.0), initializers.RandomUniform),
+    ]:
+        drawn = initializers.for_weight(keras_own)
+        assert type(drawn) is cls
+        assert drawn.get_config() == keras_own.get_config()
+    explicit = initializers.for_weight(keras.initializers.RandomNormal(stddev=0.02, seed=5))
+    np.testing.assert_array_equal(explicit((8, 8)), initializers.RandomNormal(stddev=0.02, seed=5)((8, 8)))
+    with initializers.seeded(1):  # an explicit seed wins over the scope's
+        np.testing.assert_array_equal(
+            explicit((8, 8)), initializers.RandomNormal(stddev=0.02, seed=5)((8, 8))
+        )
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "3"])
+def test_seeded_refuses_what_is_not_a_seed(seed):
+    with pytest.raises(ValueError, match="seed must be a non-negative int"):
+        with initializers.seeded(seed):
+            pass

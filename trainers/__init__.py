@@ -50,6 +50,9 @@ except ImportError as error:  # the library was installed without the [train] ex
         'the trainers need TensorFlow and TFDS: pip install "keras-vision-transformer[train]"'
     ) from error
 
+if os.environ.get(reproducible.IEEE_MATH) == "1":
+    reproducible.pin_math()  # the demo's exactly rounded rsqrt and softmax (trainers/reproducible.py)
+
 _VERBOSE = console.verbose_requested(sys.argv)
 if not _VERBOSE:
     # TensorFlow's runtime log lines (XLA service, tf.data notes) below errors stay hidden too

@@ -32,6 +32,7 @@ import platform
 import sys
 import time
 
+import numpy as np
 from absl import flags
 
 from configs import demo as demo_config
@@ -41,6 +42,7 @@ from configs.demo import (
     FEW_PER_CLASS,
     FULL,
     PINNED,  # noqa: F401  (the stages' pins, what run(pinned=...) replaces)
+    REPEATED,
     SHOTS,
     SMALL,
 )
@@ -61,6 +63,7 @@ def stage_configs(
     finetune_steps,
     few_finetune_steps,
     seeds,
+    few_runs=FULL["few_runs"],
     pinned=None,
     engine=DEFAULT_ENGINE,
 ):
@@ -77,7 +80,7 @@ def stage_configs(
     )
     return {
         name: (trainer, demo_config.get_config(name, workdir, **settings))
-        for name, trainer in demo_config.STAGES.items()
+        for name, trainer in demo_config.stages(few_runs).items()
     }
 
 
@@ -103,7 +106,9 @@ def _cost(trainer, config):
 
 
 def collect(stage_results):
-    """The demo's numbers: stage/metric -> number, and the size and chance level of each task."""
+    """The demo's numbers: stage/metric -> number, and the size and chance level of each task.
+    A REPEATED stage's test_accuracy is the mean over its runs (seeds 0 ...), with the standard
+    deviation as `_std` and every run's own as `_runs`."""
     results = {}
     for name, result in stage_results.items():
         if name.startswith("fewshot"):
@@ -114,10 +119,23 @@ def collect(stage_results):
             results[f"{name}/test_masked_patch_accuracy"] = result["eval"]["test"]["masked_patch_accuracy"]
         else:
             results[f"{name}/test_accuracy"] = result["eval"]["test"]["accuracy"]
+    for stage in REPEATED:
+        runs = [results.pop(f"{name}/test_accuracy") for name in _runs_of(stage, stage_results)]
+        results[f"{stage}/test_accuracy"] = float(np.mean(runs))
+        results[f"{stage}/test_accuracy_std"] = float(np.std(runs))
+        results[f"{stage}/test_accuracy_runs"] = runs
     results["upstream/test_images"] = stage_results["pretrain"]["eval"]["test"]["examples"]
     # The probes score the same split (digits 5-9's test split) as the fine-tuning runs.
     results["downstream/test_images"] = stage_results["scratch"]["eval"]["test"]["examples"]
     return results
+
+
+def _runs_of(stage, stage_results):
+    """The names of `stage`'s runs among the stages that ran, seed 0 first."""
+    names = [stage]
+    while demo_config.repeat_name(stage, len(names)) in stage_results:
+        names.append(demo_config.repeat_name(stage, len(names)))
+    return names
 
 
 def table(results, settings, seconds):
@@ -173,14 +191,96 @@ def table(results, settings, seconds):
             else [" " * 13] * 2
         )
         lines.append((f"{label:<44}" + "".join(cells)).rstrip())
+    few_runs = settings.get("few_runs", 1)  # a results.json of a version without the repeats: 1
     lines += [
         "",
         f"probes: mean ± std over {settings['seeds']} draws of the k examples per class; "
-        f"fine-tuning: {settings['finetune_steps']} steps (all images), "
-        f"{settings['few_finetune_steps']} steps ({FEW_PER_CLASS}/class); "
-        f"pre-training: {settings['pretrain_steps']} steps; total {seconds / 60:.1f} min",
+        f"fine-tuning: {settings['finetune_steps']} steps (all images, one run), "
+        f"{settings['few_finetune_steps']} steps ({FEW_PER_CLASS}/class"
+        + (f", mean ± std over {few_runs} runs with seeds 0-{few_runs - 1}" if few_runs > 1 else "")
+        + f"); pre-training: {settings['pretrain_steps']} steps; total {seconds / 60:.1f} min",
     ]
     return "\n".join(lines)
+
+
+# The README's words for the fine-tuning rows (stages of configs/demo.py FINETUNES).
+_FINETUNED = {
+    "finetune_masked_patch": "the masked-patch pre-trained ViT",
+    "finetune": "the ViT pre-trained with labels",
+    "scratch": "the same ViT from scratch",
+}
+
+
+def _ahead(results, key, other):
+    """Whether `key`'s mean is above `other`'s by more than the sum of their standard deviations
+    (their mean ± std intervals do not overlap): the only differences the headline claims."""
+    spread = results.get(f"{key}_std", 0.0) + results.get(f"{other}_std", 0.0)
+    return results[key] - results[other] > spread
+
+
+def _listing(items):
+    items = [str(item) for item in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def headline(results):
+    """The README's summary of a full run's table, from its results.json: the 10-per-class
+    fine-tunes as mean ± std over their runs, and which differences exceed that spread; where
+    the ViT from scratch and the raw-pixel probe win. Every figure and every verdict is computed
+    here from the numbers, so a new run cannot leave a claim behind."""
+    runs = results["settings"].get("few_runs", 1)
+    few = {stage: f"{stage}_{FEW_PER_CLASS}per_class/test_accuracy" for stage in _FINETUNED}
+
+    def few_cell(stage):
+        key = few[stage]
+        spread = f" ± {results[f'{key}_std']:.3f}" if runs > 1 else ""
+        return f"{results[key]:.3f}{spread}"
+
+    scratch = few["scratch"]
+    verdicts = []
+    for stage in ("finetune_masked_patch", "finetune"):
+        if runs < 2:
+            verdicts = ["one run each, so no spread was measured and no difference is claimed"]
+            break
+        if _ahead(results, few[stage], scratch):
+            verdicts.append(f"{_FINETUNED[stage]} is ahead of from scratch by more than that spread")
+        elif _ahead(results, scratch, few[stage]):
+            verdicts.append(f"from scratch is ahead of {_FINETUNED[stage]} by more than that spread")
+        else:
+            verdicts.append(f"{_FINETUNED[stage]} and from scratch are within that spread of each other")
+    every = {stage: results[f"{stage}/test_accuracy"] for stage in _FINETUNED}
+    best = max(every, key=every.get)
+    images = results["downstream/test_images"]
+    others = ", ".join(f"{every[stage]:.3f} ({_FINETUNED[stage]})" for stage in every if stage != best)
+    margin = round((every[best] - max(v for s, v in every.items() if s != best)) * images)
+    vit_probes = ("fewshot", "fewshot_masked_patch", "fewshot_random_init")
+    pixels = {k: results[f"fewshot_pixels/{k}shot_accuracy"] for k in SHOTS}
+    best_vit = {k: max(results[f"{probe}/{k}shot_accuracy"] for probe in vit_probes) for k in SHOTS}
+    pixels_win = [k for k in SHOTS if pixels[k] > best_vit[k]]
+    top = SHOTS[-1]
+    if pixels_win:
+        probes = (
+            f"the linear probe of the raw pixels is ahead of every ViT probe at {_listing(pixels_win)} "
+            f"examples per class ({pixels[top]:.3f} against at best {best_vit[top]:.3f} at {top})"
+        )
+    else:
+        probes = "at every number of examples per class a ViT probe is at least as good as the raw pixels'"
+    mean = " (mean ± std)" if runs > 1 else ""
+    return (
+        f"- **The demo.** `make demo` tells the paper's story in miniature on the UCI digits, in "
+        f"{results['wall_time_s'] / 60:.0f} minutes on {_where(results['machine'])}: ViTs pre-trained "
+        f"on digits 0-4, "
+        f"then fine-tuned and probed on digits 5-9 ({images} test images; one image is "
+        f"{1 / images:.3f}). With {FEW_PER_CLASS} images per class, "
+        + (f"over {runs} runs with seeds 0-{runs - 1}" if runs > 1 else "in one run")
+        + ", fine-tuning "
+        f"{_FINETUNED['finetune_masked_patch']} reaches test accuracy "
+        f"{few_cell('finetune_masked_patch')}, {_FINETUNED['finetune']} {few_cell('finetune')} and "
+        f"the same ViT from scratch {few_cell('scratch')}{mean}: {'; '.join(verdicts)}. "
+        f"With all images (one run each) {_FINETUNED[best]} is ahead, {every[best]:.3f} against "
+        f"{others}: {margin} test image{'s' if margin != 1 else ''}; and {probes}. "
+        f"[The whole table](docs/guides/demo.md#measured)."
+    )
 
 
 def command(settings, engine=DEFAULT_ENGINE):
@@ -191,6 +291,8 @@ def command(settings, engine=DEFAULT_ENGINE):
     preset = SMALL if settings.get("small") else FULL
     if settings.get("small"):
         argv.append("--small")
+    # A results.json of a version without the repeated runs ran each 10-per-class fine-tune once.
+    settings = {"few_runs": 1, **settings}
     argv += [f"--{name}={settings[name]}" for name in preset if settings[name] != preset[name]]
     return " ".join(argv)
 
@@ -205,7 +307,7 @@ def markdown(results):
             command(results["settings"], results.get("engine", DEFAULT_ENGINE)),
             "```",
             "",
-            f"Measured {machine['date']} on {machine['cpu']} ({machine['cores']} cores), Python "
+            f"Measured {machine['date']} on {_where(machine)}, Python "
             f"{machine['python']}, {versions}; CPU kernels {results['cpu_kernels']}.",
             "",
             "```",
@@ -213,6 +315,20 @@ def markdown(results):
             "```",
         ]
     )
+
+
+def _load_average():
+    """The system's load average over the last 15 minutes (None where the system has none)."""
+    try:
+        return os.getloadavg()[2]
+    except (AttributeError, OSError):
+        return None
+
+
+def _where(machine):
+    """The machine a run's timings come from, in words: "AMD EPYC (2 cores, load average 7.9)"."""
+    load = f", load average {machine['load_average']}" if "load_average" in machine else ""
+    return f"{machine['cpu']} ({machine['cores']} cores{load})"
 
 
 def _machine(engine=DEFAULT_ENGINE):
@@ -253,7 +369,7 @@ def run(workdir, *, small=False, pinned=None, engine=DEFAULT_ENGINE, **overrides
     print(f"demo, {label}: {len(stages)} stages, {engine} engine; CPU kernels {kernels}", flush=True)
     costs = {name: _cost(trainer, config) for name, (trainer, config) in stages.items()}
     start, done = time.time(), 0
-    stage_results = {}
+    stage_results, loads = {}, []
     for k, (name, (trainer, config)) in enumerate(stages.items(), 1):
         count = f"[{k}/{len(stages)}]"
         print(
@@ -261,6 +377,7 @@ def run(workdir, *, small=False, pinned=None, engine=DEFAULT_ENGINE, **overrides
         )
         tick = time.time()
         stage_results[name] = run_stage(trainer, config)
+        loads.append(_load_average())
         done += costs[name]
         elapsed = time.time() - start
         left = elapsed / done * (sum(costs.values()) - done)
@@ -277,6 +394,8 @@ def run(workdir, *, small=False, pinned=None, engine=DEFAULT_ENGINE, **overrides
     results["cpu_kernels"] = kernels
     results["engine"] = engine
     results["machine"] = _machine(engine)
+    if None not in loads:  # the timings' context: the machine may be shared with other jobs
+        results["machine"]["load_average"] = round(float(np.mean(loads)), 1)
     results_lib.write(workdir, results)
     print("\n" + table(results, results["settings"], seconds))
     print(
@@ -301,6 +420,9 @@ def _check_workdir(workdir, settings, engine=DEFAULT_ENGINE):
         with fileio.open(path) as f:
             found = json.load(f)
         found.setdefault("engine", DEFAULT_ENGINE)  # written before the demo had --engine
+        # Written before the repeated 10-per-class runs: its stages are the seed-0 runs, and the
+        # repeats are stages it lacks.
+        found.setdefault("few_runs", wanted["few_runs"])
         # Only what this version records is compared: one version also wrote its list of stages.
         if {name: found.get(name) for name in wanted} != wanted:
             raise UsageError(
@@ -335,6 +457,7 @@ def _flags():
         "finetune_steps": "downstream steps with all images",
         "few_finetune_steps": f"downstream steps with {FEW_PER_CLASS} images per class",
         "seeds": "draws of the k-shot examples per probe",
+        "few_runs": f"runs (seeds 0, 1, ...) of each {FEW_PER_CLASS}-per-class fine-tune",
     }
     for name, text in budget.items():
         flags.DEFINE_integer(
@@ -352,6 +475,7 @@ def main(argv=None):
             finetune_steps=values.finetune_steps,
             few_finetune_steps=values.few_finetune_steps,
             seeds=values.seeds,
+            few_runs=values.few_runs,
             engine=values.engine,
         )
 

@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 
 from configs import fewshot as fewshot_config
-from keras_vit import VARIANTS, fileio
+from keras_vit import VARIANTS, fileio, initializers
 from trainers import actions, cli, distribute, engines, image_summaries, plan_pieces
 from trainers import results as results_lib
 from trainers.console import Console
@@ -61,9 +61,10 @@ def build_feature_model(config, num_classes):
     # No head: the probe fits its own, so the model's would only be a zero-initialised layer
     # that loading reports and nothing uses.
     settings = plan_pieces.model_settings(config)
-    return build_model(
-        settings, num_classes, pre_logits_from_weights=not config.pre_logits, include_top=False
-    )
+    with initializers.seeded(config.seed):  # a random-init probe starts as on every engine
+        return build_model(
+            settings, num_classes, pre_logits_from_weights=not config.pre_logits, include_top=False
+        )
 
 
 def run(config):

@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
-from keras_vit import fileio
+from keras_vit import fileio, initializers
 from trainers import (
     actions,
     banner,
@@ -114,8 +114,11 @@ def build_trainer(config, strategy, spec, plan=None):
     keras.mixed_precision.set_global_policy(precision.POLICIES[plan.precision])
     try:
         with strategy.scope():
-            model = model_builder.build_model(plan.model, spec.num_classes, params=plan.params)
-            objective = _objective(plan, strategy, model)
+            # The initial values come from the seed and each weight's path, not from the
+            # backend's generator: the same model on every engine.
+            with initializers.seeded(plan.seed):
+                model = model_builder.build_model(plan.model, spec.num_classes, params=plan.params)
+                objective = _objective(plan, strategy, model)
             schedule = optimizers.WarmupDecay(
                 config.base_lr, config.total_steps, config.warmup_steps, config.decay_type
             )
