@@ -55,6 +55,22 @@ def test_one_process_saves_at_the_next_boundary_and_restores_the_handler():
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_where_no_run_reads_the_flags_sigterm_stops_at_once_and_a_run_turns_it_into_a_flag():
+    before = signal.getsignal(signal.SIGTERM)
+    with preemption.watching(reads=False):  # a command's, before and after its run
+        with pytest.raises(preemption.Stopped):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        with preemption.watching(reads=True) as signals:  # its run: read at the safe points
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            assert signals.signalled and not signals.interrupted
+        with pytest.raises(KeyboardInterrupt):  # Ctrl-C outside a run: at once, as without a handler
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def _start_workers(tmp_path, workdir, name):
     return start_cluster(tmp_path, RUN + [f"--workdir={workdir}"], name)
 

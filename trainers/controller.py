@@ -48,12 +48,52 @@ class Controller:
 
     def run(self, iterator, step):
         """Trains from `step` to the end, then evaluates and finishes: the run's results, or
-        {"preempted": True, "steps": step} when a preemption stopped it (its checkpoint saved)."""
-        step, preempted = self.train(iterator, step)
-        if preempted:
-            return {"preempted": True, "steps": step}
-        self.checkpoints.save_if_new()
-        return self.evaluate_only(step)
+        {"preempted": True, "steps": step} when a SIGTERM or Ctrl-C stopped it (at a loop
+        boundary or at the end's safe points, its checkpoint saved; or before training began)."""
+        # Watched from here to the results (trainers/preemption.py): every process passes the
+        # same safe points, so several processes agree on where to stop.
+        with preemption.Preemption(self.strategy, self.checkpoints.save_if_new) as preempted:
+            if preempted.stops_before_training():
+                return self._stopped_before_training(preempted, step)
+            step, stopped = self.train(iterator, step, preempted)
+            if stopped:
+                return {"preempted": True, "steps": step}
+            self.checkpoints.save_if_new()
+            if preempted.saved_checkpoint():  # after the final checkpoint
+                return self._stopped(preempted, step, "finish the run (its final evaluation and export)")
+            tags = self.evaluate(step)
+            if preempted.saved_checkpoint():  # after the final evaluations, before the export
+                return self._stopped(preempted, step, "finish the run (its final evaluation and export)")
+            results = self.finish(step, tags)
+            if preempted.signalled:  # during the export: written to the end, then said
+                print(f"{preempted.cause()} while the results were written: the run finished first.")
+                if preempted.interrupted:
+                    raise KeyboardInterrupt
+            return results
+
+    def _stopped(self, preempted, step, then):
+        """The last line of a run stopped by a signal, whose checkpoint of `step` is saved."""
+        print(
+            f"{preempted.cause()}: saved a checkpoint at step {step}; rerun the same command to {then}.",
+            flush=True,
+        )
+        if preempted.interrupted:
+            raise KeyboardInterrupt
+        return {"preempted": True, "steps": step}
+
+    def _stopped_before_training(self, preempted, step):
+        if step:
+            kept = f"nothing new to save (the run resumed from step {step})"
+        else:
+            kept = "nothing to save yet"
+        print(
+            f"{preempted.cause()} before training began: {kept}; rerun the same command to "
+            f"{'resume' if step else 'start'}.",
+            flush=True,
+        )
+        if preempted.interrupted:
+            raise KeyboardInterrupt
+        return {"preempted": True, "steps": step}
 
     def evaluate_only(self, step=0):
         """Every evaluation once at `step`, and the results `finish` makes of their tags."""
@@ -76,36 +116,33 @@ class Controller:
                 ends.append((step // every + 1) * every)
         return min(ends)
 
-    def train(self, iterator, step):
-        """Trains from `step` to the end; returns the step reached and whether a preemption stopped it."""
+    def train(self, iterator, step, preempted=None):
+        """Trains from `step` to the end; returns the step reached and whether a preemption stopped it.
+        `preempted`: the run's Preemption (one of its own when None)."""
+        if preempted is None:
+            with preemption.Preemption(self.strategy, self.checkpoints.save_if_new) as preempted:
+                return self.train(iterator, step, preempted)
         total = self.total_steps
         # SIGTERM or Ctrl-C: every worker saves the same step at a loop boundary and the run returns
         # (Ctrl-C: raises KeyboardInterrupt after the save, so the command ends as interrupted).
-        with preemption.Preemption(self.strategy, self.checkpoints.save) as preempted:
-            while step < total:
-                end = self.next_boundary(step)
-                tick = time.perf_counter()
-                out = self.trainer.train(iterator, end - step)
-                seconds = time.perf_counter() - tick
-                if not out["finite"]:
-                    raise TrainingError(
-                        f"the training loss became {out['loss']} (gradient norm {out['grad_norm']}) "
-                        f"between steps {step} and {end}; stopped without saving. "
-                        f"Last good checkpoint: {self.checkpoints.latest or 'none'}. "
-                        "Lower --base_lr or set --grad_norm_clip."
-                    )
-                self.log(step, end, out, seconds)
-                step = end
-                for action in self.actions:
-                    if action.every and step % action.every == 0 and step < total:
-                        action(step, out, seconds)
-                if step < total and preempted.saved_checkpoint():
-                    print(
-                        f"{preempted.cause()}: saved a checkpoint at step {step}; "
-                        "rerun the same command to resume.",
-                        flush=True,
-                    )
-                    if preempted.interrupted:
-                        raise KeyboardInterrupt
-                    return step, True
+        while step < total:
+            end = self.next_boundary(step)
+            tick = time.perf_counter()
+            out = self.trainer.train(iterator, end - step)
+            seconds = time.perf_counter() - tick
+            if not out["finite"]:
+                raise TrainingError(
+                    f"the training loss became {out['loss']} (gradient norm {out['grad_norm']}) "
+                    f"between steps {step} and {end}; stopped without saving. "
+                    f"Last good checkpoint: {self.checkpoints.latest or 'none'}. "
+                    "Lower --base_lr or set --grad_norm_clip."
+                )
+            self.log(step, end, out, seconds)
+            step = end
+            for action in self.actions:
+                if action.every and step % action.every == 0 and step < total:
+                    action(step, out, seconds)
+            if step < total and preempted.saved_checkpoint():
+                self._stopped(preempted, step, "resume")
+                return step, True
         return step, False

@@ -29,6 +29,7 @@ from trainers import (
     model_builder,
     optimizers,
     precision,
+    preemption,
 )
 from trainers import plan as plan_lib
 from trainers.console import Console
@@ -44,9 +45,15 @@ from trainers.validation import check_rerun, validate_training
 def run(config):
     """Trains per `config`; returns the results dict (also written to WORKDIR/results.json).
 
-    If SIGTERM arrives (on any worker), a checkpoint is saved and the returned dict has
-    "preempted": True (trainers/preemption.py).
+    If SIGTERM or Ctrl-C arrives (on any worker, at any moment from here on), the run stops at its
+    next safe point with what the rerun needs saved, and the returned dict has "preempted": True
+    (trainers/preemption.py).
     """
+    with preemption.watching(reads=True):
+        return _run(config)
+
+
+def _run(config):
     if hasattr(config, "copy_and_resolve_references"):
         config = config.copy_and_resolve_references()
     validate_training(config)
@@ -74,6 +81,10 @@ def run(config):
     )
     evaluators = from_config.build(plan.evals, context)
     check_rerun(config)
+    return _run_and_report_faults(config, plan, strategy, spec, built, evaluators)
+
+
+def _run_and_report_faults(config, plan, strategy, spec, built, evaluators):
     # Validation is over: from here on the workdir is written.
     try:
         return _Run(config, plan, strategy, spec, built, evaluators).run()
