@@ -28,13 +28,15 @@ from trainers import (
     memory,
     model_builder,
     optimizers,
+    peer_watch,
     precision,
     preemption,
+    run_checkpoints,
 )
 from trainers import plan as plan_lib
 from trainers.console import Console
 from trainers.controller import Controller
-from trainers.errors import UsageError
+from trainers.errors import TrainerError, UsageError
 from trainers.evaluators import classification as classification_lib
 from trainers.evaluators import from_config
 from trainers.flags import config_to_json
@@ -81,7 +83,18 @@ def _run(config):
     )
     evaluators = from_config.build(plan.evals, context)
     check_rerun(config)
-    return _run_and_report_faults(config, plan, strategy, spec, built, evaluators)
+    # Several processes watch each other from here on (trainers/peer_watch.py).
+    peers = peer_watch.watch(
+        distribute.processes(strategy), functools.partial(run_checkpoints.newest_checkpoint, config.workdir)
+    )
+    try:
+        results = _run_and_report_faults(config, plan, strategy, spec, built, evaluators)
+    except BaseException as error:
+        _end_watch(peers, error)
+        raise
+    if peers is not None:
+        peers.finished()
+    return results
 
 
 def _run_and_report_faults(config, plan, strategy, spec, built, evaluators):
@@ -94,6 +107,20 @@ def _run_and_report_faults(config, plan, strategy, spec, built, evaluators):
         if fault is None:
             raise
         raise fault from None
+
+
+def _end_watch(peers, error):
+    """How this process's end reads to the others: a Ctrl-C stopped them all together, after the
+    shared save (a goodbye); an error with its own line ends it alone (they report it lost); any
+    other error may be the engine's word for a lost process, which the watch then reports."""
+    if peers is None:
+        return
+    if isinstance(error, KeyboardInterrupt):
+        peers.finished()
+    elif isinstance(error, TrainerError):
+        peers.failed()
+    else:
+        peers.wait_for_loss()
 
 
 def _check_labels(config, plan, spec):
