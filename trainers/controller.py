@@ -66,7 +66,10 @@ class Controller:
                 return self._stopped(preempted, step, "finish the run (its final evaluation and export)")
             results = self.finish(step, tags)
             if preempted.signalled:  # during the export: written to the end, then said
-                print(f"{preempted.cause()} while the results were written: the run finished first.")
+                print(
+                    f"{preempted.cause()} as the run ended: it finished and wrote its results first.",
+                    flush=True,
+                )
                 if preempted.interrupted:
                     raise KeyboardInterrupt
             return results

@@ -15,6 +15,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from trainers import preemption
 from trainers.errors import StrategyError
 
 # --strategy's values; the jax engine's mesh (trainers/jax_distribute.py) takes the same.
@@ -176,7 +177,9 @@ def _multi_worker_strategy(cpu_devices):
             "in one process"
         )
     logging.info("Multi-worker: %d workers, this is %s %s", len(workers), task["type"], task["index"])
-    return tf.distribute.MultiWorkerMirroredStrategy()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    preemption.reclaim_signals()  # the cluster's runtime took SIGTERM for itself
+    return strategy
 
 
 def describe(strategy) -> str:

@@ -39,6 +39,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from keras_vit import startup
+from trainers import preemption
 from trainers.distribute import STRATEGIES, Processes, host_of
 from trainers.errors import StrategyError
 
@@ -133,6 +134,12 @@ def _join_cluster():
     """jax.distributed.initialize from TF_CONFIG, or from what JAX finds (TPU pods, SLURM)."""
     if jax.distributed.is_initialized():
         return
+    _initialize()
+    preemption.reclaim_signals()  # JAX's coordination client took SIGTERM for itself
+
+
+def _initialize():
+    """jax.distributed.initialize, with the cluster it joins kept for trainers/peer_watch.py."""
     raw = os.environ.get("TF_CONFIG")
     try:
         if raw:

@@ -99,6 +99,18 @@ def watching(reads=True, whole_process=False):
             _restore(state)
 
 
+def reclaim_signals():
+    """Puts this module's handlers back after a runtime took SIGTERM for itself: TensorFlow's
+    and JAX's coordination services install a C-level handler of their own when a process joins
+    a cluster (MultiWorkerMirroredStrategy, jax.distributed.initialize), which would swallow the
+    signal. Nothing to do where no watch is under way."""
+    if _SIGNALS.depth == 0 and not _SIGNALS.kept:
+        return
+    for signum, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint)):
+        if signum in _SIGNALS.previous:
+            signal.signal(signum, handler)
+
+
 def _restore(state):
     if state.watcher is not None:
         state.watcher.close()
@@ -153,6 +165,7 @@ class Preemption:
     def __enter__(self):
         self._watch = watching(reads=True)
         self._watch.__enter__()
+        reclaim_signals()
         if self._cluster is not None:
             self._cluster.run = self
         return self
