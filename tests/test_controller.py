@@ -177,7 +177,7 @@ def test_sigterm_during_the_export_lets_it_end_and_says_so(capsys):
     controller = _controller(FakeTrainer(), [], logged=[], finish=finish)
     assert controller.run(iterator=None, step=0) == {"steps": 12}
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "preempted (SIGTERM) while the results were written: the run finished first."
+        "preempted (SIGTERM) as the run ended: it finished and wrote its results first."
     )
 
 
