@@ -7,13 +7,18 @@ resumed): about 30-55 s on 2 CPU cores.
 import os
 import re
 import signal
+import subprocess
 import time
 
 import pytest
 from trainer_cli import (
     PREEMPTED,
+    ROOT,
     TINY_MODEL,
+    _env,
     checkpoint_steps,
+    command,
+    handles,
     kill_one_of_two,
     read_results,
     run_cli,
@@ -73,6 +78,42 @@ def test_where_no_run_reads_the_flags_sigterm_stops_at_once_and_a_run_turns_it_i
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "signum, code, line",
+    [
+        (
+            signal.SIGTERM,
+            0,
+            preemption.stopped_line(),
+        ),
+        (signal.SIGINT, 130, "finetune: interrupted"),
+    ],
+)
+def test_a_signal_while_the_command_imports_stops_it_as_it_starts(tmp_path, signum, code, line):
+    """The first seconds, before TensorFlow has loaded: the signal is noted, not fatal."""
+    workdir = tmp_path / "run"
+    proc = subprocess.Popen(
+        command("finetune", ONE_PROCESS + [f"--workdir={workdir}"]),
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 60
+        while not handles(proc.pid, signal.SIGTERM):  # trainers/__init__.py has begun: it imports
+            assert proc.poll() is None and time.time() < deadline
+            time.sleep(0.005)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == code and out.strip().splitlines()[-1] == line, out[-3000:]
+    assert "Traceback" not in out and not workdir.exists()
 
 
 def _start_workers(tmp_path, workdir, name):
@@ -203,7 +244,7 @@ def test_ctrl_c_saves_says_how_to_resume_and_the_rerun_matches_an_uninterrupted_
     out = log.read_text()
     # Exit 130 like any interrupted command, promptly: the save is at the next loop boundary.
     assert code == 130 and seconds < 30, (code, seconds, out[-3000:])
-    assert "Ctrl-C: saving a checkpoint at the next step boundary" in out
+    assert "Ctrl-C: stopping at the next step boundary, with a checkpoint of that step" in out
     (step,) = [int(s) for s in INTERRUPTED.findall(out)]
     assert 0 < step < 200 and checkpoint_steps(workdir) == [step]
     assert not os.path.exists(os.path.join(workdir, "results.json"))
@@ -260,7 +301,7 @@ def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path):
         assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    while "Ctrl-C: saving a checkpoint" not in log.read_text():
+    while "Ctrl-C: stopping at the next step boundary" not in log.read_text():
         assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
         time.sleep(0.02)
     proc.send_signal(signal.SIGINT)

@@ -271,3 +271,12 @@ def kill_one_of_two(procs, logs, workdir, lost_after_s, timeout=240):
     assert not os.path.exists(os.path.join(str(workdir), "results.json"))
     print(f"survivor stopped {seconds:.1f} s after the kill, naming {named}")
     return out, named
+
+
+def handles(pid, signum):
+    """Whether process `pid` has a handler of its own for `signum` (Linux: SigCgt in its status)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
+    return False

@@ -43,6 +43,8 @@ import threading
 
 import tensorflow as tf
 
+from trainers import early_signals
+
 
 class Stopped(Exception):
     """SIGTERM where no run reads the flag (a command starting, a few-shot probe): the command
@@ -77,8 +79,13 @@ def watching(reads=True, whole_process=False):
     cannot turn a finished command into one killed by SIGTERM (status 143).
     """
     state = _SIGNALS
+    early = []
     if state.depth == 0 and not state.kept:
         state.signalled = state.interrupted = False
+        # What came while the command was importing (trainers/early_signals.py).
+        early = early_signals.take()
+        state.signalled = bool(early)
+        state.interrupted = signal.SIGINT in early
         for signum, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint)):
             try:
                 state.previous[signum] = signal.signal(signum, handler)
@@ -89,6 +96,8 @@ def watching(reads=True, whole_process=False):
     state.depth += 1
     state.readers += bool(reads)
     try:
+        if early and _unread():  # the command is starting: it stops at once, as after its start
+            raise KeyboardInterrupt if state.interrupted else Stopped()
         yield state
     finally:
         state.depth -= 1
