@@ -7,7 +7,9 @@ without training: trainers.fewshot probes a frozen model through it.
 
 `train` calls `Trainer.train` for as many steps as there are until the next step at which an
 action is due (trainers/actions.py: log, checkpoint, evaluate), runs the due actions, and stops
-early and cleanly when a preemption asks (trainers/preemption.py). The boundaries are a pure
+early and cleanly when a preemption asks (trainers/preemption.py). `run` also stops at the
+end's safe points: before the first loop call (one process), after the final checkpoint and
+after the final evaluations; the export, once begun, is written to the end. The boundaries are a pure
 function of the step, so a resumed run splits its remaining steps into the same loop calls as an
 uninterrupted one, which is what makes resume exact.
 """
@@ -60,42 +62,28 @@ class Controller:
                 return {"preempted": True, "steps": step}
             self.checkpoints.save_if_new()
             if preempted.saved_checkpoint():  # after the final checkpoint
-                return self._stopped(preempted, step, "finish the run (its final evaluation and export)")
+                return self._stopped(preempted, step, _FINISH)
             tags = self.evaluate(step)
             if preempted.saved_checkpoint():  # after the final evaluations, before the export
-                return self._stopped(preempted, step, "finish the run (its final evaluation and export)")
+                return self._stopped(preempted, step, _FINISH)
             results = self.finish(step, tags)
             if preempted.signalled:  # during the export: written to the end, then said
-                print(
-                    f"{preempted.cause()} as the run ended: it finished and wrote its results first.",
-                    flush=True,
-                )
-                if preempted.interrupted:
-                    raise KeyboardInterrupt
+                _say(preempted, " as the run ended: it finished and wrote its results first.")
             return results
 
     def _stopped(self, preempted, step, then):
-        """The last line of a run stopped by a signal, whose checkpoint of `step` is saved."""
-        print(
-            f"{preempted.cause()}: saved a checkpoint at step {step}; rerun the same command to {then}.",
-            flush=True,
-        )
-        if preempted.interrupted:
-            raise KeyboardInterrupt
+        """The end of a run stopped by a signal, whose checkpoint of `step` is saved."""
+        _say(preempted, f": saved a checkpoint at step {step}; rerun the same command to {then}.")
         return {"preempted": True, "steps": step}
 
     def _stopped_before_training(self, preempted, step):
         if step:
-            kept = f"nothing new to save (the run resumed from step {step})"
+            kept = (
+                f"nothing new to save (the run resumed from step {step}); rerun the same command to resume."
+            )
         else:
-            kept = "nothing to save yet"
-        print(
-            f"{preempted.cause()} before training began: {kept}; rerun the same command to "
-            f"{'resume' if step else 'start'}.",
-            flush=True,
-        )
-        if preempted.interrupted:
-            raise KeyboardInterrupt
+            kept = "nothing to save yet; rerun the same command to start."
+        _say(preempted, f" before training began: {kept}")
         return {"preempted": True, "steps": step}
 
     def evaluate_only(self, step=0):
@@ -149,3 +137,15 @@ class Controller:
                 self._stopped(preempted, step, "resume")
                 return step, True
         return step, False
+
+
+# What the rerun of a run stopped after its last loop call does.
+_FINISH = "finish the run (its final evaluation and export)"
+
+
+def _say(preempted, what):
+    """A stopped run's last line: why it stopped (preempted.cause()), then `what`; Ctrl-C then
+    ends the command as interrupted."""
+    print(f"{preempted.cause()}{what}", flush=True)
+    if preempted.interrupted:
+        raise KeyboardInterrupt
