@@ -29,6 +29,7 @@ from trainer_cli import (
     read_results,
     run_cli,
     sigterm_at_each,
+    sigterm_to_the_second_at_each,
     start_cli,
     start_cluster,
     stop_step_of_two,
@@ -275,6 +276,24 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_one_step_and_they_end_as_
 
     chief_out, other_out = wait_all(*_start_two(tmp_path, workdir, "resumed", jax_env))
     assert f"at step {step}." in chief_out and "Resumed" not in other_out
+    _assert_two_processes_match(workdir, reference)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_of_two_processes_at_the_start_and_at_the_end_stops_both_together(
+    reference, jax_env, tmp_path
+):
+    """At the start the two stop together at the first loop boundary; at the last loop call after
+    the final checkpoint or evaluation, with that checkpoint saved. The reruns end as the
+    uninterrupted run."""
+    workdir = str(tmp_path / "run")
+    markers = ("model:", f"step {TOTAL}/{TOTAL}")
+    args = TWO_PROCESSES + [f"--workdir={workdir}"]
+    (_, start), (_, end) = sigterm_to_the_second_at_each(args, markers, tmp_path, jax_env)
+    assert stop_step_of_two(start) == 1  # a fresh run's first loop call is one step
+    assert stopped_at_the_end(end[1], TOTAL), end[1][-2000:]
+    chief_out, _ = wait_all(*_start_two(tmp_path, workdir, "resumed", jax_env))
+    assert f"at step {TOTAL}." in chief_out
     _assert_two_processes_match(workdir, reference)
 
 

@@ -14,6 +14,7 @@ import pytest
 from trainer_cli import (
     PREEMPTED,
     ROOT,
+    SIGTERM_LINE,
     TINY_MODEL,
     _env,
     checkpoint_steps,
@@ -23,6 +24,7 @@ from trainer_cli import (
     read_results,
     run_cli,
     sigterm_at_each,
+    sigterm_to_the_second_at_each,
     start_cli,
     start_cluster,
     stop_step_of_two,
@@ -168,6 +170,22 @@ def test_sigterm_to_one_worker_checkpoints_all_at_one_step_and_resumes_exactly(c
     chief_out, other_out = _train(tmp_path, workdir, "resumed")
     assert f"at step {step}." in chief_out and not PREEMPTED.search(chief_out)
     assert "Resumed" not in other_out and not PREEMPTED.search(other_out)  # only the chief reports
+    _assert_matches(workdir, cluster_reference)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_worker_at_the_start_and_at_the_end_stops_both_together(cluster_reference, tmp_path):
+    """At the start the two stop together at the first loop boundaries; at the last loop call
+    after the final checkpoint or evaluation, or (the handler's agreement takes one more safe
+    point) they finish first. The reruns end as the uninterrupted run."""
+    workdir = str(tmp_path / "run")
+    markers = ("model:", f"step {TOTAL}/{TOTAL}")
+    (_, start), (_, end) = sigterm_to_the_second_at_each(RUN + [f"--workdir={workdir}"], markers, tmp_path)
+    assert stop_step_of_two(start) < TOTAL
+    # The signalled worker's line, if the signal reached it before its last safe point.
+    assert stopped_at_the_end(end[1], TOTAL) or not SIGTERM_LINE.search(end[1]), end[1][-2000:]
+    chief_out, _ = _train(tmp_path, workdir, "resumed")
+    assert f"at step {TOTAL}." in chief_out
     _assert_matches(workdir, cluster_reference)
 
 

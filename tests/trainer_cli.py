@@ -280,3 +280,33 @@ def handles(pid, signum):
             if line.startswith("SigCgt:"):
                 return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
     return False
+
+
+def sigterm_to_the_second_at_each(args, markers, tmp_path, env=None, timeout=240):
+    """sigterm_at_each for a run of two processes: the SIGTERM goes to the second process when the
+    first (which prints the run's lines) shows the marker. Both must exit 0 with no traceback,
+    agree on any step they saved, and the next run resume from it. Returns [(marker, outputs)]."""
+    stops = []
+    for number, marker in enumerate(markers):
+        procs, logs = start_cluster(tmp_path, args, f"sigterm{number}_", env)
+        deadline = time.time() + timeout
+        try:
+            while marker not in logs[0].read_text():
+                assert all(p.poll() is None for p in procs) and time.time() < deadline, [
+                    log.read_text()[-2000:] for log in logs
+                ]
+                time.sleep(0.02)
+            procs[1].send_signal(signal.SIGTERM)
+        except BaseException:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+            raise
+        outputs = wait_all(procs, logs, timeout=180)
+        assert not any("Traceback" in out for out in outputs), [out[-2000:] for out in outputs]
+        saved = [SAVED_AT.findall(out) for out in outputs]
+        assert saved[0] == saved[1] and len(saved[0]) <= 1, saved  # the same step, once
+        if number and SAVED_AT.search(stops[-1][1][0]):
+            assert f"at step {SAVED_AT.search(stops[-1][1][0]).group(1)}." in outputs[0], outputs[0][-2000:]
+        stops.append((marker, outputs))
+    return stops
