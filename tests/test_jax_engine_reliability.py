@@ -1,12 +1,15 @@
 """The jax engine keeps the tf engine's promises for long runs, end to end (subprocesses: the
 engine runs Keras on JAX, and pytest's own process runs TensorFlow).
 
-SIGKILL and SIGTERM resume to the bit-identical model, an unreadable newest checkpoint falls back
+SIGKILL and SIGTERM resume to the bit-identical model, SIGTERM at every moment of a run too (its
+start, the middle, the last loop call, the results), an unreadable newest checkpoint falls back
 to the previous one, a full disk at a save is one line with nothing lost, and two processes
-(--strategy=multi_worker, one device each) stop together on one SIGTERM and end as one process
-of two devices. Every run is the same small digits training on two (simulated) CPU devices, so
-one uninterrupted run is the reference of them all; runs share what they can (one run meets
-both checkpoint faults), about 2 minutes on 2 CPU cores.
+(--strategy=multi_worker, one device each) stop together on one SIGTERM (at the start, in the
+middle, at the end), stop with one line when the other is killed, and end as one process of two
+devices. Every run is the same small digits training on two (simulated) CPU devices, so one
+uninterrupted run is the reference of them all; runs share what they can (one run meets both
+checkpoint faults; the moments' runs are each other's reruns). The slow tests took about 16
+minutes here with the machine's load average near 17 (a few minutes on 2 idle cores).
 """
 
 import os

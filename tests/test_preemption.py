@@ -1,7 +1,9 @@
-"""SIGTERM: a checkpoint at a loop boundary, then exit 0; with two worker processes, on both at the same step.
+"""SIGTERM and Ctrl-C at every moment of a run, from its imports to its results: a checkpoint at
+the next safe point and one line, then exit 0 (Ctrl-C: 130); with two worker processes, on both
+at the same step; and a worker killed without a signal, which the other reports in one line.
 
-The multi-worker test runs three two-process trainings on loopback (uninterrupted, preempted,
-resumed): about 30-55 s on 2 CPU cores.
+The one-process tests share one uninterrupted run, the two-process tests another (two-process
+trainings on loopback); the moments' runs are each other's reruns.
 """
 
 import os
