@@ -8,8 +8,8 @@ to the previous one, a full disk at a save is one line with nothing lost, and tw
 middle, at the end), stop with one line when the other is killed, and end as one process of two
 devices. Every run is the same small digits training on two (simulated) CPU devices, so one
 uninterrupted run is the reference of them all; runs share what they can (one run meets both
-checkpoint faults; the moments' runs are each other's reruns). The slow tests took about 16
-minutes here with the machine's load average near 17 (a few minutes on 2 idle cores).
+checkpoint faults; the moments' runs are each other's reruns). The slow tests took about 30
+minutes here, in three sessions, with the machine's load average between 17 and 20.
 """
 
 import os
