@@ -1,8 +1,12 @@
 """trainers.controller: loop calls split at the actions' steps, actions run when due, divergence stops."""
 
+import os
+import signal
+import time
+
 import pytest
 
-from trainers import distribute
+from trainers import distribute, preemption
 from trainers.actions import describe
 from trainers.controller import Controller
 from trainers.errors import TrainingError
@@ -31,7 +35,8 @@ class FakeCheckpoints:
         self.saved.append("preempted")
 
     def save_if_new(self):
-        self.saved.append("final")
+        if "final" not in self.saved:  # as RunCheckpoints: once per step
+            self.saved.append("final")
 
 
 class Evaluation:
@@ -121,7 +126,7 @@ def test_a_preempted_run_neither_evaluates_nor_finishes(monkeypatch):
         evaluations=[Evaluation(0, "final_only", ran)],
         finish=lambda step, tags: finished.append(step),
     )
-    monkeypatch.setattr(controller, "train", lambda iterator, step: (5, True))
+    monkeypatch.setattr(controller, "train", lambda iterator, step, preempted=None: (5, True))
     assert controller.run(iterator=None, step=0) == {"preempted": True, "steps": 5}
     assert ran == [] and finished == [] and controller.checkpoints.saved == []
 
@@ -135,3 +140,60 @@ def test_evaluate_only_needs_no_trainer():
     )
     assert controller.evaluate_only() == {"at": 0, "probe/step": 0.0}
     assert ran == [("probe", 0)]
+
+
+class Signalled(Evaluation):
+    """An evaluation during which the process gets SIGTERM (as a scheduler's notice arrives)."""
+
+    def __call__(self, step, out=None, seconds=None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler runs between the main thread's bytecodes
+        return super().__call__(step, out, seconds)
+
+
+def test_sigterm_during_the_final_evaluation_stops_after_it_with_the_final_checkpoint(capsys):
+    ran, finished = [], []
+    controller = _controller(
+        FakeTrainer(),
+        [],
+        logged=[],
+        evaluations=[Signalled(0, "final_only", ran)],
+        finish=lambda step, tags: finished.append(step),
+    )
+    assert controller.run(iterator=None, step=0) == {"preempted": True, "steps": 12}
+    assert ran == [("final_only", 12)] and finished == [] and controller.checkpoints.saved == ["final"]
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "preempted (SIGTERM): saved a checkpoint at step 12; rerun the same command to finish the run "
+        "(its final evaluation and export)."
+    )
+
+
+def test_sigterm_during_the_export_lets_it_end_and_says_so(capsys):
+    def finish(step, tags):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        return {"steps": step}
+
+    controller = _controller(FakeTrainer(), [], logged=[], finish=finish)
+    assert controller.run(iterator=None, step=0) == {"steps": 12}
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "preempted (SIGTERM) as the run ended: it finished and wrote its results first."
+    )
+
+
+@pytest.mark.parametrize(
+    "step, then",
+    [
+        (0, "nothing to save yet; rerun the same command to start"),
+        (8, "nothing new to save (the run resumed from step 8); rerun the same command to resume"),
+    ],
+)
+def test_sigterm_before_training_stops_one_process_before_its_first_loop_call(capsys, step, then):
+    trainer = FakeTrainer()
+    controller = _controller(trainer, [], logged=[])
+    with preemption.watching():  # a run's: the signal is a flag until its first safe point
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert controller.run(iterator=None, step=step) == {"preempted": True, "steps": step}
+    assert trainer.calls == [] and controller.checkpoints.saved == []
+    assert capsys.readouterr().out.strip() == f"preempted (SIGTERM) before training began: {then}."

@@ -1,12 +1,15 @@
 """The jax engine keeps the tf engine's promises for long runs, end to end (subprocesses: the
 engine runs Keras on JAX, and pytest's own process runs TensorFlow).
 
-SIGKILL and SIGTERM resume to the bit-identical model, an unreadable newest checkpoint falls back
+SIGKILL and SIGTERM resume to the bit-identical model, SIGTERM at every moment of a run too (its
+start, the middle, the last loop call, the results), an unreadable newest checkpoint falls back
 to the previous one, a full disk at a save is one line with nothing lost, and two processes
-(--strategy=multi_worker, one device each) stop together on one SIGTERM and end as one process
-of two devices. Every run is the same small digits training on two (simulated) CPU devices, so
-one uninterrupted run is the reference of them all; runs share what they can (one run meets
-both checkpoint faults), about 2 minutes on 2 CPU cores.
+(--strategy=multi_worker, one device each) stop together on one SIGTERM (at the start, in the
+middle, at the end), stop with one line when the other is killed, and end as one process of two
+devices. Every run is the same small digits training on two (simulated) CPU devices, so one
+uninterrupted run is the reference of them all; runs share what they can (one run meets both
+checkpoint faults; the moments' runs are each other's reruns). The slow tests took about 30
+minutes here, in three sessions, with the machine's load average between 17 and 20.
 """
 
 import os
@@ -24,16 +27,20 @@ from trainer_cli import (
     checkpoint_steps,
     command,
     error_line,
+    kill_one_of_two,
     limit_file_size,
     read_results,
     run_cli,
+    sigterm_at_each,
+    sigterm_to_the_second_at_each,
     start_cli,
     start_cluster,
     stop_step_of_two,
+    stopped_at_the_end,
     wait_all,
 )
 
-from trainers import preemption
+from trainers import peer_watch, preemption
 
 TOTAL, EVERY = 120, 20
 RUN = TINY_MODEL + [
@@ -161,6 +168,37 @@ def test_sigkill_and_sigterm_mid_training_then_a_rerun_ends_bit_for_bit_as_an_un
     _assert_identical(workdir, reference)
 
 
+# Moments of a run's life, each a line it prints: its start (the banner's first line: the first
+# step compiles after it), the middle of training, its last loop call (the final checkpoint and
+# evaluation follow), and the final results (the export and results.json follow).
+MOMENTS = ("model:", f"step {TOTAL // 2}/{TOTAL}", f"step {TOTAL}/{TOTAL}", "final test:")
+
+
+@pytest.mark.slow
+def test_sigterm_at_every_moment_of_a_run_then_the_reruns_end_bit_for_bit_as_an_uninterrupted_run(
+    reference, jax_env, tmp_path
+):
+    """One workdir, one run per moment, each the rerun of the one before; the last rerun must end
+    as the reference, bit for bit."""
+    workdir = str(tmp_path / "run")
+    args = ONE_PROCESS + [f"--workdir={workdir}"]
+    start, middle, last_call, results = (out for _, out in sigterm_at_each(args, MOMENTS, tmp_path, jax_env))
+    assert (
+        "preempted (SIGTERM) before training began: nothing to save yet; rerun the same command to start."
+        in start
+    )
+    (step,) = [int(s) for s in PREEMPTED.findall(middle)]
+    assert TOTAL // 2 <= step < TOTAL
+    assert stopped_at_the_end(last_call, TOTAL), last_call[-2000:]
+    assert "Resumed from" in results and os.path.exists(os.path.join(workdir, "results.json"))
+    proc = run_cli("finetune", args, env=jax_env)
+    assert (
+        proc.returncode == 0
+        and f"Resumed from {workdir}/checkpoints/ckpt-{TOTAL} at step {TOTAL}." in proc.stdout
+    )
+    _assert_identical(workdir, reference)
+
+
 def _read(path):
     with open(path, "rb") as f:
         return f.read()
@@ -241,7 +279,41 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_one_step_and_they_end_as_
 
     chief_out, other_out = wait_all(*_start_two(tmp_path, workdir, "resumed", jax_env))
     assert f"at step {step}." in chief_out and "Resumed" not in other_out
-    # The same model as one process of two devices, up to the order of the cross-process sum.
+    _assert_two_processes_match(workdir, reference)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_of_two_processes_at_the_start_and_at_the_end_stops_both_together(
+    reference, jax_env, tmp_path
+):
+    """At the start the two stop together at the first loop boundary; at the last loop call after
+    the final checkpoint or evaluation, with that checkpoint saved. The reruns end as the
+    uninterrupted run."""
+    workdir = str(tmp_path / "run")
+    markers = ("model:", f"step {TOTAL}/{TOTAL}")
+    args = TWO_PROCESSES + [f"--workdir={workdir}"]
+    (_, start), (_, end) = sigterm_to_the_second_at_each(args, markers, tmp_path, jax_env)
+    assert stop_step_of_two(start) == 1  # a fresh run's first loop call is one step
+    assert stopped_at_the_end(end[1], TOTAL), end[1][-2000:]
+    chief_out, _ = wait_all(*_start_two(tmp_path, workdir, "resumed", jax_env))
+    assert f"at step {TOTAL}." in chief_out
+    _assert_two_processes_match(workdir, reference)
+
+
+@pytest.mark.slow
+def test_a_killed_process_stops_the_other_with_one_line_and_the_rerun_resumes_from_its_checkpoint(
+    reference, jax_env, tmp_path
+):
+    workdir = str(tmp_path / "run")
+    procs, logs = _start_two(tmp_path, workdir, "killed", jax_env)
+    _, named = kill_one_of_two(procs, logs, workdir, peer_watch.LOST_AFTER_S)
+    chief_out, _ = wait_all(*_start_two(tmp_path, workdir, "resumed", jax_env))
+    assert f"Resumed from {named} at step" in chief_out
+    _assert_two_processes_match(workdir, reference)
+
+
+def _assert_two_processes_match(workdir, reference):
+    """The same model as one process of two devices, up to the order of the cross-process sum."""
     got, want = _weights(workdir), _weights(reference)
     assert got.keys() == want.keys()
     largest = max(float(np.max(np.abs(got[name] - want[name]))) for name in want)

@@ -1,32 +1,45 @@
-"""SIGTERM: a checkpoint at a loop boundary, then exit 0; with two worker processes, on both at the same step.
+"""SIGTERM and Ctrl-C at every moment of a run, from its imports to its results: a checkpoint at
+the next safe point and one line, then exit 0 (Ctrl-C: 130); with two worker processes, on both
+at the same step; and a worker killed without a signal, which the other reports in one line.
 
-The multi-worker test runs three two-process trainings on loopback (uninterrupted, preempted,
-resumed): about 30-55 s on 2 CPU cores.
+The one-process tests share one uninterrupted run, the two-process tests another (two-process
+trainings on loopback); the moments' runs are each other's reruns.
 """
 
 import os
 import re
 import signal
+import subprocess
 import time
 
 import pytest
 from trainer_cli import (
     PREEMPTED,
+    ROOT,
+    SIGTERM_LINE,
     TINY_MODEL,
+    _env,
     checkpoint_steps,
+    command,
+    handles,
+    kill_one_of_two,
     read_results,
+    run_cli,
+    sigterm_at_each,
+    sigterm_to_the_second_at_each,
     start_cli,
     start_cluster,
     stop_step_of_two,
+    stopped_at_the_end,
     wait_all,
 )
 
-from trainers import distribute, preemption
+from trainers import distribute, peer_watch, preemption
 
 TOTAL = 400
-# Loop calls of 2 steps and no periodic checkpoint or evaluation: the only checkpoint before the
-# end is the preemption's, and 400 steps leave the signal (sent at the first progress line) many
-# loop calls to land in.
+# Loop calls of 2 steps, a checkpoint every 100 and no periodic evaluation: 400 steps leave a
+# signal (sent at the first progress line) many loop calls to land in before the first checkpoint,
+# and a kill after it a checkpoint to resume from.
 RUN = TINY_MODEL + [
     "--image_size=16",
     "--dataset=digits",
@@ -36,7 +49,7 @@ RUN = TINY_MODEL + [
     "--base_lr=0.1",
     "--steps_per_loop=2",
     "--eval_every=0",
-    "--checkpoint_every=0",
+    "--checkpoint_every=100",
     "--seed=1",
     "--strategy=multi_worker",
 ]
@@ -55,6 +68,58 @@ def test_one_process_saves_at_the_next_boundary_and_restores_the_handler():
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_where_no_run_reads_the_flags_sigterm_stops_at_once_and_a_run_turns_it_into_a_flag():
+    before = signal.getsignal(signal.SIGTERM)
+    with preemption.watching(reads=False):  # a command's, before and after its run
+        with pytest.raises(preemption.Stopped):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        with preemption.watching(reads=True) as signals:  # its run: read at the safe points
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            assert signals.signalled and not signals.interrupted
+        with pytest.raises(KeyboardInterrupt):  # Ctrl-C outside a run: at once, as without a handler
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "signum, code, line",
+    [
+        (
+            signal.SIGTERM,
+            0,
+            preemption.stopped_line(),
+        ),
+        (signal.SIGINT, 130, "finetune: interrupted"),
+    ],
+)
+def test_a_signal_while_the_command_imports_stops_it_as_it_starts(tmp_path, signum, code, line):
+    """The first seconds, before TensorFlow has loaded: the signal is noted, not fatal."""
+    workdir = tmp_path / "run"
+    proc = subprocess.Popen(
+        command("finetune", ONE_PROCESS + [f"--workdir={workdir}"]),
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 60
+        while not handles(proc.pid, signal.SIGTERM):  # trainers/__init__.py has begun: it imports
+            assert proc.poll() is None and time.time() < deadline
+            time.sleep(0.005)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == code and out.strip().splitlines()[-1] == line, out[-3000:]
+    assert "Traceback" not in out and not workdir.exists()
+
+
 def _start_workers(tmp_path, workdir, name):
     return start_cluster(tmp_path, RUN + [f"--workdir={workdir}"], name)
 
@@ -63,11 +128,25 @@ def _train(tmp_path, workdir, name):
     return wait_all(*_start_workers(tmp_path, workdir, name))
 
 
-@pytest.mark.slow
-def test_sigterm_to_one_worker_checkpoints_all_at_one_step_and_resumes_exactly(tmp_path):
+@pytest.fixture(scope="module")
+def cluster_reference(tmp_path_factory):
+    """An uninterrupted two-process run: what a stopped or broken one must end as."""
+    tmp_path = tmp_path_factory.mktemp("two_processes")
     reference = str(tmp_path / "reference")
     _train(tmp_path, reference, "reference")
+    return reference
 
+
+def _assert_matches(workdir, reference):
+    resumed, uninterrupted = read_results(workdir), read_results(reference)
+    assert resumed["steps"] == uninterrupted["steps"] == TOTAL and resumed["replicas"] == 2
+    assert resumed["train_loss"] == pytest.approx(uninterrupted["train_loss"], rel=1e-6)
+    assert resumed["eval"]["test"]["loss"] == pytest.approx(uninterrupted["eval"]["test"]["loss"], rel=1e-6)
+    assert resumed["eval"]["test"]["accuracy"] == uninterrupted["eval"]["test"]["accuracy"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_worker_checkpoints_all_at_one_step_and_resumes_exactly(cluster_reference, tmp_path):
     workdir = str(tmp_path / "run")
     procs, logs = _start_workers(tmp_path, workdir, "preempted")
     try:
@@ -86,18 +165,42 @@ def test_sigterm_to_one_worker_checkpoints_all_at_one_step_and_resumes_exactly(t
     outputs = wait_all(procs, logs, timeout=120)
     step = stop_step_of_two(outputs)
     assert 0 < step < TOTAL
-    assert checkpoint_steps(workdir) == [step]
+    assert checkpoint_steps(workdir)[-1] == step
     assert not os.path.exists(os.path.join(workdir, "results.json"))
     assert not [n for n in os.listdir(workdir) if n.startswith(".worker_")]
 
     chief_out, other_out = _train(tmp_path, workdir, "resumed")
     assert f"at step {step}." in chief_out and not PREEMPTED.search(chief_out)
     assert "Resumed" not in other_out and not PREEMPTED.search(other_out)  # only the chief reports
-    resumed, uninterrupted = read_results(workdir), read_results(reference)
-    assert resumed["steps"] == uninterrupted["steps"] == TOTAL and resumed["replicas"] == 2
-    assert resumed["train_loss"] == pytest.approx(uninterrupted["train_loss"], rel=1e-6)
-    assert resumed["eval"]["test"]["loss"] == pytest.approx(uninterrupted["eval"]["test"]["loss"], rel=1e-6)
-    assert resumed["eval"]["test"]["accuracy"] == uninterrupted["eval"]["test"]["accuracy"]
+    _assert_matches(workdir, cluster_reference)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_worker_at_the_start_and_at_the_end_stops_both_together(cluster_reference, tmp_path):
+    """At the start the two stop together at the first loop boundaries; at the last loop call
+    after the final checkpoint or evaluation, or (the handler's agreement takes one more safe
+    point) they finish first. The reruns end as the uninterrupted run."""
+    workdir = str(tmp_path / "run")
+    markers = ("model:", f"step {TOTAL}/{TOTAL}")
+    (_, start), (_, end) = sigterm_to_the_second_at_each(RUN + [f"--workdir={workdir}"], markers, tmp_path)
+    assert stop_step_of_two(start) < TOTAL
+    # The signalled worker's line, if the signal reached it before its last safe point.
+    assert stopped_at_the_end(end[1], TOTAL) or not SIGTERM_LINE.search(end[1]), end[1][-2000:]
+    chief_out, _ = _train(tmp_path, workdir, "resumed")
+    assert f"at step {TOTAL}." in chief_out
+    _assert_matches(workdir, cluster_reference)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_stops_the_other_with_one_line_and_the_rerun_resumes_from_its_checkpoint(
+    cluster_reference, tmp_path
+):
+    workdir = str(tmp_path / "run")
+    procs, logs = _start_workers(tmp_path, workdir, "killed")
+    _, named = kill_one_of_two(procs, logs, workdir, peer_watch.LOST_AFTER_S)
+    chief_out, _ = _train(tmp_path, workdir, "resumed")
+    assert f"Resumed from {named} at step" in chief_out
+    _assert_matches(workdir, cluster_reference)
 
 
 # Ctrl-C: one process, the digits run above without the cluster, and loop calls of 2 steps.
@@ -132,12 +235,26 @@ def test_one_process_ctrl_c_is_acknowledged_at_once_and_marks_the_run_interrupte
     assert signal.getsignal(signal.SIGINT) is before
 
 
-@pytest.mark.slow
-def test_ctrl_c_saves_says_how_to_resume_and_the_rerun_matches_an_uninterrupted_run(tmp_path):
-    reference = str(tmp_path / "reference")
-    proc = start_cli("finetune", ONE_PROCESS + [f"--workdir={reference}"], log_path=str(tmp_path / "ref.log"))
-    assert proc.wait(timeout=300) == 0, (tmp_path / "ref.log").read_text()[-3000:]
+@pytest.fixture(scope="module")
+def one_process_reference(tmp_path_factory):
+    """An uninterrupted one-process run: what every run Ctrl-C or SIGTERM stopped must end as."""
+    reference = str(tmp_path_factory.mktemp("one_process") / "reference")
+    proc = run_cli("finetune", ONE_PROCESS + [f"--workdir={reference}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return reference
 
+
+def _assert_results_equal(workdir, reference):
+    resumed, uninterrupted = read_results(workdir), read_results(reference)
+    assert resumed["steps"] == uninterrupted["steps"] == 200
+    assert resumed["train_loss"] == uninterrupted["train_loss"]
+    assert resumed["eval"]["test"] == uninterrupted["eval"]["test"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_says_how_to_resume_and_the_rerun_matches_an_uninterrupted_run(
+    one_process_reference, tmp_path
+):
     workdir = str(tmp_path / "run")
     proc, log = _start_and_wait_for_training(tmp_path, workdir, "interrupted")
     sent = time.time()
@@ -147,7 +264,7 @@ def test_ctrl_c_saves_says_how_to_resume_and_the_rerun_matches_an_uninterrupted_
     out = log.read_text()
     # Exit 130 like any interrupted command, promptly: the save is at the next loop boundary.
     assert code == 130 and seconds < 30, (code, seconds, out[-3000:])
-    assert "Ctrl-C: saving a checkpoint at the next step boundary" in out
+    assert "Ctrl-C: stopping at the next step boundary, with a checkpoint of that step" in out
     (step,) = [int(s) for s in INTERRUPTED.findall(out)]
     assert 0 < step < 200 and checkpoint_steps(workdir) == [step]
     assert not os.path.exists(os.path.join(workdir, "results.json"))
@@ -157,10 +274,38 @@ def test_ctrl_c_saves_says_how_to_resume_and_the_rerun_matches_an_uninterrupted_
     proc = start_cli("finetune", ONE_PROCESS + [f"--workdir={workdir}"], log_path=str(resumed_log))
     assert proc.wait(timeout=300) == 0, resumed_log.read_text()[-3000:]
     assert f"at step {step}." in resumed_log.read_text()
-    resumed, uninterrupted = read_results(workdir), read_results(reference)
-    assert resumed["steps"] == uninterrupted["steps"] == 200
-    assert resumed["train_loss"] == uninterrupted["train_loss"]
-    assert resumed["eval"]["test"] == uninterrupted["eval"]["test"]
+    _assert_results_equal(workdir, one_process_reference)
+
+
+# Moments of a run's life, each a line it prints: its start (the banner's first line, before the
+# first step compiles), the middle of training, its last loop call (the final checkpoint and
+# evaluation follow), and the final results (the export and results.json follow).
+MOMENTS = ("model:", "step 100/200", "step 200/200", "final test:")
+
+
+@pytest.mark.slow
+def test_sigterm_at_every_moment_of_a_run_stops_it_with_one_line_and_the_reruns_end_as_an_uninterrupted_run(
+    one_process_reference, tmp_path
+):
+    """One workdir, one run per moment, each the rerun of the one before (so each rerun starts
+    from what the stop before it saved); the last rerun must end as the uninterrupted run."""
+    workdir = str(tmp_path / "run")
+    args = ONE_PROCESS + [f"--workdir={workdir}"]
+    start, middle, last_call, results = (out for _, out in sigterm_at_each(args, MOMENTS, tmp_path))
+    assert (
+        "preempted (SIGTERM) before training began: nothing to save yet; rerun the same command to start."
+        in start
+    )
+    (step,) = [int(s) for s in PREEMPTED.findall(middle)]
+    assert 100 <= step < 200
+    # The last loop call's SIGTERM lands in the final checkpoint or evaluation (stopped with the
+    # checkpoint of step 200) or, on a slow machine, in the export (finished first).
+    assert stopped_at_the_end(last_call, 200), last_call[-2000:]
+    # The results' SIGTERM lands in the export, or after it, while the process ends: exit 0 either way.
+    assert "Resumed from" in results and os.path.exists(os.path.join(workdir, "results.json"))
+    proc = run_cli("finetune", args)
+    assert proc.returncode == 0 and f"Resumed from {workdir}/checkpoints/ckpt-200 at step 200." in proc.stdout
+    _assert_results_equal(workdir, one_process_reference)
 
 
 @pytest.mark.slow
@@ -176,7 +321,7 @@ def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path):
         assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    while "Ctrl-C: saving a checkpoint" not in log.read_text():
+    while "Ctrl-C: stopping at the next step boundary" not in log.read_text():
         assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
         time.sleep(0.02)
     proc.send_signal(signal.SIGINT)

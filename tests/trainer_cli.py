@@ -182,3 +182,131 @@ def stop_step_of_two(outputs):
     assert len(steps[0]) == 1 and steps[0] == steps[1], steps
     assert not PREEMPTED.search(outputs[0]), outputs[0][-2000:]
     return steps[0][0]
+
+
+# Any last line of a run that SIGTERM stopped or met at its end (trainers/controller.py).
+SIGTERM_LINE = re.compile(r"^preempted \(SIGTERM\)[ :].*$", re.M)
+SAVED_AT = re.compile(r"saved a checkpoint at step (\d+); rerun")
+
+
+def sigterm_at_each(args, markers, tmp_path, env=None, timeout=240):
+    """Runs `trainers.finetune args` once per marker, each run the rerun of the one before, and
+    sends each a SIGTERM as soon as its output shows the marker (a line's text: the moment of the
+    run it lands in). Returns [(marker, output)] after checking what every stop must do: exit 0
+    at once, one SIGTERM line and no traceback, and a next run that resumes from what it saved."""
+    stops = []
+    for number, marker in enumerate(markers):
+        log = tmp_path / f"sigterm{number}.log"
+        proc = start_cli("finetune", args, env=env, log_path=str(log))
+        deadline = time.time() + timeout
+        try:
+            while marker not in log.read_text():
+                assert proc.poll() is None and time.time() < deadline, (marker, log.read_text()[-3000:])
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=120)
+        finally:
+            proc.kill()
+            proc.wait()
+        out = log.read_text()
+        assert code == 0 and "Traceback" not in out, (marker, code, out[-3000:])
+        assert len(SIGTERM_LINE.findall(out)) <= 1, out[-3000:]
+        if number:  # the run before stopped at a step it saved: this one resumed from it
+            saved = SAVED_AT.search(stops[-1][1])
+            if saved:
+                assert f"at step {saved.group(1)}." in out, out[-3000:]
+        stops.append((marker, out))
+    return stops
+
+
+def stopped_at_the_end(out, step):
+    """Whether a SIGTERM at a run's end left its line: stopped with the final checkpoint of `step`
+    saved (before or after the final evaluation), or the export finished first."""
+    return bool(
+        re.search(
+            rf"^preempted \(SIGTERM\)(: saved a checkpoint at step {step}; rerun the same command to "
+            r"finish the run| as the run ended: it finished and wrote its results first\.)",
+            out,
+            re.M,
+        )
+    )
+
+
+# The line of a process whose partner in a run was lost (trainers/peer_watch.py); group 1 the
+# lost process, group 2 the checkpoint it names.
+LOST = re.compile(
+    r"^finetune: error: process (\d+) of 2 \([^)]*\) is gone \(its connection closed\); "
+    r"the last checkpoint is (\S+)\. Stopping this process too: rerun the same command",
+    re.M,
+)
+
+
+def kill_one_of_two(procs, logs, workdir, lost_after_s, timeout=240):
+    """SIGKILLs the second of two processes once the run has a checkpoint; returns (the survivor's
+    output, the checkpoint its line names) after checking that it stopped within `lost_after_s`
+    with exit code 1, its one line, and nothing half-written."""
+    deadline = time.time() + timeout
+    try:
+        while not checkpoint_steps(workdir):
+            assert time.time() < deadline and all(p.poll() is None for p in procs), [
+                log.read_text()[-2000:] for log in logs
+            ]
+            time.sleep(0.05)
+        procs[1].kill()
+        killed = time.time()
+        code = procs[0].wait(timeout=lost_after_s + 60)
+        seconds = time.time() - killed
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    out = logs[0].read_text()
+    assert code == 1 and seconds < lost_after_s, (code, seconds, out[-3000:])
+    found = LOST.findall(out)
+    assert len(found) == 1 and found[0][0] == "1" and "Traceback" not in out, out[-3000:]
+    named = found[0][1]
+    folder = os.path.join(str(workdir), "checkpoints")
+    assert named == os.path.join(folder, f"ckpt-{checkpoint_steps(workdir)[-1]}"), (named, os.listdir(folder))
+    assert not [n for n in os.listdir(folder) if n.endswith("_temp") or n.startswith(".tmp")]
+    assert not os.path.exists(os.path.join(str(workdir), "results.json"))
+    print(f"survivor stopped {seconds:.1f} s after the kill, naming {named}")
+    return out, named
+
+
+def handles(pid, signum):
+    """Whether process `pid` has a handler of its own for `signum` (Linux: SigCgt in its status)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
+    return False
+
+
+def sigterm_to_the_second_at_each(args, markers, tmp_path, env=None, timeout=240):
+    """sigterm_at_each for a run of two processes: the SIGTERM goes to the second process when the
+    first (which prints the run's lines) shows the marker. Both must exit 0 with no traceback,
+    agree on any step they saved, and the next run resume from it. Returns [(marker, outputs)]."""
+    stops = []
+    for number, marker in enumerate(markers):
+        procs, logs = start_cluster(tmp_path, args, f"sigterm{number}_", env)
+        deadline = time.time() + timeout
+        try:
+            while marker not in logs[0].read_text():
+                assert all(p.poll() is None for p in procs) and time.time() < deadline, [
+                    log.read_text()[-2000:] for log in logs
+                ]
+                time.sleep(0.02)
+            procs[1].send_signal(signal.SIGTERM)
+        except BaseException:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+            raise
+        outputs = wait_all(procs, logs, timeout=180)
+        assert not any("Traceback" in out for out in outputs), [out[-2000:] for out in outputs]
+        saved = [SAVED_AT.findall(out) for out in outputs]
+        assert saved[0] == saved[1] and len(saved[0]) <= 1, saved  # the same step, once
+        if number and SAVED_AT.search(stops[-1][1][0]):
+            assert f"at step {SAVED_AT.search(stops[-1][1][0]).group(1)}." in outputs[0], outputs[0][-2000:]
+        stops.append((marker, outputs))
+    return stops

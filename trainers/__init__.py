@@ -12,8 +12,10 @@ TensorFlow's start-up lines are hidden unless the command line has --verbose
 import os
 import sys
 
-from trainers import engine_env  # the standard library only
+from trainers import early_signals, engine_env  # the standard library only
 
+# A SIGTERM or Ctrl-C while TensorFlow or JAX load is noted, for the command to act on at its start.
+early_signals.catch(getattr(sys, "orig_argv", ()))
 # The backend the engine runs (trainers/engine_env.py), chosen before anything imports Keras.
 if "keras" not in sys.modules:
     engine_env.prepare(sys.argv, getattr(sys, "orig_argv", ()))

@@ -1,30 +1,39 @@
 """The trainers' command line: flags -> run(config), every error one line on stderr.
 
-Exit codes: 0 done (or stopped by SIGTERM after saving a checkpoint), 2 bad input, 1 the run
-failed (e.g. the loss diverged), 130 interrupted (Ctrl-C; during training, after saving a
-checkpoint at the next step boundary, trainers/preemption.py): each error's `exit_code`
-(trainers/errors.py).
+Exit codes: 0 done (or stopped by SIGTERM, at any moment, after saving what the rerun needs),
+2 bad input, 1 the run failed (e.g. the loss diverged, or another process of the run was lost),
+130 interrupted (Ctrl-C; during a run, after the same save as SIGTERM, trainers/preemption.py):
+each error's `exit_code` (trainers/errors.py).
 """
 
 import sys
 
+from trainers import preemption
 from trainers.console import show_library_messages
 from trainers.errors import TrainerError, one_line
 from trainers.flags import parse_flags, program_name, read_argv
 
 
 def main(run, get_config, argv=None, help_overrides=None):
+    # The process's own command line: its signals are watched until the process ends.
+    whole_process = argv is None
     argv = sys.argv if argv is None else argv
     program = program_name(argv)
     show_library_messages()
     try:
-        run(parse_flags(argv, get_config, help_overrides))
+        # SIGTERM and Ctrl-C from here on: a run stops at its next safe point, anything else
+        # at once, each with one line (trainers/preemption.py).
+        with preemption.watching(reads=False, whole_process=whole_process):
+            run(parse_flags(argv, get_config, help_overrides))
     except TrainerError as e:
         print(f"{program}: error: {one_line(e)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print(f"{program}: interrupted", file=sys.stderr)
         return 130
+    except preemption.Stopped:
+        print(preemption.stopped_line(), flush=True)
+        return 0
     return 0
 
 

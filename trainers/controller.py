@@ -7,7 +7,9 @@ without training: trainers.fewshot probes a frozen model through it.
 
 `train` calls `Trainer.train` for as many steps as there are until the next step at which an
 action is due (trainers/actions.py: log, checkpoint, evaluate), runs the due actions, and stops
-early and cleanly when a preemption asks (trainers/preemption.py). The boundaries are a pure
+early and cleanly when a preemption asks (trainers/preemption.py). `run` also stops at the
+end's safe points: before the first loop call (one process), after the final checkpoint and
+after the final evaluations; the export, once begun, is written to the end. The boundaries are a pure
 function of the step, so a resumed run splits its remaining steps into the same loop calls as an
 uninterrupted one, which is what makes resume exact.
 """
@@ -48,12 +50,41 @@ class Controller:
 
     def run(self, iterator, step):
         """Trains from `step` to the end, then evaluates and finishes: the run's results, or
-        {"preempted": True, "steps": step} when a preemption stopped it (its checkpoint saved)."""
-        step, preempted = self.train(iterator, step)
-        if preempted:
-            return {"preempted": True, "steps": step}
-        self.checkpoints.save_if_new()
-        return self.evaluate_only(step)
+        {"preempted": True, "steps": step} when a SIGTERM or Ctrl-C stopped it (at a loop
+        boundary or at the end's safe points, its checkpoint saved; or before training began)."""
+        # Watched from here to the results (trainers/preemption.py): every process passes the
+        # same safe points, so several processes agree on where to stop.
+        with preemption.Preemption(self.strategy, self.checkpoints.save_if_new) as preempted:
+            if preempted.stops_before_training():
+                return self._stopped_before_training(preempted, step)
+            step, stopped = self.train(iterator, step, preempted)
+            if stopped:
+                return {"preempted": True, "steps": step}
+            self.checkpoints.save_if_new()
+            if preempted.saved_checkpoint():  # after the final checkpoint
+                return self._stopped(preempted, step, _FINISH)
+            tags = self.evaluate(step)
+            if preempted.saved_checkpoint():  # after the final evaluations, before the export
+                return self._stopped(preempted, step, _FINISH)
+            results = self.finish(step, tags)
+            if preempted.signalled:  # during the export: written to the end, then said
+                _say(preempted, " as the run ended: it finished and wrote its results first.")
+            return results
+
+    def _stopped(self, preempted, step, then):
+        """The end of a run stopped by a signal, whose checkpoint of `step` is saved."""
+        _say(preempted, f": saved a checkpoint at step {step}; rerun the same command to {then}.")
+        return {"preempted": True, "steps": step}
+
+    def _stopped_before_training(self, preempted, step):
+        if step:
+            kept = (
+                f"nothing new to save (the run resumed from step {step}); rerun the same command to resume."
+            )
+        else:
+            kept = "nothing to save yet; rerun the same command to start."
+        _say(preempted, f" before training began: {kept}")
+        return {"preempted": True, "steps": step}
 
     def evaluate_only(self, step=0):
         """Every evaluation once at `step`, and the results `finish` makes of their tags."""
@@ -76,36 +107,45 @@ class Controller:
                 ends.append((step // every + 1) * every)
         return min(ends)
 
-    def train(self, iterator, step):
-        """Trains from `step` to the end; returns the step reached and whether a preemption stopped it."""
+    def train(self, iterator, step, preempted=None):
+        """Trains from `step` to the end; returns the step reached and whether a preemption stopped it.
+        `preempted`: the run's Preemption (one of its own when None)."""
+        if preempted is None:
+            with preemption.Preemption(self.strategy, self.checkpoints.save_if_new) as preempted:
+                return self.train(iterator, step, preempted)
         total = self.total_steps
         # SIGTERM or Ctrl-C: every worker saves the same step at a loop boundary and the run returns
         # (Ctrl-C: raises KeyboardInterrupt after the save, so the command ends as interrupted).
-        with preemption.Preemption(self.strategy, self.checkpoints.save) as preempted:
-            while step < total:
-                end = self.next_boundary(step)
-                tick = time.perf_counter()
-                out = self.trainer.train(iterator, end - step)
-                seconds = time.perf_counter() - tick
-                if not out["finite"]:
-                    raise TrainingError(
-                        f"the training loss became {out['loss']} (gradient norm {out['grad_norm']}) "
-                        f"between steps {step} and {end}; stopped without saving. "
-                        f"Last good checkpoint: {self.checkpoints.latest or 'none'}. "
-                        "Lower --base_lr or set --grad_norm_clip."
-                    )
-                self.log(step, end, out, seconds)
-                step = end
-                for action in self.actions:
-                    if action.every and step % action.every == 0 and step < total:
-                        action(step, out, seconds)
-                if step < total and preempted.saved_checkpoint():
-                    print(
-                        f"{preempted.cause()}: saved a checkpoint at step {step}; "
-                        "rerun the same command to resume.",
-                        flush=True,
-                    )
-                    if preempted.interrupted:
-                        raise KeyboardInterrupt
-                    return step, True
+        while step < total:
+            end = self.next_boundary(step)
+            tick = time.perf_counter()
+            out = self.trainer.train(iterator, end - step)
+            seconds = time.perf_counter() - tick
+            if not out["finite"]:
+                raise TrainingError(
+                    f"the training loss became {out['loss']} (gradient norm {out['grad_norm']}) "
+                    f"between steps {step} and {end}; stopped without saving. "
+                    f"Last good checkpoint: {self.checkpoints.latest or 'none'}. "
+                    "Lower --base_lr or set --grad_norm_clip."
+                )
+            self.log(step, end, out, seconds)
+            step = end
+            for action in self.actions:
+                if action.every and step % action.every == 0 and step < total:
+                    action(step, out, seconds)
+            if step < total and preempted.saved_checkpoint():
+                self._stopped(preempted, step, "resume")
+                return step, True
         return step, False
+
+
+# What the rerun of a run stopped after its last loop call does.
+_FINISH = "finish the run (its final evaluation and export)"
+
+
+def _say(preempted, what):
+    """A stopped run's last line: why it stopped (preempted.cause()), then `what`; Ctrl-C then
+    ends the command as interrupted."""
+    print(f"{preempted.cause()}{what}", flush=True)
+    if preempted.interrupted:
+        raise KeyboardInterrupt

@@ -6,6 +6,7 @@ all-reduce, the same per-replica batches. One CPU device is a one-replica Mirror
 reason: a single code path whatever the replica count.
 """
 
+import collections
 import glob
 import importlib.util
 import json
@@ -14,6 +15,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from trainers import preemption
 from trainers.errors import StrategyError
 
 # --strategy's values; the jax engine's mesh (trainers/jax_distribute.py) takes the same.
@@ -175,7 +177,9 @@ def _multi_worker_strategy(cpu_devices):
             "in one process"
         )
     logging.info("Multi-worker: %d workers, this is %s %s", len(workers), task["type"], task["index"])
-    return tf.distribute.MultiWorkerMirroredStrategy()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    preemption.reclaim_signals()  # the cluster's runtime took SIGTERM for itself
+    return strategy
 
 
 def describe(strategy) -> str:
@@ -244,3 +248,43 @@ def is_chief(strategy):
     if resolver.task_type == "chief":
         return True
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in cluster
+
+
+# The processes of one run, as trainers/peer_watch.py watches them: this process's index (the
+# chief's is 0) and their count, the chief's host, each process's address for the lines (or
+# empty), and share(value): the chief's integer on every process (a collective: every process
+# calls it, at the same point of the run).
+Processes = collections.namedtuple("Processes", "index count chief_host names share")
+
+
+def processes(strategy):
+    """The Processes of a run of several processes; None for one."""
+    if hasattr(strategy, "processes"):  # the jax engine's (trainers/jax_distribute.py)
+        return strategy.processes()
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return None
+    resolver = strategy.cluster_resolver
+    jobs = resolver.cluster_spec().as_dict()
+    chiefs = list(jobs.get("chief", ()))
+    names = chiefs + list(jobs.get("worker", ()))
+    if len(names) < 2:
+        return None
+    index = resolver.task_id + (len(chiefs) if resolver.task_type == "worker" else 0)
+    chief = index == 0
+
+    def share(value):
+        # Each of the chief's replicas adds (value, 1), the others' (0, 0): their ratio is the
+        # chief's value whatever its replica count.
+        part = [value, 1] if chief else [0, 0]
+        values = strategy.experimental_distribute_values_from_function(
+            lambda context: tf.constant(part, tf.int64)
+        )
+        total, count = strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()
+        return int(total // count)
+
+    return Processes(index, len(names), host_of(names[0]), names, share)
+
+
+def host_of(address):
+    """The host of "host:port" ("[::1]:port" too)."""
+    return address.rsplit(":", 1)[0].strip("[]")

@@ -28,14 +28,19 @@ def _flag_value(argv, name):
     return value
 
 
-def _is_trainer_command(orig_argv):
-    """`python -m trainers.NAME ...`: the command line is the trainer's flags."""
+def command_module(orig_argv):
+    """The module of `python -m MODULE ...`, or None."""
     for i, arg in enumerate(orig_argv):
         if arg == "-m" and i + 1 < len(orig_argv):
-            return orig_argv[i + 1].startswith("trainers.")
+            return orig_argv[i + 1]
         if arg.startswith("-m") and len(arg) > 2:
-            return arg[2:].startswith("trainers.")
-    return False
+            return arg[2:]
+    return None
+
+
+def _is_trainer_command(orig_argv):
+    """`python -m trainers.NAME ...`: the command line is the trainer's flags."""
+    return (command_module(orig_argv) or "").startswith("trainers.")
 
 
 def requested_engine(argv, orig_argv, environ):

@@ -33,12 +33,14 @@ import sys
 import jax
 import numpy as np
 import tensorflow as tf
+from jax._src import distributed as jax_distributed_state
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from keras_vit import startup
-from trainers.distribute import STRATEGIES
+from trainers import preemption
+from trainers.distribute import STRATEGIES, Processes, host_of
 from trainers.errors import StrategyError
 
 BATCH_AXIS = "batch"
@@ -120,10 +122,24 @@ def _keep_tensorflow_off_accelerators():
             pass
 
 
+# JAX's coordination service ends every process of the run, with its own fatal error, once one of
+# them has sent no heartbeat for this long: left above trainers/peer_watch.py's LOST_AFTER_S, so
+# the run's own line comes first.
+HEARTBEAT_TIMEOUT_S = 100
+# The cluster this process joined: the coordinator's "host:port" and the processes' addresses.
+_CLUSTER = {"coordinator": "", "names": []}
+
+
 def _join_cluster():
     """jax.distributed.initialize from TF_CONFIG, or from what JAX finds (TPU pods, SLURM)."""
     if jax.distributed.is_initialized():
         return
+    _initialize()
+    preemption.reclaim_signals()  # JAX's coordination client took SIGTERM for itself
+
+
+def _initialize():
+    """jax.distributed.initialize, with the cluster it joins kept for trainers/peer_watch.py."""
     raw = os.environ.get("TF_CONFIG")
     try:
         if raw:
@@ -133,10 +149,17 @@ def _join_cluster():
             if not isinstance(workers, list) or not 0 <= index < len(workers):
                 raise ValueError("task.index does not name one of cluster.worker")
             jax.distributed.initialize(
-                coordinator_address=workers[0], num_processes=len(workers), process_id=index
+                coordinator_address=workers[0],
+                num_processes=len(workers),
+                process_id=index,
+                heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
             )
+            _CLUSTER.update(coordinator=workers[0], names=list(workers))
         else:
-            jax.distributed.initialize()
+            jax.distributed.initialize(heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
+            # The address JAX found (TPU pods, SLURM): public only as its state's field.
+            found = getattr(jax_distributed_state.global_state, "coordinator_address", None)
+            _CLUSTER.update(coordinator=found or "", names=[])
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         raise StrategyError(
             f"--strategy=multi_worker could not join the cluster ({type(e).__name__}: "
@@ -227,6 +250,17 @@ class JaxStrategy:
         if self.process_count > 1 and not array.is_fully_addressable:
             return np.asarray(multihost_utils.process_allgather(array, tiled=True))
         return np.asarray(array)
+
+    def processes(self):
+        """trainers.distribute.Processes of a run of several processes; None for one."""
+        if self.process_count == 1:
+            return None
+        # The chief is process 0, which runs JAX's coordinator.
+        host = host_of(_CLUSTER["coordinator"]) if _CLUSTER["coordinator"] else "localhost"
+        return Processes(jax.process_index(), self.process_count, host, _CLUSTER["names"], self._share)
+
+    def _share(self, value):
+        return int(multihost_utils.broadcast_one_to_all(np.array(value, np.int32)))
 
     def any_process(self, flag):
         """Whether `flag` is true on any process (a collective: every process must call it)."""

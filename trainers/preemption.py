@@ -10,6 +10,14 @@ arrives: the first is acknowledged at once, and a second ends the process at onc
 without saving. In an interactive session (IPython, a notebook kernel) there is no such thread and
 the second interrupt goes to the session's own handler, so it does not kill the kernel.
 
+A run's whole life is watched, not only its loop (`watching`: a command's handlers go up before
+it parses its flags and stay until the process ends). The safe points besides the loop
+boundaries: the first loop call (one process signalled while it started, built or restored stops
+there, with nothing new to save; several processes go on to their first boundary, where they
+agree), and at the end, after the final checkpoint and after the final evaluations (the run stops
+with that checkpoint saved: the rerun evaluates and exports it). The export and results.json are
+written to the end once begun; a signal that arrives then is reported after them.
+
 Several worker processes (--strategy=multi_worker): a signal often reaches only some workers, and a
 worker that stopped alone would leave the others waiting forever in the next all-reduce. There,
 tf.distribute's PreemptionCheckpointHandler coordinates the stop: the signalled worker posts on the
@@ -25,6 +33,7 @@ that same step and stop, with status 0. Ctrl-C on one process: that process exit
 shared save, the others stop as after SIGTERM (each says whether the signal was its own).
 """
 
+import contextlib
 import os
 import signal
 import socket
@@ -34,56 +43,163 @@ import threading
 
 import tensorflow as tf
 
+from trainers import early_signals
+
+
+class Stopped(Exception):
+    """SIGTERM where no run reads the flag (a command starting, a few-shot probe): the command
+    stops at once, as Ctrl-C does there."""
+
+
+class _Signals:
+    """What SIGTERM and SIGINT did to this process since the outermost `watching()` began."""
+
+    def __init__(self):
+        self.signalled = self.interrupted = False
+        self.depth = 0
+        self.readers = 0  # watchers that read the flags at safe points (a run)
+        self.previous = {}
+        self.watcher = None
+        self.kept = False  # a command's handlers, left in place until the process ends
+
+
+_SIGNALS = _Signals()
+
+
+@contextlib.contextmanager
+def watching(reads=True, whole_process=False):
+    """SIGTERM and Ctrl-C handled by this module while inside (nested uses share one set of
+    handlers; the outermost clears the flags).
+
+    reads: the block reads the flags at safe points (a run: trainers/training.py), so a signal
+    only sets them. Where no block that reads them is under way, SIGTERM raises `Stopped` and
+    Ctrl-C KeyboardInterrupt at once, as no handler would, but with the command's own line.
+    whole_process: the command's own process (trainers/cli.py): the handlers stay when the block
+    ends, so a signal during the interpreter's shutdown (seconds, with TensorFlow or JAX loaded)
+    cannot turn a finished command into one killed by SIGTERM (status 143).
+    """
+    state = _SIGNALS
+    early = []
+    if state.depth == 0 and not state.kept:
+        state.signalled = state.interrupted = False
+        # What came while the command was importing (trainers/early_signals.py).
+        early = early_signals.take()
+        state.signalled = bool(early)
+        state.interrupted = signal.SIGINT in early
+        for signum, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint)):
+            try:
+                state.previous[signum] = signal.signal(signum, handler)
+            except ValueError:  # not the main thread (e.g. a notebook's worker thread): no handler
+                pass
+        if signal.SIGINT in state.previous and not _interactive():
+            state.watcher = _InterruptWatcher()
+    state.depth += 1
+    state.readers += bool(reads)
+    try:
+        if early and _unread():  # the command is starting: it stops at once, as after its start
+            raise KeyboardInterrupt if state.interrupted else Stopped()
+        yield state
+    finally:
+        state.depth -= 1
+        state.readers -= bool(reads)
+        if whole_process:
+            state.kept = True
+        if state.depth == 0 and not state.kept:
+            _restore(state)
+
+
+def reclaim_signals():
+    """Puts this module's handlers back after a runtime took SIGTERM for itself: TensorFlow's
+    and JAX's coordination services install a C-level handler of their own when a process joins
+    a cluster (MultiWorkerMirroredStrategy, jax.distributed.initialize), which would swallow the
+    signal. Nothing to do where no watch is under way."""
+    if _SIGNALS.depth == 0 and not _SIGNALS.kept:
+        return
+    for signum, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint)):
+        if signum in _SIGNALS.previous:
+            signal.signal(signum, handler)
+
+
+def _restore(state):
+    if state.watcher is not None:
+        state.watcher.close()
+        state.watcher = None
+    for signum, previous in state.previous.items():
+        if previous is not None:
+            signal.signal(signum, previous)
+    state.previous = {}
+
+
+def _unread():
+    """A signal now would not be read: no run is under way, and the command is not over."""
+    return _SIGNALS.readers == 0 and _SIGNALS.depth > 0
+
+
+def _on_sigterm(signum, frame):
+    # Only a flag: the save happens in the main loop, between compiled loop calls.
+    _SIGNALS.signalled = True
+    if _unread():
+        raise Stopped()
+
+
+def _on_sigint(signum, frame):
+    _SIGNALS.signalled = _SIGNALS.interrupted = True
+    if _unread():
+        raise KeyboardInterrupt
+    if _SIGNALS.watcher is None:  # interactive: say it here, and leave a second one to the session
+        _acknowledge()
+        signal.signal(signal.SIGINT, _SIGNALS.previous.get(signal.SIGINT) or signal.default_int_handler)
+
+
+def stopped_line():
+    """The last line of a command that `Stopped` ended."""
+    return "preempted (SIGTERM): stopped at once, with nothing being saved; rerun the same command to go on."
+
 
 class Preemption:
-    """Watches for SIGTERM and SIGINT during one run's training loop (a context manager).
+    """Watches for SIGTERM and SIGINT during one run, from its start to its results (a context
+    manager; inside a command, whose handlers it shares, they were watched from the start).
 
-    `save()` writes this worker's checkpoint of the current step (the chief's real one, or a non-chief
-    worker's temporary copy). Call `saved_checkpoint()` at every loop boundary, on every worker;
-    `interrupted` says whether the signal was Ctrl-C (SIGINT) rather than SIGTERM.
+    `save()` writes this worker's checkpoint of the current step unless it has one (the chief's
+    real one, or a non-chief worker's temporary copy). Call `saved_checkpoint()` at every loop
+    boundary and at each of the end's safe points, on every worker; `interrupted` says whether
+    the signal was Ctrl-C (SIGINT) rather than SIGTERM.
     """
 
     def __init__(self, strategy, save):
         self.save = save
-        self.signalled = False
-        self.interrupted = False
-        self._previous = {}
-        self._watcher = None
         self._cluster = _coordinator(strategy)
+        self._watch = None
 
     def __enter__(self):
-        for signum, handler in ((signal.SIGTERM, self._on_sigterm), (signal.SIGINT, self._on_sigint)):
-            try:
-                self._previous[signum] = signal.signal(signum, handler)
-            except ValueError:  # not the main thread (e.g. a notebook's worker thread): no handler
-                pass
-        if signal.SIGINT in self._previous and not _interactive():
-            self._watcher = _InterruptWatcher()
+        self._watch = watching(reads=True)
+        self._watch.__enter__()
+        reclaim_signals()
         if self._cluster is not None:
             self._cluster.run = self
         return self
 
     def __exit__(self, *exc_info):
-        if self._watcher is not None:
-            self._watcher.close()
-            self._watcher = None
-        for signum, previous in self._previous.items():
-            if previous is not None:
-                signal.signal(signum, previous)
-        self._previous = {}
         if self._cluster is not None:
             self._cluster.run = None
+        self._watch.__exit__(*exc_info)
         return False
 
-    def _on_sigterm(self, signum, frame):
-        # Only a flag: the save happens in the main loop, between compiled loop calls.
-        self.signalled = True
+    @property
+    def signalled(self):
+        return _SIGNALS.signalled
 
-    def _on_sigint(self, signum, frame):
-        self.signalled = self.interrupted = True
-        if self._watcher is None:  # interactive: say it here, and leave a second one to the session
-            _acknowledge()
-            signal.signal(signal.SIGINT, self._previous.get(signal.SIGINT) or signal.default_int_handler)
+    @signalled.setter
+    def signalled(self, value):
+        _SIGNALS.signalled = value
+
+    @property
+    def interrupted(self):
+        return _SIGNALS.interrupted
+
+    @interrupted.setter
+    def interrupted(self, value):
+        _SIGNALS.interrupted = value
 
     def cause(self):
         """Why this process stopped, as its last line says it: its own signal, or (several
@@ -93,6 +209,12 @@ class Preemption:
         if self.signalled:
             return "preempted (SIGTERM)"
         return "stopped with the other processes (one of them got SIGTERM or Ctrl-C)"
+
+    def stops_before_training(self):
+        """True when one process was signalled before its first loop call (while it started,
+        built, compiled or restored): it stops there, with nothing new to save. Several
+        processes go on to their first loop boundary instead, where they agree on the step."""
+        return self._cluster is None and self.signalled
 
     def saved_checkpoint(self):
         """True once this run has saved the checkpoint of the current step because of a SIGTERM (here
@@ -114,8 +236,8 @@ def _interactive():
 
 def _acknowledge():
     print(
-        "\nCtrl-C: saving a checkpoint at the next step boundary, then stopping "
-        "(Ctrl-C again stops at once, without saving)",
+        "\nCtrl-C: stopping at the next step boundary, with a checkpoint of that step once "
+        "training has begun (Ctrl-C again stops at once, without saving)",
         file=sys.stderr,
         flush=True,
     )
@@ -151,7 +273,8 @@ class _InterruptWatcher:
                 if signum == signal.SIGINT:
                     self._count += 1
                     if self._count == 1:
-                        _acknowledge()
+                        if _SIGNALS.readers:  # else the handler stops the command at once
+                            _acknowledge()
                     else:
                         print("Ctrl-C again: stopped without saving", file=sys.stderr, flush=True)
                         sys.stdout.flush()
@@ -254,10 +377,29 @@ def _raise_saved():
     raise _Saved()
 
 
+# The handler's threads that wait on the coordination service: when a process of the run is lost,
+# their wait fails with the service, which trainers/peer_watch.py reports in one line.
+_HANDLER_THREADS = ("PeerTerminationWatcher", "WorkerTerminationSignalWatcher")
+
+
+def _quiet_handler_threads():
+    """Drops the traceback of a handler thread whose wait on the lost cluster failed."""
+    previous = threading.excepthook
+
+    def hook(args):
+        name = getattr(args.thread, "name", "") or ""
+        if name.startswith(_HANDLER_THREADS) and issubclass(args.exc_type, tf.errors.OpError):
+            return
+        previous(args)
+
+    threading.excepthook = hook
+
+
 _HANDLER = []
 
 
 def _cluster_handler(strategy):
     if not _HANDLER:
+        _quiet_handler_threads()
         _HANDLER.append(_ClusterHandler(strategy))
     return _HANDLER[0]

@@ -24,6 +24,7 @@ The faults of long runs:
 import os
 import re
 import sys
+import threading
 
 import tensorflow as tf
 
@@ -125,6 +126,10 @@ class RunCheckpoints:
         return self.manager.latest_checkpoint
 
     def save(self):
+        with _SAVING:
+            self._save()
+
+    def _save(self):
         step = self.step
         directory = self.save_directory
         if self.chief:
@@ -171,6 +176,19 @@ class RunCheckpoints:
         """The end of a run: a checkpoint of the final step unless one was just written."""
         if self.saved_step != self.step:
             self.save()
+
+
+# Held while this process writes a checkpoint: a process that must end at once
+# (trainers/peer_watch.py) waits for the save under way, so that it leaves none half-written.
+_SAVING = threading.Lock()
+
+
+def newest_checkpoint(workdir, wait_s=120):
+    """The newest checkpoint of `workdir` once no save of this process is under way (waiting up to
+    `wait_s`); no save starts after it: the process is about to end."""
+    _SAVING.acquire(timeout=wait_s)
+    found = find_checkpoints(fileio.join(workdir, CHECKPOINT_DIR))
+    return found[0] if found else None
 
 
 def find_checkpoints(directory):

@@ -28,12 +28,15 @@ from trainers import (
     memory,
     model_builder,
     optimizers,
+    peer_watch,
     precision,
+    preemption,
+    run_checkpoints,
 )
 from trainers import plan as plan_lib
 from trainers.console import Console
 from trainers.controller import Controller
-from trainers.errors import UsageError
+from trainers.errors import TrainerError, UsageError
 from trainers.evaluators import classification as classification_lib
 from trainers.evaluators import from_config
 from trainers.flags import config_to_json
@@ -44,9 +47,15 @@ from trainers.validation import check_rerun, validate_training
 def run(config):
     """Trains per `config`; returns the results dict (also written to WORKDIR/results.json).
 
-    If SIGTERM arrives (on any worker), a checkpoint is saved and the returned dict has
-    "preempted": True (trainers/preemption.py).
+    If SIGTERM or Ctrl-C arrives (on any worker, at any moment from here on), the run stops at its
+    next safe point with what the rerun needs saved, and the returned dict has "preempted": True
+    (trainers/preemption.py).
     """
+    with preemption.watching(reads=True):
+        return _run(config)
+
+
+def _run(config):
     if hasattr(config, "copy_and_resolve_references"):
         config = config.copy_and_resolve_references()
     validate_training(config)
@@ -74,6 +83,21 @@ def run(config):
     )
     evaluators = from_config.build(plan.evals, context)
     check_rerun(config)
+    # Several processes watch each other from here on (trainers/peer_watch.py).
+    peers = peer_watch.watch(
+        distribute.processes(strategy), functools.partial(run_checkpoints.newest_checkpoint, config.workdir)
+    )
+    try:
+        results = _run_and_report_faults(config, plan, strategy, spec, built, evaluators)
+    except BaseException as error:
+        _end_watch(peers, error)
+        raise
+    if peers is not None:
+        peers.finished()
+    return results
+
+
+def _run_and_report_faults(config, plan, strategy, spec, built, evaluators):
     # Validation is over: from here on the workdir is written.
     try:
         return _Run(config, plan, strategy, spec, built, evaluators).run()
@@ -83,6 +107,20 @@ def run(config):
         if fault is None:
             raise
         raise fault from None
+
+
+def _end_watch(peers, error):
+    """How this process's end reads to the others: a Ctrl-C stopped them all together, after the
+    shared save (a goodbye); an error with its own line ends it alone (they report it lost); any
+    other error may be the engine's word for a lost process, which the watch then reports."""
+    if peers is None:
+        return
+    if isinstance(error, KeyboardInterrupt):
+        peers.finished()
+    elif isinstance(error, TrainerError):
+        peers.failed()
+    else:
+        peers.wait_for_loss()
 
 
 def _check_labels(config, plan, spec):
