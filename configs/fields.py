@@ -33,6 +33,29 @@ class Field:
     default: object
     help: str
     choices: tuple = ()
+    group: str = ""  # a key of GROUPS, set by in_group
+
+
+# The topics of the flags, in the order a user settles them: what to train on, the model, how
+# it learns, how the run proceeds, how it is measured, what it runs on, where it writes. `--help`
+# lists the flags under these titles, and the first checks of a command run in this order
+# (trainers/validation.py), so the first error names what to fix first.
+GROUPS = {
+    "data": "Data",
+    "model": "Model",
+    "optimization": "Optimization",
+    "loop": "Loop and checkpoints",
+    "evaluation": "Evaluation",
+    "hardware": "Hardware",
+    "output": "Output",
+}
+
+
+def in_group(group, fields):
+    """`fields` ({name: Field}) declared under the topic `group`."""
+    if group not in GROUPS:
+        raise ValueError(f"group must be one of {', '.join(GROUPS)}, got {group!r}")
+    return {name: dataclasses.replace(field, group=group) for name, field in fields.items()}
 
 
 # The allowed values of a flag belong to the module that acts on them; they are offered here.
@@ -51,13 +74,12 @@ def _posemb_help():
     return "position information: " + ", ".join(named[:-1]) + " or " + named[-1]
 
 
-FIELDS = {
-    # Data.
+# What to train on, and how its images are prepared.
+_DATA = {
     "dataset": Field("", "TFDS name (oxford_iiit_pet, cifar10, imagenet2012, ...), folder:PATH, or digits"),
     "data_dir": Field("", "TFDS data_dir holding the prepared dataset ('' = TFDS default)"),
     "manual_dir": Field("", "directory with manually downloaded archives (imagenet2012)"),
     "train_split": Field("train", "TFDS split to train on, e.g. train[:90%]"),
-    "eval_splits": Field("test=test", "comma-separated name=split pairs evaluated every --eval_every steps"),
     "examples_per_class": Field(0, "train on N examples of each class, drawn with --seed (0 = all)"),
     "crop_min_area": Field(
         0.05, "smallest area of the random training crop, a fraction of the image (paper: 0.05)"
@@ -92,8 +114,10 @@ FIELDS = {
         "evaluation preprocessing as registered ops, e.g. 'decode|resize(224)|value_range(-1,1)' "
         "('' = resize to --image_size)",
     ),
-    "workdir": Field("", "where checkpoints, TensorBoard logs, config.json, results.json and model.npz go"),
-    # Model.
+}
+
+# The model: its shape, its initial weights, its regularisation.
+_MODEL = {
     "model": Field(
         "ViT-B_16",
         "official model name: ViT-Ti_16, ViT-S_16, ViT-B_16, ..., ViT-H_14, or a hybrid: "
@@ -121,7 +145,10 @@ FIELDS = {
         True, "start from a zero head even if the weights have one of the right size (the paper's recipe)"
     ),
     "seed": Field(0, "random seed (model init, data order, augmentation)"),
-    # Optimisation.
+}
+
+# What is learned and how: the objective, the optimizer and its schedule, the batch.
+_OPTIMIZATION = {
     "loss": Field(
         "softmax",
         "softmax (cross-entropy, one label per image) or sigmoid (per-class binary "
@@ -178,14 +205,24 @@ FIELDS = {
         "split each batch into this many micro-batches, their gradients summed (the same update); "
         "auto: the fewest whose step fits the device's memory",
     ),
-    "device_memory_gb": Field(
-        0.0,
-        "memory per replica that --accum_steps=auto fits the step into (0 = detect: the GPU's "
-        "memory, or the available RAM on CPU; TPUs need it set)",
-    ),
     "grad_norm_clip": Field(1.0, "clip the global norm of the all-reduced gradient (0 = off)"),
-    # Loop, logging, checkpoints.
+}
+
+# How the run proceeds: its compiled loops, checkpoints and resuming.
+_LOOP = {
     "steps_per_loop": Field(50, "optimizer steps per compiled loop call (host round trip)"),
+    "checkpoint_every": Field(100, "checkpoint every N steps (0 = only at the end)"),
+    "keep_checkpoints": Field(3, "how many checkpoints to keep"),
+    "allow_config_change": Field(
+        False,
+        "resume a workdir whose config.json differs from these flags in more than where and how long "
+        "it runs, and record the new config",
+    ),
+}
+
+# How the model is measured: during training, and the few-shot trainer's probes.
+_EVALUATION = {
+    "eval_splits": Field("test=test", "comma-separated name=split pairs evaluated every --eval_every steps"),
     "eval_every": Field(100, "evaluate every N steps (0 = only at the end)"),
     "evals": Field(
         "",
@@ -193,15 +230,25 @@ FIELDS = {
         "classification, fewshot, topk, or MODULE:TYPE for one registered in MODULE; keys left out "
         "take the flags' values ('' = classification on --eval_splits, few-shot with --fewshot_datasets)",
     ),
-    "checkpoint_every": Field(100, "checkpoint every N steps (0 = only at the end)"),
-    "keep_checkpoints": Field(3, "how many checkpoints to keep"),
-    "verbose": Field(False, "show TensorFlow's own start-up and runtime log lines"),
-    "allow_config_change": Field(
-        False,
-        "resume a workdir whose config.json differs from these flags in more than where and how long "
-        "it runs, and record the new config",
+    "fewshot_datasets": Field("", "comma-separated datasets for few-shot linear probes during training"),
+    "fewshot_every": Field(0, "run the few-shot probes every N steps (0 = only at the end)"),
+    "fewshot_shots": Field("1,5,10,25", "comma-separated shots per class for the few-shot probes"),
+    "fewshot_seeds": Field(1, "random draws of the few-shot training examples"),
+    "fewshot_l2_reg": Field(
+        "1024",
+        "L2 regulariser of the closed-form few-shot probe: a positive number (default 2^10) or 'sweep'",
     ),
-    # Hardware.
+    "fewshot_batch_size": Field(256, "batch size for few-shot feature extraction"),
+    "test_split": Field("test", "split the few-shot probes are scored on"),
+    "shots": Field("1,5,10,25", "comma-separated training examples per class, e.g. 1,5,10,25"),
+    "seeds": Field(3, "random draws of the k-shot training set per shot count (mean and std reported)"),
+    "l2_reg": Field(
+        "1024", "ridge regulariser: a positive number (default 2^10) or 'sweep' (chosen on held-out train)"
+    ),
+}
+
+# What the step runs on.
+_HARDWARE = {
     "engine": Field(
         "tf",
         "what runs the step: tf (tf.distribute: TPUStrategy, MirroredStrategy, MultiWorkerMirroredStrategy) "
@@ -231,23 +278,27 @@ FIELDS = {
         "true (any device and replica count) or false",
         JIT_COMPILE,
     ),
-    # Few-shot probes during training (any trainer).
-    "fewshot_datasets": Field("", "comma-separated datasets for few-shot linear probes during training"),
-    "fewshot_every": Field(0, "run the few-shot probes every N steps (0 = only at the end)"),
-    "fewshot_shots": Field("1,5,10,25", "comma-separated shots per class for the few-shot probes"),
-    "fewshot_seeds": Field(1, "random draws of the few-shot training examples"),
-    "fewshot_l2_reg": Field(
-        "1024",
-        "L2 regulariser of the closed-form few-shot probe: a positive number (default 2^10) or 'sweep'",
+    "device_memory_gb": Field(
+        0.0,
+        "memory per replica that --accum_steps=auto fits the step into (0 = detect: the GPU's "
+        "memory, or the available RAM on CPU; TPUs need it set)",
     ),
-    "fewshot_batch_size": Field(256, "batch size for few-shot feature extraction"),
-    # The few-shot trainer (python -m trainers.fewshot).
-    "test_split": Field("test", "split the few-shot probes are scored on"),
-    "shots": Field("1,5,10,25", "comma-separated training examples per class, e.g. 1,5,10,25"),
-    "seeds": Field(3, "random draws of the k-shot training set per shot count (mean and std reported)"),
-    "l2_reg": Field(
-        "1024", "ridge regulariser: a positive number (default 2^10) or 'sweep' (chosen on held-out train)"
-    ),
+}
+
+# Where the run writes, and what it prints.
+_OUTPUT = {
+    "workdir": Field("", "where checkpoints, TensorBoard logs, config.json, results.json and model.npz go"),
+    "verbose": Field(False, "show TensorFlow's own start-up and runtime log lines"),
+}
+
+FIELDS = {
+    **in_group("data", _DATA),
+    **in_group("model", _MODEL),
+    **in_group("optimization", _OPTIMIZATION),
+    **in_group("loop", _LOOP),
+    **in_group("evaluation", _EVALUATION),
+    **in_group("hardware", _HARDWARE),
+    **in_group("output", _OUTPUT),
 }
 
 # Fields every trainer has: where the data and workdir are, which model, which hardware.

@@ -13,12 +13,13 @@ from trainers.errors import TrainerError, one_line
 from trainers.flags import parse_flags, program_name, read_argv
 
 
-def main(run, get_config, argv=None, help_overrides=None):
+def main(run, get_config, argv=None, help_overrides=None, about=None):
+    """The trainer's command line: `about` (its docstring) opens `--help` (trainers/flags.py)."""
     argv = sys.argv if argv is None else argv
     program = program_name(argv)
     show_library_messages()
     try:
-        run(parse_flags(argv, get_config, help_overrides))
+        run(parse_flags(argv, get_config, help_overrides, about))
     except TrainerError as e:
         print(f"{program}: error: {one_line(e)}", file=sys.stderr)
         return e.exit_code

@@ -38,10 +38,22 @@ def get_config(dataset="cifar10"):
 
 def validate(config):
     """Checks that need only the config; raises UsageError/FewShotError before anything runs."""
-    validate_common(config, models=(PIXELS, *VARIANTS), known_fields=fewshot_config.FIELDS)
-    for name in ("batch_size", "seeds"):
-        if config[name] <= 0:
-            raise UsageError(f"--{name} must be positive, got {config[name]}.")
+    validate_common(
+        config,
+        models=(PIXELS, *VARIANTS),
+        known_fields=fewshot_config.FIELDS,
+        checks={"optimization": [_check_batch_size], "evaluation": [_check_probes]},
+    )
+
+
+def _check_batch_size(config):
+    if config.batch_size <= 0:
+        raise UsageError(f"--batch_size must be positive, got {config.batch_size}.")
+
+
+def _check_probes(config):
+    if config.seeds <= 0:
+        raise UsageError(f"--seeds must be positive, got {config.seeds}.")
     parse_shots(config.shots)
     parse_l2_reg(config.l2_reg)
 
@@ -137,7 +149,7 @@ def _finish(config, evaluator, scores, summaries, console, chief, seconds):
 
 
 def main(argv=None):
-    return cli.main(run, get_config, argv, help_overrides=fewshot_config.HELP)
+    return cli.main(run, get_config, argv, help_overrides=fewshot_config.HELP, about=__doc__)
 
 
 if __name__ == "__main__":
