@@ -66,12 +66,11 @@ def finetune_config(variant, image_size, batch, num_layers=0, **settings):
 def trainer_mode(config):
     """(row name, compute dtype) of the trainers' step for `config` on this machine. The jax
     engine's is resolved here from the same devices, with XLA on, as that engine always has it."""
-    from trainers import distribute, model_builder, plan_pieces, precision
-    from trainers import plan as plan_lib
+    from trainers import distribute, engines, model_builder, plan_pieces, precision
 
     strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
     on_jax = config.get("engine", "tf") == "jax"
-    jit = on_jax or plan_lib.use_jit(config.jit_compile, strategy)
+    jit = on_jax or engines.use_jit(config.jit_compile, strategy)
     hidden_size, num_patches = model_builder.encoder_size(plan_pieces.model_settings(config))
     chosen = precision.resolve(
         config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from fixtures import TINY_SHAPE, flags
 
-from configs.fields import FIELDS, TRAINING, fields
+from configs.fields import DEFAULTS, TRAINING, fields
 from keras_vit import checkpoints
 from trainers import data, finetune, loop
 from trainers import plan as plan_lib
@@ -32,7 +32,7 @@ OFFICIAL = {
 
 
 def _config(**values):
-    fields = {name: FIELDS[name].default for name in ("augreg", "randaug", "mixup")}
+    fields = {name: DEFAULTS[name] for name in ("augreg", "randaug", "mixup")}
     return types.SimpleNamespace(**{**fields, **values})
 
 

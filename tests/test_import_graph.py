@@ -15,6 +15,8 @@ where that is deliberate, so the real dependencies stay visible at the top of ea
 
 import ast
 import os
+import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass
 
@@ -230,6 +232,29 @@ def test_keras_vit_imports_nothing_from_trainers_or_configs():
         if _package(e.source) == "keras_vit" and _package(e.target) != "keras_vit"
     ]
     assert not wrong, "the library must not depend on the trainers: " + "; ".join(wrong)
+
+
+def test_configs_is_plain_data_that_imports_neither_the_trainers_nor_the_library():
+    wrong = [
+        f"{e.source} line {e.line}: {e.target}"
+        for e in EDGES
+        if _package(e.source) == "configs" and _package(e.target) != "configs"
+    ]
+    assert not wrong, "a preset is plain data (the schema is trainers/fields.py): " + "; ".join(wrong)
+    allowed = {"ml_collections", *sys.stdlib_module_names}
+    heavy = [
+        f"{f.source} line {f.line}: {top}" for f, top in _external_imports("configs") if top not in allowed
+    ]
+    assert not heavy, "configs/ imports only the standard library and ml_collections: " + "; ".join(heavy)
+
+
+def test_importing_a_preset_loads_neither_tensorflow_nor_keras():
+    # A child process: this one has loaded both already. The process itself is the subject.
+    check = "import configs.finetune, sys; print(sorted({'tensorflow', 'keras'} & set(sys.modules)))"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def _external_imports(package):

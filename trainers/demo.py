@@ -44,12 +44,12 @@ from configs.demo import (
     SHOTS,
     SMALL,
 )
-from configs.fields import FIELDS
 from keras_vit import fileio
 from trainers import cli, console, fewshot, finetune, pretrain, reproducible
 from trainers import results as results_lib
 from trainers.engines import ENGINES
 from trainers.errors import UsageError
+from trainers.fields import FIELDS
 
 UPSTREAM_CLASSES, DOWNSTREAM_CLASSES = range(0, 5), range(5, 10)
 

@@ -15,6 +15,7 @@ jax runs Keras on its JAX backend, which the process chose when it started (trai
 """
 
 import keras
+import tensorflow as tf
 
 from trainers import distribute, loop, objectives
 from trainers.engine_env import BACKENDS
@@ -22,6 +23,8 @@ from trainers.errors import UsageError
 
 # --engine's values: tf.distribute, or Keras on JAX under one XLA program (one backend each).
 ENGINES = tuple(BACKENDS)
+# --jit_compile's values (use_jit decides "auto").
+JIT_COMPILE = ("auto", "true", "false")
 
 
 def check(config):
@@ -92,3 +95,17 @@ def is_jax(strategy):
 
 def name(strategy):
     return "jax" if is_jax(strategy) else "tf"
+
+
+def use_jit(setting, strategy):
+    """XLA for the per-replica step. "auto": on GPUs only. TPUStrategy compiles the whole step
+    with XLA anyway. On CPU, "true" works for any number of replicas (loop.Trainer), but the
+    step measured slower under XLA than without (docs/guides/benchmarks.md), so "auto" leaves
+    it off there."""
+    if is_jax(strategy):
+        return True  # the jax engine always compiles its step
+    if setting != "auto":
+        return setting == "true"
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return False
+    return distribute.all_gpus(distribute.worker_devices(strategy))

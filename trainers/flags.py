@@ -1,4 +1,4 @@
-"""Command-line flags, generated from the declared fields (configs/fields.py) of a trainer's preset.
+"""Command-line flags, generated from the field schema (trainers/fields.py) of a trainer's preset.
 
 Every field of the preset is a flag of the same name whose type, allowed values and help come from
 its declaration. Flags default to "not given"; the preset is chosen by the given flags that its
@@ -15,8 +15,8 @@ import textwrap
 import ml_collections
 from absl import flags
 
-from configs.fields import FIELDS, GROUPS
 from trainers.errors import UsageError
+from trainers.fields import FIELDS, GROUPS
 from trainers.model_builder import architecture_from_weights, describes_itself
 
 # Model-shape overrides of a preset: 0 means "the variant's own".
@@ -87,7 +87,7 @@ def read_argv(values, argv, usage, help_text=None):
 
 def grouped_help(program, get_config, help_overrides=None, about=None, width=100):
     """A trainer's `--help` after its usage line: what it does, two example commands, what a
-    preset is, then its flags under the topics of configs/fields.py's GROUPS, each with its
+    preset is, then its flags under the topics of trainers/fields.py's GROUPS, each with its
     allowed values and the default preset's value."""
     defaults = get_config()
     lines = []

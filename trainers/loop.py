@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from trainers import distribute
 
-# --loss: what the step minimises (configs/fields.py offers these as the flag's values).
+# --loss: what the step minimises (trainers/fields.py offers these as the flag's values).
 LOSSES = ("softmax", "sigmoid")
 METRIC_NAMES = {"softmax": "accuracy", "sigmoid": "prec@1"}
 

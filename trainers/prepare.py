@@ -13,10 +13,10 @@ import sys
 
 from absl import flags
 
-from configs.fields import FIELDS
 from trainers import cli
 from trainers.data.tfds_prepare import ensure_prepared, is_prepared, open_tfds_builder
 from trainers.errors import UsageError
+from trainers.fields import FIELDS
 
 
 def prepare(dataset, data_dir=None, manual_dir=None):

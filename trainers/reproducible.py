@@ -13,7 +13,8 @@ change its rounding from one CPU to another. Each was measured on the demo's pre
   AVX2 (Intel since 2013, AMD since 2015) the same code.
 - The kernels split a matmul's or a reduction's work between the intra-op threads and add the
   parts in another order: 1 and 2 threads gave different weights, and TensorFlow starts one
-  thread per core. The demo's stages set --cpu_threads (trainers/distribute.py applies it).
+  thread per core. The demo's stages set --cpu_threads (configs/demo.py's CPU_THREADS; trainers/distribute.py
+  applies it).
 Both variables are read when TensorFlow loads, so trainers/__init__.py sets them for the demo's
 command before it imports TensorFlow. The precision and XLA are the stages' own fields
 (--mixed_precision=none, --jit_compile=false). Not pinned, because no setting reaches it: the
@@ -23,9 +24,6 @@ block sizes oneDNN and Eigen derive from the size of the CPU's caches.
 import os
 
 ENVIRONMENT = {"TF_ENABLE_ONEDNN_OPTS": "0", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-# Two: what TensorFlow starts on the 2-core machine the demo's step budgets were measured on
-# (1 thread took about twice as long there).
-CPU_THREADS = 2
 MODULE = "trainers.demo"
 
 

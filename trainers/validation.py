@@ -7,10 +7,10 @@ import functools
 import json
 
 import keras_vit
-from configs.fields import FIELDS, GROUPS
 from keras_vit import fileio
 from trainers import data
 from trainers.errors import UsageError, first_line
+from trainers.fields import FIELDS, GROUPS
 from trainers.flags import ARCHITECTURE_OVERRIDES, check_known_fields, config_to_json
 
 
@@ -18,7 +18,7 @@ def validate_common(config, *, models=tuple(keras_vit.VARIANTS), known_fields=No
     """What every trainer needs: a dataset, a known model, allowed values, no negative sizes, a
     workdir; then `checks` ({group: [check(config)]}, a trainer's own).
 
-    The checks run topic by topic in the order of configs/fields.py's GROUPS (what to train on,
+    The checks run topic by topic in the order of trainers/fields.py's GROUPS (what to train on,
     the model, how it learns, ..., where it writes), each topic's allowed values first, so the
     first error is the first thing a user fixes, and it names the flag to change.
     """

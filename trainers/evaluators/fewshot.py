@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 
-from configs.fields import FIELDS
+from configs.fields import DEFAULTS
 from trainers import data, distribute, features, linear_probe
 from trainers.console import Console
 from trainers.errors import FewShotError, UsageError
@@ -50,8 +50,8 @@ def parse_shots(value):
 
 
 # The declared defaults (configs/fields.py), for callers that build an evaluator in Python.
-DEFAULT_SHOTS = parse_shots(FIELDS["shots"].default)
-DEFAULT_L2_REG = parse_l2_reg(FIELDS["l2_reg"].default)
+DEFAULT_SHOTS = parse_shots(DEFAULTS["shots"])
+DEFAULT_L2_REG = parse_l2_reg(DEFAULTS["l2_reg"])
 
 
 class FewShotEvaluator(Evaluator):
