@@ -80,8 +80,10 @@ def trainer_mode(config):
     from trainers import distribute, engines, model_builder, plan_pieces, precision
 
     strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
+    # The benchmark's own process runs the tf engine's backend: the jax engine's row is named
+    # from what it fixes itself (XLA always on), without loading JAX here.
     on_jax = config.get("engine", "tf") == "jax"
-    jit = on_jax or engines.use_jit(config.jit_compile, strategy)
+    jit = on_jax or engines.of(strategy).use_jit(config.jit_compile, strategy)
     hidden_size, num_patches = model_builder.encoder_size(plan_pieces.model_settings(config))
     chosen = precision.resolve(
         config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches

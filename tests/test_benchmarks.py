@@ -188,7 +188,8 @@ def test_train_uses_the_finetune_defaults_and_names_their_mode(results):
 
     rows = _rows(_read(results / "train.json"))
     config = finetune.get_config("oxford_iiit_pet")
-    xla = engines.use_jit(config.jit_compile, distribute.create_strategy(config.strategy))
+    strategy = distribute.create_strategy(config.strategy)
+    xla = engines.of(strategy).use_jit(config.jit_compile, strategy)
     names = [r["contestant"] for r in rows]
     assert names[0] == f"keras_vit Trainer TF{'+XLA' if xla else ''} (finetune defaults)"
     assert names[-1] == "keras-hub fit TF+XLA"

@@ -28,13 +28,15 @@ PACKAGES = ("keras_vit", "trainers", "configs", "benchmarks")
 # Function-level imports of project modules allowed per package: none. An import inside a
 # function hides a dependency from the top of the file, and is how a cycle usually gets in
 # unnoticed. Raise a number only for a deliberate one, with the reason here.
-# trainers: trainers/engines.py imports the jax engine's three modules (and with them JAX) only
-# for a run on that engine, so a tf engine run never loads JAX.
+# trainers: trainers/engines/__init__.py, which trainers/engine_env.py reads before Keras loads,
+# imports the errors module (and with it the library and Keras) only to refuse an unknown engine.
+# (It imports each engine's module, and with the jax engine's JAX, by the registry's name, only
+# for a run on that engine: test_every_registered_engine_is_a_module_of_the_package.)
 # benchmarks: counted among themselves only (test_benchmarks_import_each_other_at_the_top): a
 # benchmark's process imports PyTorch before TensorFlow (benchmarks/contestants.py) and a child
 # of another backend only its own framework, so the library and the trainers are imported inside
 # the functions that build each contestant.
-MAX_FUNCTION_LEVEL_PROJECT_IMPORTS = {"keras_vit": 0, "trainers": 3, "configs": 0}
+MAX_FUNCTION_LEVEL_PROJECT_IMPORTS = {"keras_vit": 0, "trainers": 1, "configs": 0}
 
 # The function-level imports of other packages that keras_vit may have, and why.
 DELIBERATE_LAZY_IMPORTS = {
@@ -286,6 +288,20 @@ def test_keras_vit_imports_inside_functions_are_the_deliberate_ones():
         "to the top of the file, or add them to DELIBERATE_LAZY_IMPORTS with "
         "the reason"
     )
+
+
+def test_every_registered_engine_is_a_module_of_the_package():
+    from trainers.engines import REGISTRY
+
+    assert all(r.module in MODULES and r.module.startswith("trainers.engines.") for r in REGISTRY.values())
+
+
+def test_the_engine_registry_and_engine_env_import_only_the_standard_library():
+    """trainers/engine_env.py picks Keras' backend from the registry before anything imports Keras."""
+    for module in ("trainers.engines", "trainers.engine_env"):
+        top_level = [f for f in all_imports(module, MODULES[module]) if not f.function_level]
+        outside = [f.target for f in top_level if f.target.split(".")[0] not in sys.stdlib_module_names]
+        assert outside in ([], ["trainers.engines"]), (module, outside)
 
 
 def test_benchmarks_import_each_other_at_the_top():

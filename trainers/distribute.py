@@ -226,15 +226,11 @@ def all_gpus(devices):
 
 def task_id(strategy):
     """This process's index among the workers (names a non-chief worker's temporary checkpoint folder)."""
-    if getattr(strategy, "engine", "tf") == "jax":
-        return strategy.task_id
     return strategy.cluster_resolver.task_id
 
 
 def is_chief(strategy):
     """The process that writes logs, results and the real checkpoints (worker 0 or 'chief')."""
-    if getattr(strategy, "engine", "tf") == "jax":
-        return strategy.is_chief
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or isinstance(strategy, tf.distribute.TPUStrategy):
         return True

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_config
 from keras_vit import VARIANTS, fileio
-from trainers import actions, cli, distribute, engines, image_summaries, plan_pieces
+from trainers import actions, cli, engines, image_summaries, plan_pieces
 from trainers import results as results_lib
 from trainers.console import Console
 from trainers.controller import Controller
@@ -78,13 +78,13 @@ def build_feature_model(config, num_classes):
 def run(config):
     """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict."""
     validate(config)
-    engines.check(config)
+    engine = engines.check(config)
     strategy = engines.strategy_of(config)
     if config.batch_size % strategy.num_replicas_in_sync:
         raise UsageError(
             f"--batch_size {config.batch_size} is not divisible by {strategy.num_replicas_in_sync} replicas."
         )
-    console = Console(distribute.is_chief(strategy))
+    console = Console(engine.is_chief(strategy))
     start = time.time()
     evaluator = FewShotEvaluator(
         {"data": config.dataset},
@@ -102,7 +102,7 @@ def run(config):
     spec = evaluator.specs["data"]
     with strategy.scope():
         model = build_feature_model(config, spec.num_classes)
-    chief = distribute.is_chief(strategy)
+    chief = engine.is_chief(strategy)
     summaries = actions.Summaries(config.workdir, chief)
     # The probes print their own summary lines (_finish): the evaluation's own line would repeat them.
     probes = actions.Evaluate(evaluator, model, summaries, strategy, console, quiet=True)

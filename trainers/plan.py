@@ -65,7 +65,7 @@ def resolve(config, strategy):
     pp.check(train_ops, batch_ops, eval_ops)  # a bad op argument is one line here
     replicas = strategy.num_replicas_in_sync
     check_batch(config.batch_size, replicas, accum_steps, mixes=_mixes(batch_ops))
-    jit = engines.use_jit(config.jit_compile, strategy)
+    jit = engines.of(strategy).use_jit(config.jit_compile, strategy)
     hidden_size, num_patches = model_builder.encoder_size(model)
     mixed_precision, precision_note = precision.resolve(
         config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches

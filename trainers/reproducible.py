@@ -37,11 +37,9 @@ def pin_environment():
     os.environ.update(ENVIRONMENT)
 
 
-def describe(engine="tf"):
-    """The CPU kernels this process runs, in words: "pinned (...)" or what differs from the pins.
-    The jax engine's step is XLA's own CPU code, which none of the pins reaches."""
-    if engine == "jax":
-        return "not pinned (the jax engine's step runs XLA's CPU code)"
+def describe():
+    """TensorFlow's CPU kernels in this process, in words: "pinned (...)" or what differs from the
+    pins. (An engine whose step runs other code says so itself: trainers/engines/.)"""
     differ = [f"{k}={os.environ.get(k, '(unset)')}" for k, v in ENVIRONMENT.items() if os.environ.get(k) != v]
     if _onednn_ops_on():
         differ.append("oneDNN custom ops on")

@@ -21,7 +21,6 @@ from trainers import (
     actions,
     banner,
     data,
-    distribute,
     engines,
     faults,
     image_summaries,
@@ -129,7 +128,7 @@ def build_trainer(config, strategy, spec, plan=None):
             accum_steps, memory_note = memory.resolve_accum_steps(
                 plan.memory, strategy, model, plan.accum_steps
             )
-            trainer = engines.trainer_class(strategy)(
+            trainer = engines.of(strategy).trainer(
                 strategy=strategy,
                 model=model,
                 optimizer=optimizer,
@@ -148,7 +147,7 @@ def build_trainer(config, strategy, spec, plan=None):
 def _objective(plan, strategy, model):
     """The objective --objective asks for (None: classification); a model it cannot train is a UsageError."""
     try:
-        return engines.make_objective(strategy, plan.objective, plan.masked_target, model)
+        return engines.of(strategy).objective(plan.objective, plan.masked_target, model, strategy)
     except ValueError as e:
         raise UsageError(f"--objective={plan.objective}: {e}") from None
 
@@ -186,7 +185,8 @@ class _Run:
         # results.json's "eval": every classification split, whichever evaluator ran it.
         self.classification = classification_lib.combined(evaluators, built.trainer)
         self.workdir = config.workdir
-        self.chief = distribute.is_chief(strategy)
+        self.engine = engines.of(strategy)
+        self.chief = self.engine.is_chief(strategy)
         self.console = Console(self.chief)
 
     def run(self):
@@ -195,7 +195,7 @@ class _Run:
         if self.chief:
             fileio.makedirs(self.workdir)
             fileio.write_atomic(fileio.join(self.workdir, "config.json"), config_to_json(config) + "\n")
-        task_id = 0 if self.chief else distribute.task_id(strategy)
+        task_id = 0 if self.chief else self.engine.task_id(strategy)
         checkpoints = RunCheckpoints(
             trainer, self.workdir, chief=self.chief, task_id=task_id, keep=config.keep_checkpoints
         )

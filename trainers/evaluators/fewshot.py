@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from configs.fields import DEFAULTS
-from trainers import data, distribute, features, linear_probe
+from trainers import data, engines, features, linear_probe
 from trainers.console import Console
 from trainers.errors import FewShotError, UsageError
 from trainers.evaluators import Evaluator, registry
@@ -182,7 +182,7 @@ def create(name, context, *, datasets, every, shots, seeds, l2_reg, batch_size):
                 l2_reg=l2_reg,
                 strategy=context.strategy,
                 every=registry.every(name, every),
-                console=Console(distribute.is_chief(context.strategy)),
+                console=Console(engines.of(context.strategy).is_chief(context.strategy)),
                 # The run's evaluation ops (--pp_eval's, or the resize) are how its model sees images.
                 ops=context.eval_ops or None,
             )
