@@ -124,7 +124,7 @@ def _layer_weights(model, name):
 
 def make_objective(name, target, model):
     """The tf engine's objective `name` (--objective) for `model`, or None for classification (the
-    Trainer's own); trainers/engines.py picks the jax engine's for --engine=jax."""
+    Trainer's own); the jax engine has its own (trainers/engines/jax.py)."""
     if name == "classification":
         return None
     if name == "masked_patch":
