@@ -10,7 +10,7 @@ import pytest
 from configs.fields import DEFAULTS
 from configs.recipes import RECIPES
 from keras_vit import masked_patches, models, position_embeddings
-from trainers import distribute, engines, finetune, loop, objectives, optimizers, precision, pretrain
+from trainers import distribute, engines, finetune, numerics, objectives, optimizers, precision, pretrain
 from trainers.data import augreg
 from trainers.errors import UsageError
 from trainers.fields import FIELDS, Field
@@ -18,7 +18,7 @@ from trainers.flags import parse_flags
 from trainers.validation import validate_common
 
 OWNERS = {
-    "loss": loop.LOSSES,
+    "loss": numerics.LOSSES,
     "optimizer": optimizers.OPTIMIZERS,
     "decay_type": optimizers.DECAY_TYPES,
     "momentum_dtype": optimizers.MOMENTUM_DTYPES,

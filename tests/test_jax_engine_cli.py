@@ -183,7 +183,8 @@ def test_float16_on_the_jax_engine_is_a_one_line_error(tmp_path):
     assert not os.path.exists(tmp_path / "run")
 
 
-# The jax engine's losses against the tf engine's on the same numbers: mixup's soft targets,
+# The losses (trainers/numerics.py, shared) on Keras' JAX backend against TensorFlow's, and the
+# jax engine's masked patch prediction against the tf engine's, on the same numbers: mixup's soft targets,
 # the sigmoid loss on multi-hot and on integer labels, masked patch prediction's per-patch loss
 # and hits for each target, and the patches it replaces others by (each tf replica chooses among
 # its own micro-batch; the jax step, holding every replica's rows, must choose the same). The jax
@@ -193,14 +194,14 @@ _JAX_SIDE = """
 import sys
 from types import SimpleNamespace
 import numpy as np
-from trainers import jax_loop, jax_objectives
+from trainers import jax_objectives, numerics
 rng = np.random.default_rng(0)
 saved = {"logits": rng.normal(size=(6, 5)).astype("float32")}
 saved["soft"] = rng.dirichlet(np.ones(5), 6).astype("float32")
 saved["multi_hot"] = (rng.uniform(size=(6, 5)) < 0.4).astype("float32")
 saved["integers"] = rng.integers(0, 5, 6).astype("int32")
 for loss, labels in %(losses)r:
-    saved[f"{loss}_{labels}"] = np.asarray(jax_loop.per_example_loss(loss, saved[labels], saved["logits"]))
+    saved[f"{loss}_{labels}"] = np.asarray(numerics.per_example_loss(loss, saved[labels], saved["logits"]))
 patches = {
     "mean_color": (rng.normal(size=(2, 4, 512)), rng.integers(0, 512, (2, 4))),
     "downsampled": (rng.normal(size=(2, 4, 16 * 512)), rng.integers(0, 512, (2, 4, 16))),
@@ -228,7 +229,7 @@ def test_the_jax_engines_losses_match_the_tf_engines(tmp_path):
     import tensorflow as tf
 
     from keras_vit import masked_patches
-    from trainers import loop, objectives
+    from trainers import numerics, objectives
 
     path = str(tmp_path / "jax.npz")
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
@@ -239,7 +240,9 @@ def test_the_jax_engines_losses_match_the_tf_engines(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     jax_side = dict(np.load(path))
     for loss, labels in _LOSSES:
-        theirs = loop.per_example_loss(loss, tf.constant(jax_side[labels]), tf.constant(jax_side["logits"]))
+        theirs = numerics.per_example_loss(
+            loss, tf.constant(jax_side[labels]), tf.constant(jax_side["logits"])
+        )
         np.testing.assert_allclose(jax_side[f"{loss}_{labels}"], theirs.numpy(), rtol=1e-5, atol=1e-6)
     for target in ("mean_color", "downsampled", "l2"):
         objective = SimpleNamespace(target=target)

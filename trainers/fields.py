@@ -19,7 +19,7 @@ from keras_vit.models import CLASSIFIERS
 from trainers.data.augreg import AUGREG_LEVELS
 from trainers.distribute import STRATEGIES
 from trainers.engines import ENGINES, JIT_COMPILE
-from trainers.loop import LOSSES
+from trainers.numerics import LOSSES
 from trainers.objectives import OBJECTIVES
 from trainers.optimizers import DECAY_TYPES, MOMENTUM_DTYPES, OPTIMIZERS
 from trainers.precision import PRECISIONS

@@ -23,33 +23,11 @@ import numpy as np
 import tensorflow as tf
 
 from trainers import loop
+from trainers.numerics import clip_factor, micro_batches, per_example_loss, top1_hits
 
 # Checkpoint copies of integer states (the dropout layers' random-number states) are int64:
 # TensorFlow's CPU kernels do not assign every unsigned type.
 _CHECKPOINT_DTYPES = {"uint32": tf.int64}
-
-
-def per_example_loss(loss, labels, logits):
-    """float32 (b,): as trainers.loop.per_example_loss, on JAX arrays."""
-    logits = logits.astype(jnp.float32)
-    multi_hot = labels.ndim == 2
-    if loss == "softmax":
-        if multi_hot:
-            return keras.losses.categorical_crossentropy(labels.astype(jnp.float32), logits, from_logits=True)
-        return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-    if loss != "sigmoid":
-        raise ValueError(f"loss must be one of {', '.join(loop.LOSSES)}, got {loss!r}.")
-    targets = labels.astype(jnp.float32) if multi_hot else jax.nn.one_hot(labels, logits.shape[-1])
-    # max(x, 0) - x * z + log(1 + exp(-|x|)), as tf.nn.sigmoid_cross_entropy_with_logits.
-    per_class = jnp.maximum(logits, 0.0) - logits * targets + jnp.log1p(jnp.exp(-jnp.abs(logits)))
-    return jnp.sum(per_class, axis=-1)
-
-
-def top1_hits(labels, logits):
-    top = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    if labels.ndim == 2:
-        return (jnp.take_along_axis(labels, top[:, None], axis=1)[:, 0] > 0).astype(jnp.float32)
-    return (top == labels.astype(jnp.int32)).astype(jnp.float32)
 
 
 class Trainer:
@@ -145,14 +123,6 @@ class Trainer:
         (loss, (new_others, hits)), grads = jax.value_and_grad(loss_fn, has_aux=True)(trained)
         return loss, hits, grads, new_others
 
-    def _regroup(self, x):
-        """(accum, micro, ...) from (batch, ...): micro-batch i holds the i-th slice of every
-        replica's rows, as the tf engine's replicas each split their own rows."""
-        replicas, accum = self.strategy.num_replicas_in_sync, self.accum_steps
-        per_micro = x.shape[0] // (replicas * accum)
-        x = x.reshape(replicas, accum, per_micro, *x.shape[1:]).swapaxes(0, 1)
-        return x.reshape(accum, replicas * per_micro, *x.shape[3:])
-
     def _train_step_fn(self, state, images, labels):
         trained, others, opt = state
         if self.accum_steps == 1:
@@ -167,11 +137,13 @@ class Trainer:
 
             zeros = [jnp.zeros_like(v) for v in trained]
             carry = (zeros, jnp.float32(0.0), jnp.float32(0.0), others)
-            batches = (self._regroup(images), self._regroup(labels))
+            # Micro-batch i: the i-th slice of every replica's rows, as each tf replica splits its own.
+            replicas = self.strategy.num_replicas_in_sync
+            batches = tuple(micro_batches(x, self.accum_steps, replicas) for x in (images, labels))
             (grads, loss, hits, others), _ = jax.lax.scan(body, carry, batches)
         norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in grads))
         if self.grad_norm_clip:
-            factor = self.grad_norm_clip / jnp.maximum(norm, self.grad_norm_clip)
+            factor = clip_factor(norm, self.grad_norm_clip)
             grads = [g * factor.astype(g.dtype) for g in grads]
         trained, opt = self.optimizer.stateless_apply(opt, grads, trained)
         return (trained, others, opt), loss, norm, hits

@@ -12,49 +12,15 @@ One call of `Trainer.train` runs `num_steps` optimizer steps inside a single `tf
   gradient and then all-reduce again, so the optimizer is told not to aggregate (see
   `trainers.optimizers.make_optimizer`).
 
-Losses: "softmax" is the cross-entropy of the softmax against the class index (int labels (b,)),
-or against soft targets (float labels (b, classes) summing to 1: Mixup's, trainers/data/augreg.py).
-"sigmoid" is big_vision's sigmoid_xent for multi-label data: per example, the sum over classes of
-the binary cross-entropy of sigmoid(logit) against a multi-hot target (float labels (b, classes));
-int labels become one-hot targets. Evaluation reports the top-1 hit rate: "accuracy" under softmax,
-"prec@1" under sigmoid (whether the top-scoring class is one of the image's labels; the same number
-as accuracy when every image has one label).
+The losses, top-1 hits, clip factor and micro-batches are trainers/numerics.py's, shared with
+the jax engine.
 """
 
 import keras
 import tensorflow as tf
 
 from trainers import distribute
-
-# --loss: what the step minimises (trainers/fields.py offers these as the flag's values).
-LOSSES = ("softmax", "sigmoid")
-METRIC_NAMES = {"softmax": "accuracy", "sigmoid": "prec@1"}
-
-
-def per_example_loss(loss, labels, logits):
-    """float32 (b,): `loss` ("softmax" or "sigmoid") of each example, computed from logits in float32."""
-    logits = tf.cast(logits, tf.float32)
-    multi_hot = labels.shape.rank == 2
-    if loss == "softmax":
-        if multi_hot:
-            # Soft targets (b, classes), e.g. Mixup's: -sum_c target_c * log_softmax(logits)_c.
-            # A multi-label dataset is refused under softmax before training (trainers/training.py).
-            targets = tf.cast(labels, tf.float32)
-            return keras.losses.categorical_crossentropy(targets, logits, from_logits=True)
-        return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-    if loss != "sigmoid":
-        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
-    targets = tf.cast(labels, tf.float32) if multi_hot else tf.one_hot(labels, tf.shape(logits)[-1])
-    # max(x, 0) - x * z + log(1 + exp(-|x|)): finite for logits of any size.
-    return tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=logits), axis=-1)
-
-
-def top1_hits(labels, logits):
-    """float32 (b,): 1 where the top-scoring class is the label (int (b,)) or one of them (multi-hot)."""
-    top = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    if labels.shape.rank == 2:
-        return tf.cast(tf.gather(labels, top, batch_dims=1) > 0, tf.float32)
-    return tf.cast(tf.equal(top, tf.cast(labels, tf.int32)), tf.float32)
+from trainers.numerics import LOSSES, METRIC_NAMES, clip_factor, micro_batches, per_example_loss, top1_hits
 
 
 def set_common(
@@ -202,9 +168,8 @@ class Trainer:
         if self.accum_steps == 1:
             loss, grads = self._micro_batch_grads(images, labels)
         else:
-            micro = tf.shape(images)[0] // self.accum_steps
-            images = tf.reshape(images, tf.concat([[self.accum_steps, micro], tf.shape(images)[1:]], 0))
-            labels = tf.reshape(labels, tf.concat([[self.accum_steps, micro], tf.shape(labels)[1:]], 0))
+            images = micro_batches(images, self.accum_steps)
+            labels = micro_batches(labels, self.accum_steps)
             loss = tf.constant(0.0)
             grads = [tf.zeros_like(v) for v in variables]
             for i in tf.range(self.accum_steps):
@@ -223,7 +188,7 @@ class Trainer:
         if self.grad_norm_clip:
             # tf.clip_by_global_norm's factor; with loss scaling the scaled gradients are
             # clipped by the factor of the unscaled norm, the optimizer then unscales.
-            factor = self.grad_norm_clip / tf.maximum(norm, self.grad_norm_clip)
+            factor = clip_factor(norm, self.grad_norm_clip)
             grads = [g * tf.cast(factor, g.dtype) for g in grads]
         self.optimizer.apply(grads, variables)
         return loss, norm
