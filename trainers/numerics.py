@@ -16,6 +16,8 @@ tf.nn.sigmoid_cross_entropy_with_logits, operation for operation.
 import keras
 from keras import ops
 
+from keras_vit import masked_patches
+
 # --loss: what the step minimises (trainers/fields.py offers these as the flag's values).
 LOSSES = ("softmax", "sigmoid")
 METRIC_NAMES = {"softmax": "accuracy", "sigmoid": "prec@1"}
@@ -64,3 +66,60 @@ def micro_batches(x, accum_steps, replicas=1):
     x = ops.reshape(x, (replicas, accum_steps, per_micro, *shape[1:]))
     x = ops.swapaxes(x, 0, 1)
     return ops.reshape(x, (accum_steps, replicas * per_micro, *shape[1:]))
+
+
+def masked_patch_per_example(predictor, target, images, noise, training, replicas=1):
+    """(loss (b,), accuracy (b,)), float32, of masked patch prediction (--objective=masked_patch,
+    keras_vit/masked_patches.py) on the batch corrupted as its draw `noise` (b, 2, N) says: row 0
+    chooses the corrupted patches, row 1 the replacements, each replica's rows among its own
+    (`replicas`: how many replicas' rows the batch holds, one after the other). Loss and accuracy
+    of an image are means over its corrupted patches."""
+    roles = masked_patches.corruption_plan(noise[:, 0])
+    sources = replacement_sources(noise[:, 1], replicas)
+    outputs = ops.cast(predictor(images, roles, sources, training=training), "float32")
+    targets = predictor.targets(ops.cast(images, "float32"))
+    per_patch_loss, per_patch_hit = masked_patch_per_patch(outputs, targets, target, predictor.channels)
+    corrupted = ops.cast(roles != masked_patches.CLEAN, "float32")
+    count = ops.sum(corrupted, axis=-1)
+    return (
+        ops.sum(per_patch_loss * corrupted, axis=-1) / count,
+        ops.sum(per_patch_hit * corrupted, axis=-1) / count,
+    )
+
+
+def replacement_sources(noise, replicas=1):
+    """Flat indices into the batch's patches of each replaced patch's replacement: each replica's
+    rows (b / replicas of them, in order) take theirs from that replica's rows."""
+    if replicas == 1:
+        return masked_patches.replacement_sources(noise)
+    rows, num_patches = noise.shape
+    per_replica = rows // replicas
+    parts = [
+        masked_patches.replacement_sources(noise[r * per_replica : (r + 1) * per_replica])
+        + r * per_replica * num_patches
+        for r in range(replicas)
+    ]
+    return ops.concatenate(parts)
+
+
+def masked_patch_per_patch(outputs, targets, target, channels):
+    """Per-patch (loss, hit) (b, n): the cross-entropy and top-1 hit of the 512-colour class
+    (mean_color; downsampled: averaged over the 16 cells), or for l2 the mean squared error of the
+    pixels and whether the prediction's mean colour is the target's 3-bit colour class."""
+    if target == "l2":
+        loss = ops.mean(ops.square(outputs - targets), axis=-1)
+
+        def mean_color(pixels):
+            shape = ops.shape(pixels)
+            per_channel = ops.reshape(pixels, (shape[0], shape[1], -1, channels))
+            return masked_patches.color_classes(ops.mean(per_channel, axis=2))
+
+        return loss, ops.cast(ops.equal(mean_color(outputs), mean_color(targets)), "float32")
+    if target == "downsampled":
+        shape = ops.shape(outputs)
+        outputs = ops.reshape(outputs, (shape[0], shape[1], targets.shape[-1], -1))
+    loss = keras.losses.sparse_categorical_crossentropy(targets, outputs, from_logits=True)
+    hits = ops.cast(ops.equal(ops.cast(ops.argmax(outputs, axis=-1), "int32"), targets), "float32")
+    if target == "downsampled":
+        loss, hits = ops.mean(loss, axis=-1), ops.mean(hits, axis=-1)
+    return loss, hits

@@ -21,6 +21,7 @@ accuracy whether the prediction's mean colour falls in the target's 3-bit colour
 import tensorflow as tf
 
 from keras_vit import masked_patches
+from trainers import numerics
 
 # --objective's values: the Trainer's own classification, or an objective of this file.
 OBJECTIVES = ("classification", "masked_patch")
@@ -62,36 +63,8 @@ class MaskedPatch:
         (b, 2, N) says (row 0 chooses the corrupted patches, row 1 the replacements)."""
         images = tf.convert_to_tensor(images)
         check_draw(noise.shape[-1], images.shape, self.predictor.patch_size)
-        roles = masked_patches.corruption_plan(noise[:, 0])
-        sources = masked_patches.replacement_sources(noise[:, 1])
-        outputs = tf.cast(self.predictor(images, roles, sources, training=training), tf.float32)
-        targets = self.predictor.targets(tf.cast(images, tf.float32))
-        per_patch_loss, per_patch_hit = self._per_patch(outputs, targets, self.predictor.channels)
-        corrupted = tf.cast(roles != masked_patches.CLEAN, tf.float32)
-        count = tf.reduce_sum(corrupted, axis=-1)
-        return (
-            tf.reduce_sum(per_patch_loss * corrupted, axis=-1) / count,
-            tf.reduce_sum(per_patch_hit * corrupted, axis=-1) / count,
-        )
-
-    def _per_patch(self, outputs, targets, channels):
-        if self.target == "l2":
-            loss = tf.reduce_mean(tf.square(outputs - targets), axis=-1)
-
-            def mean_color(pixels):
-                shape = tf.shape(pixels)
-                per_channel = tf.reshape(pixels, tf.concat([shape[:2], [-1, channels]], 0))
-                return masked_patches.color_classes(tf.reduce_mean(per_channel, axis=2))
-
-            return loss, tf.cast(tf.equal(mean_color(outputs), mean_color(targets)), tf.float32)
-        if self.target == "downsampled":
-            shape = tf.shape(outputs)
-            outputs = tf.reshape(outputs, tf.concat([shape[:2], [targets.shape[-1], -1]], 0))
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=outputs)
-        hits = tf.cast(tf.equal(tf.argmax(outputs, axis=-1, output_type=tf.int32), targets), tf.float32)
-        if self.target == "downsampled":
-            loss, hits = tf.reduce_mean(loss, axis=-1), tf.reduce_mean(hits, axis=-1)
-        return loss, hits
+        # One replica's rows: a tf replica runs the step on its own.
+        return numerics.masked_patch_per_example(self.predictor, self.target, images, noise, training)
 
     def record_train(self, accuracy):
         """Adds a replica's per-example train accuracies (b,) to the train metric."""
