@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainers import loop
-from trainers.numerics import clip_factor, micro_batches, per_example_loss, top1_hits
+from trainers.numerics import clip_factor, micro_batches
 
 # Checkpoint copies of integer states (the dropout layers' random-number states) are int64:
 # TensorFlow's CPU kernels do not assign every unsigned type.
@@ -57,7 +57,7 @@ class Trainer:
             optimizer.build(self.trained_variables)
         self._trained = list(self.trained_variables)
         trained_ids = {id(v) for v in self._trained}
-        everything = list(model.variables) + (list(objective.variables) if objective is not None else [])
+        everything = list(model.variables) + list(self.objective.variables)
         self._others = _unique(v for v in everything if id(v) not in trained_ids)
         self._opt = list(optimizer.variables)
         self._groups = (self._trained, self._others, self._opt)
@@ -75,8 +75,6 @@ class Trainer:
 
     @property
     def trained_variables(self):
-        if self.objective is None:
-            return self.model.trainable_variables
         return self.objective.trained_variables(self.model)
 
     # -- the state --------------------------------------------------------------------------------
@@ -111,13 +109,10 @@ class Trainer:
 
         def loss_fn(trained):
             def forward():
-                if self.objective is not None:
-                    return self.objective.per_example(images, labels, training=True)
-                logits = self.model(images, training=True)
-                return per_example_loss(self.loss, labels, logits), None
+                return self.objective.per_example(images, labels, training=True)
 
             (losses, accuracy), new_others = self._run(forward, trained, others)
-            hits = jnp.sum(accuracy) if accuracy is not None else jnp.float32(0.0)
+            hits = jnp.sum(accuracy)
             return jnp.sum(losses) / self.global_batch_size, (new_others, hits)
 
         (loss, (new_others, hits)), grads = jax.value_and_grad(loss_fn, has_aux=True)(trained)
@@ -169,7 +164,7 @@ class Trainer:
         }
         if out["finite"]:
             self.last_loss.assign(out["loss"])
-        if self.objective is not None:
+        if self.objective.train_metric:
             self._metric_sums = [self._metric_sums[0] + hits.sum(), self._metric_sums[1] + num_steps]
             out["metrics"] = self.train_metrics()
         return out
@@ -185,10 +180,7 @@ class Trainer:
         trained, others, _ = state
 
         def forward():
-            if self.objective is not None:
-                return self.objective.per_example(images, labels, training=False)
-            logits = self.model(images, training=False).astype(jnp.float32)
-            return per_example_loss(self.loss, labels, logits), top1_hits(labels, logits)
+            return self.objective.per_example(images, labels, training=False)
 
         (losses, hits), _ = self._run(forward, trained, others)
         weights = weights.astype(jnp.float32)

@@ -19,6 +19,7 @@ from trainers import numerics, objectives
 
 class MaskedPatch:
     metric_name = objectives.MaskedPatch.metric_name
+    train_metric = True
 
     def __init__(self, model, target, replicas):
         self.predictor = masked_patches.MaskedPatchPredictor(model, target)

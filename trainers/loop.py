@@ -19,8 +19,8 @@ the jax engine.
 import keras
 import tensorflow as tf
 
-from trainers import distribute
-from trainers.numerics import LOSSES, METRIC_NAMES, clip_factor, micro_batches, per_example_loss, top1_hits
+from trainers import distribute, objectives
+from trainers.numerics import LOSSES, clip_factor, micro_batches
 
 
 def set_common(
@@ -30,10 +30,11 @@ def set_common(
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
     trainer.loss = loss
-    # Another objective than classification (trainers/objectives.py) has its own loss, metric and
-    # variables, trained with the model's; `metric_name` names the evaluation's top-1 metric.
-    trainer.objective = objective
-    trainer.metric_name = METRIC_NAMES[loss] if objective is None else objective.metric_name
+    # What the step optimises (trainers/objectives.py): classification of the labels unless another
+    # objective is given, which has its own loss and metric (and masked patch prediction its own
+    # variables, trained with the model's); `metric_name` names the evaluation's top-1 metric.
+    trainer.objective = objectives.Classification(model, loss) if objective is None else objective
+    trainer.metric_name = trainer.objective.metric_name
     trainer.strategy, trainer.model, trainer.optimizer = strategy, model, optimizer
     trainer.global_batch_size = int(global_batch_size)
     trainer.accum_steps = int(accum_steps)
@@ -119,15 +120,13 @@ class Trainer:
     def trained_variables(self):
         """What the optimizer updates: the model's trainable variables, or what the objective trains
         (of the model, the encoder; its own mask embedding and head)."""
-        if self.objective is None:
-            return self.model.trainable_variables
         return self.objective.trained_variables(self.model)
 
     # -- checkpoints (trainers/run_checkpoints.py) ----------------------------------------
     def checkpoint_objects(self):
         """What a checkpoint holds: the model, optimizer, step, dropout states, last loss, and an
         objective's own trained layers (masked patch prediction's mask embedding and head)."""
-        objective = self.objective.checkpoint_objects() if self.objective is not None else {}
+        objective = self.objective.checkpoint_objects()
         return dict(
             model=self.model,
             optimizer=self.optimizer,
@@ -144,23 +143,13 @@ class Trainer:
         """Nothing to copy back: the restore wrote the variables themselves."""
 
     # -- training -----------------------------------------------------------------------
-    def _objective_grads(self, images, labels):
+    def _micro_batch_grads(self, images, labels):
         variables = self.trained_variables
         with tf.GradientTape() as tape:
             losses, accuracy = self.objective.per_example(images, labels, training=True)
             loss = tf.reduce_sum(losses) / self.global_batch_size
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
         self.objective.record_train(accuracy)
-        return loss, tape.gradient(scaled, variables)
-
-    def _micro_batch_grads(self, images, labels):
-        if self.objective is not None:
-            return self._objective_grads(images, labels)
-        variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
-            logits = self.model(images, training=True)
-            loss = tf.reduce_sum(per_example_loss(self.loss, labels, logits)) / self.global_batch_size
-            scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
         return loss, tape.gradient(scaled, variables)
 
     def _replica_step(self, images, labels):
@@ -223,20 +212,11 @@ class Trainer:
             "grad_norm": float(out["grad_norm"]),
             "finite": bool(out["finite"]),
             # The objective's train-side metrics over these steps (masked-patch accuracy).
-            "metrics": self.objective.train_metrics() if self.objective is not None else {},
+            "metrics": self.objective.train_metrics(),
         }
 
     # -- evaluation ---------------------------------------------------------------------
     def _replica_eval(self, images, labels, weights):
-        if self.objective is not None:
-            return self._objective_eval(images, labels, weights)
-        logits = tf.cast(self.model(images, training=False), tf.float32)
-        weights = tf.cast(weights, tf.float32)
-        loss = tf.reduce_sum(per_example_loss(self.loss, labels, logits) * weights)
-        hits = tf.reduce_sum(top1_hits(labels, logits) * weights)
-        return loss, hits, tf.reduce_sum(weights)
-
-    def _objective_eval(self, images, labels, weights):
         losses, accuracy = self.objective.per_example(images, labels, training=False)
         weights = tf.cast(weights, tf.float32)
         return tf.reduce_sum(losses * weights), tf.reduce_sum(accuracy * weights), tf.reduce_sum(weights)

@@ -19,6 +19,7 @@ accuracy whether the prediction's mean colour falls in the target's 3-bit colour
 """
 
 import tensorflow as tf
+from keras import ops
 
 from keras_vit import masked_patches
 from trainers import numerics
@@ -29,8 +30,39 @@ OBJECTIVES = ("classification", "masked_patch")
 DRAW_OP = "mask_patches"
 
 
+class Classification:
+    """Classification of the labels (--objective=classification), the objective of a Trainer given
+    no other: --loss's per-example loss and the top-1 hits (trainers/numerics.py, shared by the
+    engines), of the model's own variables. It has no variables and no train-side metric."""
+
+    train_metric = False  # the console and TensorBoard show the training loss only
+    variables = ()
+
+    def __init__(self, model, loss):
+        self.model, self.loss = model, loss
+        self.metric_name = numerics.METRIC_NAMES[loss]
+
+    def trained_variables(self, model):
+        return model.trainable_variables
+
+    def checkpoint_objects(self):
+        return {}
+
+    def per_example(self, images, labels, training):
+        """(loss (b,), top-1 hits (b,)), float32, of the model's logits for the labels."""
+        logits = ops.cast(self.model(images, training=training), "float32")
+        return numerics.per_example_loss(self.loss, labels, logits), numerics.top1_hits(labels, logits)
+
+    def record_train(self, accuracy):
+        """No train-side metric."""
+
+    def train_metrics(self):
+        return {}
+
+
 class MaskedPatch:
     metric_name = "masked_patch_accuracy"
+    train_metric = True  # its train accuracy, logged beside the loss
 
     def __init__(self, model, target):
         """Build it inside the strategy's scope, like the model (its variables are trained)."""
