@@ -29,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before anything else)
-from benchmarks import flops, harness, inference, jax_trainer, peak, train  # noqa: E402
+from benchmarks import flops, harness, inference, jax_trainer, peak, shared, train  # noqa: E402
 from keras_vit import fused_attention  # noqa: E402
 
 NAMES = {
@@ -86,7 +86,7 @@ def keras_inference_step(kind, shape, image_size, batch, dtype):
         [v.value for v in model.trainable_variables],
         [v.value for v in model.non_trainable_variables],
     )
-    images = jax.device_put(inference._images(batch, image_size))
+    images = jax.device_put(shared.synthetic_images(batch, image_size))
     forward = jax.jit(lambda s, x: model.stateless_call(*s, x, training=False)[0])
     return lambda: forward(state, images).block_until_ready()
 
@@ -96,8 +96,8 @@ def keras_train_step(kind, shape, image_size, batch, dtype, steps):
     import jax
     import keras
 
-    model = contestants.keras_model(kind, shape, image_size, train.NUM_CLASSES, dtype)
-    optimizer = keras.optimizers.SGD(train.LEARNING_RATE, momentum=0.9, global_clipnorm=1.0)
+    model = contestants.keras_model(kind, shape, image_size, shared.NUM_CLASSES, dtype)
+    optimizer = keras.optimizers.SGD(shared.LEARNING_RATE, momentum=0.9, global_clipnorm=1.0)
     optimizer.build(model.trainable_variables)
     cross_entropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -120,7 +120,7 @@ def keras_train_step(kind, shape, image_size, batch, dtype, steps):
             for variables in (model.trainable_variables, model.non_trainable_variables, optimizer.variables)
         )
     }
-    images, labels = jax.device_put(train._batch(batch, image_size))
+    images, labels = jax.device_put(shared.synthetic_batch(batch, image_size))
 
     def step():
         for _ in range(steps):
@@ -175,7 +175,7 @@ def measure_training(train_cases, kinds_, dtypes, args):
     rows = []
     for variant, image_size, batch in train_cases:
         shape = flops.shape(variant, num_layers=args.num_layers)
-        per_image = flops.train_step(image_size, **shape, num_classes=train.NUM_CLASSES)
+        per_image = flops.train_step(image_size, **shape, num_classes=shared.NUM_CLASSES)
         for dtype in dtypes:
             entrants = [
                 harness.Contestant(
@@ -225,12 +225,12 @@ def attention_check(layers=2, batch=4):
         return np.asarray(out), np.concatenate([np.asarray(g, "float32").ravel() for g in grads])
 
     fused = run()
-    needs_padding = fused_attention._needs_padding_for_flash
-    fused_attention._needs_padding_for_flash = lambda *_: False
+    needs_padding = fused_attention.needs_padding_for_flash
+    fused_attention.needs_padding_for_flash = lambda *_: False
     try:
         reference = run()
     finally:
-        fused_attention._needs_padding_for_flash = needs_padding
+        fused_attention.needs_padding_for_flash = needs_padding
     return {
         name: float(np.linalg.norm(a - b) / np.linalg.norm(b))
         for name, a, b in zip(("logits", "gradients"), fused, reference)

@@ -28,9 +28,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before TensorFlow)
-import numpy as np  # noqa: E402
-
-from benchmarks import flops, harness, peak  # noqa: E402
+from benchmarks import flops, harness, peak, shared  # noqa: E402
 
 NUM_CLASSES = 1000
 OURS = "keras_vit TF+XLA"
@@ -97,7 +95,7 @@ def keras_step(kind, shape, image_size, batch, dtype):
     import tensorflow as tf
 
     model = contestants.keras_model(kind, shape, image_size, NUM_CLASSES, dtype)
-    images = tf.constant(_images(batch, image_size))
+    images = tf.constant(shared.synthetic_images(batch, image_size))
     forward = tf.function(lambda x: model(x, training=False), jit_compile=keras_uses_xla(dtype))
     return lambda: forward(images).numpy()
 
@@ -116,7 +114,7 @@ def keras_torch_step(shape, image_size, batch, dtype):
     assert keras.backend.backend() == "torch", keras.backend.backend()
     contestants.set_torch_threads()
     model = contestants.keras_model("keras_vit", shape, image_size, NUM_CLASSES, dtype)
-    images = keras.ops.convert_to_tensor(_images(batch, image_size))
+    images = keras.ops.convert_to_tensor(shared.synthetic_images(batch, image_size))
 
     def step():
         with torch.inference_mode():
@@ -154,7 +152,7 @@ def onnx_step(path, image_size, batch):
     """The exported model on ONNX Runtime; it takes pixels, so the same images, unscaled."""
     session = contestants.onnx_session(path)
     name = session.get_inputs()[0].name
-    pixels = (_images(batch, image_size) + 1.0) * 127.5
+    pixels = (shared.synthetic_images(batch, image_size) + 1.0) * 127.5
     return lambda: session.run(None, {name: pixels})[0]
 
 
@@ -182,7 +180,9 @@ def timm_step(kind, shape, image_size, batch, dtype, device="cpu"):
 
     contestants.set_torch_threads()
     model = contestants.timm_model(shape, image_size, NUM_CLASSES).eval().to(device)
-    images = torch.from_numpy(_images(batch, image_size).transpose(0, 3, 1, 2).copy()).to(device)
+    images = torch.from_numpy(shared.synthetic_images(batch, image_size).transpose(0, 3, 1, 2).copy()).to(
+        device
+    )
     if dtype == "bfloat16":
         model, images = model.bfloat16(), images.bfloat16()
     if kind == "timm-compile":
@@ -193,10 +193,6 @@ def timm_step(kind, shape, image_size, batch, dtype, device="cpu"):
             return model(images).float().cpu().numpy()  # on the host: the step has finished
 
     return step
-
-
-def _images(batch, image_size):
-    return np.random.default_rng(0).uniform(-1, 1, (batch, image_size, image_size, 3)).astype("float32")
 
 
 def build(kind, shape, image_size, batch, dtype):

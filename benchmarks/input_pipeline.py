@@ -26,7 +26,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import contestants  # noqa: E402, F401, I001  (first: it imports PyTorch before TensorFlow)
-from benchmarks import harness, train  # noqa: E402
+from benchmarks import harness, shared  # noqa: E402
 
 FAKE_TFDS = os.path.join(os.path.dirname(harness.ROOT), "shared", "tools", "fake_tfds.py")
 TARGET = 3.0  # pipeline images/s over the step's, per core
@@ -110,7 +110,7 @@ def main(argv=None):
     p.add_argument("--batch_size", type=int, default=16)
     p.add_argument("--num_layers", type=int, default=0, help="override the step's depth (0: the variant's)")
     args = p.parse_args(argv)
-    config = train.finetune_config(args.variant, args.image_size or 384, args.batch_size, args.num_layers)
+    config = shared.finetune_config(args.variant, args.image_size or 384, args.batch_size, args.num_layers)
     if not args.image_size:
         from trainers import finetune
 
@@ -124,7 +124,7 @@ def main(argv=None):
         entrants = [
             harness.Contestant("finetune pipeline", lambda: pipeline_step(config, data_dir, args.batch_size)),
             harness.Contestant(
-                train.trainer_name(config) + " step", lambda: train.trainer_step(config, 1), ours=True
+                shared.trainer_name(config) + " step", lambda: shared.trainer_step(config, 1), ours=True
             ),
             harness.Contestant(
                 f"jax engine feed, {FEED_IMAGE_SIZE} px (tf.data to device)",

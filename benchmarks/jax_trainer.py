@@ -17,7 +17,7 @@ import atexit
 import importlib.util
 import sys
 
-from benchmarks import contestants, harness
+from benchmarks import contestants, harness, shared
 
 NAME = "keras_vit Trainer JAX+XLA (trainers.finetune --engine=jax)"
 CHILD_ENV = {"KERAS_BACKEND": "jax", contestants.CHILD_FRAMEWORK: "jax"}
@@ -49,24 +49,10 @@ def close():
 
 def build(variant, image_size, batch, num_layers, mixed_precision, steps):
     """In the child (Keras on JAX): the trainer's `steps` steps per call, on synthetic data."""
-    import tensorflow as tf
-
-    from benchmarks import train
-    from trainers import engines, training
-
-    config = train.finetune_config(
+    config = shared.finetune_config(
         variant, image_size, batch, num_layers, mixed_precision=mixed_precision, engine="jax"
     )
-    strategy = engines.strategy_of(config)
-    trainer = training.build_trainer(config, strategy, train.Spec).trainer
-    images, labels = train._batch(batch, image_size)
-    rows = batch // strategy.num_replicas_in_sync  # the Feed's elements are per-replica batches
-
-    def input_fn(context):
-        return tf.data.Dataset.from_tensors((images[:rows], labels[:rows])).repeat()
-
-    iterator = iter(strategy.distribute_datasets_from_function(input_fn))
-    return lambda: trainer.train(iterator, steps)
+    return shared.trainer_step(config, steps)
 
 
 def main(argv=None):

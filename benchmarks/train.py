@@ -25,12 +25,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before TensorFlow)
-import numpy as np  # noqa: E402
+from benchmarks import flops, harness, jax_trainer, peak, shared  # noqa: E402
 
-from benchmarks import flops, harness, jax_trainer, peak  # noqa: E402
-
-NUM_CLASSES = 37  # oxford_iiit_pet, the fine-tuning preset's dataset
-LEARNING_RATE = 0.01
 # keras_vit rows: the finetune defaults, then the same with one setting forced.
 OURS = {
     "keras_vit": {},
@@ -49,82 +45,28 @@ PEER_LABELS = {
 }
 
 
-def finetune_config(variant, image_size, batch, num_layers=0, **settings):
-    """The fine-tuning preset as `python -m trainers.finetune` builds it, at this shape, from
-    scratch, with `settings` (e.g. jit_compile="true") over its defaults."""
-    from trainers import finetune
-
-    config = finetune.get_config("oxford_iiit_pet")
-    config.model, config.image_size, config.batch_size = variant, image_size, batch
-    config.weights = "none"  # no download; the step is the same
-    if num_layers:
-        config.num_layers = num_layers
-    config.update(settings)
-    return config
-
-
-def trainer_mode(config):
-    """(row name, compute dtype) of the trainers' step for `config` on this machine. The jax
-    engine's is resolved here from the same devices, with XLA on, as that engine always has it."""
-    from trainers import distribute, model_builder, plan_pieces, precision
-    from trainers import plan as plan_lib
-
-    strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
-    on_jax = config.get("engine", "tf") == "jax"
-    jit = on_jax or plan_lib.use_jit(config.jit_compile, strategy)
-    hidden_size, num_patches = model_builder.encoder_size(plan_pieces.model_settings(config))
-    chosen = precision.resolve(
-        config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches
-    )[0]
-    dtype = precision.compute_dtype(chosen)
-    mode = f"{'JAX' if on_jax else 'TF'}{'+XLA' if jit else ''}{'' if dtype == 'float32' else ' ' + dtype}"
-    return f"keras_vit Trainer {mode}", dtype
-
-
-def trainer_name(config):
-    return trainer_mode(config)[0]
-
-
 def _ours_config(kind, args):
     settings = {"mixed_precision": args.mixed_precision, **({"engine": "jax"} if kind == JAX else OURS[kind])}
-    return finetune_config(args.variant, args.image_size, args.batch_size, args.num_layers, **settings)
+    return shared.finetune_config(args.variant, args.image_size, args.batch_size, args.num_layers, **settings)
 
 
 def kind_dtype(kind, args):
     if kind in OURS or kind == JAX:
-        return trainer_mode(_ours_config(kind, args))[1]
+        return shared.trainer_mode(_ours_config(kind, args))[1]
     return "bfloat16" if kind.endswith("-bfloat16") else "float32"
-
-
-class Spec:  # all of a dataset that building the trainer reads
-    num_classes = NUM_CLASSES
-
-
-def trainer_step(config, steps):
-    import tensorflow as tf
-
-    from trainers import distribute, training
-
-    strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
-    # The trainers' own construction (model, schedule, optimizer, accumulation, XLA choice).
-    trainer = training.build_trainer(config, strategy, Spec).trainer
-    images, labels = _batch(config.batch_size, config.image_size)
-    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    return lambda: trainer.train(iterator, steps)
 
 
 def keras_hub_step(shape, image_size, batch, steps, dtype="float32"):
     import keras
     import tensorflow as tf
 
-    model = contestants.keras_model("keras-hub", shape, image_size, NUM_CLASSES, dtype)
+    model = contestants.keras_model("keras-hub", shape, image_size, shared.NUM_CLASSES, dtype)
     model.compile(
-        optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=0.9, global_clipnorm=1.0),
+        optimizer=keras.optimizers.SGD(shared.LEARNING_RATE, momentum=0.9, global_clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=dtype == "float32",
     )
-    dataset = tf.data.Dataset.from_tensors(_batch(batch, image_size)).repeat()
+    dataset = tf.data.Dataset.from_tensors(shared.synthetic_batch(batch, image_size)).repeat()
     return lambda: model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
 
 
@@ -133,10 +75,10 @@ def timm_step(shape, image_size, batch, steps, compiled, device="cpu", dtype="fl
     import torch
 
     contestants.set_torch_threads()
-    model = contestants.timm_model(shape, image_size, NUM_CLASSES).train().to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=0.9)
+    model = contestants.timm_model(shape, image_size, shared.NUM_CLASSES).train().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=shared.LEARNING_RATE, momentum=0.9)
     forward = torch.compile(model) if compiled else model
-    images, labels = _batch(batch, image_size)
+    images, labels = shared.synthetic_batch(batch, image_size)
     images = torch.from_numpy(images.transpose(0, 3, 1, 2).copy()).to(device)
     labels = torch.from_numpy(labels.astype("int64")).to(device)
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
@@ -154,12 +96,6 @@ def timm_step(shape, image_size, batch, steps, compiled, device="cpu", dtype="fl
     return step
 
 
-def _batch(batch, image_size):
-    rng = np.random.default_rng(0)
-    images = rng.uniform(-1, 1, (batch, image_size, image_size, 3)).astype("float32")
-    return images, rng.integers(0, NUM_CLASSES, batch).astype("int32")
-
-
 def _jax_args(args, steps):
     """What benchmarks.jax_trainer builds the jax engine's trainer from."""
     return (args.variant, args.image_size, args.batch_size, args.num_layers, args.mixed_precision, steps)
@@ -167,7 +103,7 @@ def _jax_args(args, steps):
 
 def build(kind, args, steps):
     if kind in OURS:
-        return trainer_step(_ours_config(kind, args), steps)
+        return shared.trainer_step(_ours_config(kind, args), steps)
     if kind == JAX:
         return jax_trainer.step(*_jax_args(args, steps))
     shape = flops.shape(args.variant, num_layers=args.num_layers)
@@ -187,8 +123,8 @@ def names(args):
         "keras_vit-xla": "--jit_compile=true",
         "keras_vit-float32": "--mixed_precision=none",
     }
-    ours = {kind: f"{trainer_name(_ours_config(kind, args))} ({why[kind]})" for kind in OURS}
-    ours[JAX] = f"{trainer_name(_ours_config(JAX, args))} (trainers.finetune --engine=jax)"
+    ours = {kind: f"{shared.trainer_name(_ours_config(kind, args))} ({why[kind]})" for kind in OURS}
+    ours[JAX] = f"{shared.trainer_name(_ours_config(JAX, args))} (trainers.finetune --engine=jax)"
     return {**ours, **PEER_LABELS}
 
 
@@ -196,7 +132,7 @@ def chosen_kinds(args, peers):
     """keras_vit's defaults, then each forced setting that changes its mode, then the same
     trainer on the jax engine (where it can run), then the peers in float32 and, where the
     defaults chose bfloat16, in bfloat16 too."""
-    mode = {kind: trainer_mode(_ours_config(kind, args)) for kind in OURS}
+    mode = {kind: shared.trainer_mode(_ours_config(kind, args)) for kind in OURS}
     kinds = [kind for kind in OURS if kind == "keras_vit" or mode[kind] != mode["keras_vit"]]
     if args.jax_engine == "true" and not jax_trainer.missing():
         kinds.append(JAX)
@@ -278,7 +214,7 @@ def measure(args, argv, chosen):
     """The timed rows, ours first; also used by benchmarks.input_pipeline."""
     kinds, label = chosen_kinds(args, chosen), names(args)
     shape = flops.shape(args.variant, num_layers=args.num_layers)
-    per_image = flops.train_step(args.image_size, **shape, num_classes=NUM_CLASSES)
+    per_image = flops.train_step(args.image_size, **shape, num_classes=shared.NUM_CLASSES)
     entrants = [
         harness.Contestant(
             label[k],

@@ -1,8 +1,10 @@
 """Experiment presets: one module per trainer, `get_config(dataset)` returns plain data.
 
-Every field is declared once, with its default and help, in configs/fields.py (its allowed
-values come from the module that acts on them); it is also a command-line flag of the trainer
-(`--total_steps=...`), and a flag that is given overrides the preset. `base_config()` holds the
+Plain data: nothing here imports the trainers or the library, so importing a preset loads
+neither TensorFlow nor Keras. Every field's default is in configs/fields.py; what it means, its
+allowed values and its topic are the trainers' schema (trainers/fields.py). Every field is also
+a command-line flag of the trainer (`--total_steps=...`), and a flag that is given overrides the
+preset. `base_config()` holds the
 fields both training trainers share. The demo's stages are presets too (configs/demo.py).
 """
 

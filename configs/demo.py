@@ -10,13 +10,13 @@ and it is fine-tuned, against a random-init ViT, the raw pixels and the same ViT
 A stage's step budget comes from the demo's settings: FULL (`make demo`) or SMALL (--small).
 """
 
+import posixpath
+
 from configs import DIGITS_ARCHITECTURE
 from configs import fewshot as fewshot_config
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
-from configs.fields import FIELDS
-from keras_vit import fileio
-from trainers import reproducible
+from configs.fields import DEFAULTS
 
 UPSTREAM, DOWNSTREAM = "digits:0-4", "digits:5-9"
 SHOTS = (1, 5, 10)
@@ -29,11 +29,14 @@ ARCHITECTURE = DIGITS_ARCHITECTURE
 FULL = dict(pretrain_steps=1500, finetune_steps=800, few_finetune_steps=200, seeds=5, few_runs=5)
 # --small, the smoke test: every stage runs, with a few steps each.
 SMALL = dict(pretrain_steps=40, finetune_steps=20, few_finetune_steps=10, seeds=2, few_runs=2)
+# The kernel threads of the stages: two, what TensorFlow starts on the 2-core machine the demo's
+# step budgets were measured on (1 thread took about twice as long there).
+CPU_THREADS = 2
 # What the stages pin so the table is the same on any x86-64 CPU (trainers/reproducible.py):
 # float32 whatever the CPU's instruction set (--mixed_precision=auto would pick by it), no XLA,
 # and a fixed number of kernel threads. The process pins the CPU kernels themselves.
-PINNED = dict(mixed_precision="none", jit_compile="false", cpu_threads=reproducible.CPU_THREADS)
-DEFAULT_ENGINE = FIELDS["engine"].default
+PINNED = dict(mixed_precision="none", jit_compile="false", cpu_threads=CPU_THREADS)
+DEFAULT_ENGINE = DEFAULTS["engine"]
 
 PRESETS = {"pretrain": pretrain_config, "fewshot": fewshot_config, "finetune": finetune_config}
 # Stage -> its trainer, in the order the stages run (the later ones load the earlier ones' weights).
@@ -125,7 +128,7 @@ def stage_flags(
     exist (stages()), not their fields."""
     pinned = engine_fields(PINNED if pinned is None else pinned, engine)
     budget = dict(finetune_steps=finetune_steps, few_finetune_steps=few_finetune_steps)
-    own = dict(ARCHITECTURE, workdir=fileio.join(workdir, stage))
+    own = dict(ARCHITECTURE, workdir=_join(workdir, stage))
     trainer = STAGES[repeated_stage(stage)[0]]
     if trainer == "pretrain":
         flags = dict(
@@ -195,7 +198,7 @@ def get_config(stage="pretrain", workdir="runs/demo", **settings):
 
 
 def _weights(workdir, stage):
-    return "none" if stage is None else fileio.join(workdir, stage, "model.npz")
+    return "none" if stage is None else _join(workdir, stage, "model.npz")
 
 
 def _every(steps):
@@ -206,3 +209,9 @@ def _every(steps):
 
 def _loop(steps):
     return max(1, min(50, steps // 4))
+
+
+def _join(*parts):
+    # "/" on every filesystem the workdir may be on (local, gs://): keras_vit.fileio.join without
+    # importing the library (and Keras) into a preset.
+    return posixpath.join(*parts)

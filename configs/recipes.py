@@ -1,6 +1,6 @@
 """The paper's upstream recipes, its Table 3: the rows --recipe names (configs/pretrain.py applies them).
 
-A module of its own so that the flag's allowed values (configs/fields.py) and the preset that
+A module of its own so that the flag's allowed values (trainers/fields.py) and the preset that
 applies a row (configs/pretrain.py) read the one table.
 """
 

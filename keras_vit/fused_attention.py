@@ -20,7 +20,7 @@ _FLASH_DTYPES = ("bfloat16", "float16")
 
 def dot_product_attention(query, key, value, bias=None):
     """softmax(Q K^T / sqrt(d) + bias) V over (B, T, heads, d) tensors; (B, T, heads, d) out."""
-    if bias is None and _needs_padding_for_flash(query, key):
+    if bias is None and needs_padding_for_flash(query, key):
         try:
             return padded_attention(query, key, value, implementation="cudnn")
         except (NotImplementedError, RuntimeError, ValueError):
@@ -28,7 +28,9 @@ def dot_product_attention(query, key, value, bias=None):
     return ops.dot_product_attention(query, key, value, bias=bias)
 
 
-def _needs_padding_for_flash(query, key):
+def needs_padding_for_flash(query, key):
+    """Whether `dot_product_attention` pads this self-attention by a token to reach cuDNN's flash
+    kernel: an odd sequence length in bfloat16 or float16 on the JAX backend with a GPU."""
     if keras.backend.backend() != "jax":
         return False
     length = query.shape[1]

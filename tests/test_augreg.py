@@ -11,9 +11,9 @@ import pytest
 import tensorflow as tf
 from fixtures import TINY_SHAPE, flags
 
-from configs.fields import FIELDS, TRAINING, fields
+from configs.fields import DEFAULTS, TRAINING, fields
 from keras_vit import checkpoints
-from trainers import data, finetune, loop
+from trainers import data, finetune, numerics
 from trainers import plan as plan_lib
 from trainers.data import augreg
 from trainers.errors import UsageError
@@ -32,7 +32,7 @@ OFFICIAL = {
 
 
 def _config(**values):
-    fields = {name: FIELDS[name].default for name in ("augreg", "randaug", "mixup")}
+    fields = {name: DEFAULTS[name] for name in ("augreg", "randaug", "mixup")}
     return types.SimpleNamespace(**{**fields, **values})
 
 
@@ -123,13 +123,13 @@ def test_softmax_loss_on_soft_targets_is_their_cross_entropy():
     logits = np.array([[1.0, -2.0, 0.5], [3.0, 0.0, -1.0]], np.float32)
     log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     soft = np.array([[0.7, 0.3, 0.0], [0.0, 0.4, 0.6]], np.float32)
-    got = loop.per_example_loss("softmax", tf.constant(soft), tf.constant(logits)).numpy()
+    got = numerics.per_example_loss("softmax", tf.constant(soft), tf.constant(logits)).numpy()
     np.testing.assert_allclose(got, -(soft * log_softmax).sum(-1), rtol=1e-6)
     labels = np.array([2, 0])
-    one_hot = loop.per_example_loss(
+    one_hot = numerics.per_example_loss(
         "softmax", tf.constant(np.eye(3, dtype=np.float32)[labels]), tf.constant(logits)
     )
-    sparse = loop.per_example_loss("softmax", tf.constant(labels), tf.constant(logits))
+    sparse = numerics.per_example_loss("softmax", tf.constant(labels), tf.constant(logits))
     np.testing.assert_allclose(one_hot.numpy(), sparse.numpy(), rtol=1e-6)
 
 

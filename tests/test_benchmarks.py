@@ -184,12 +184,12 @@ def test_inference_measures_ours_and_keras_hub_in_bfloat16(results):
 
 @pytest.mark.slow
 def test_train_uses_the_finetune_defaults_and_names_their_mode(results):
-    from trainers import distribute, finetune
-    from trainers import plan as plan_lib
+    from trainers import distribute, engines, finetune
 
     rows = _rows(_read(results / "train.json"))
     config = finetune.get_config("oxford_iiit_pet")
-    xla = plan_lib.use_jit(config.jit_compile, distribute.create_strategy(config.strategy))
+    strategy = distribute.create_strategy(config.strategy)
+    xla = engines.of(strategy).use_jit(config.jit_compile, strategy)
     names = [r["contestant"] for r in rows]
     assert names[0] == f"keras_vit Trainer TF{'+XLA' if xla else ''} (finetune defaults)"
     assert names[-1] == "keras-hub fit TF+XLA"

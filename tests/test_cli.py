@@ -197,6 +197,60 @@ def test_misspelt_field_of_a_python_config_is_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_first_checks_come_in_the_order_a_user_fixes_things(capsys, tmp_path):
+    """What to train on, then the model, then the schedule, then where to write: each error names
+    the flag to change, and fixing it shows the next one."""
+    argv = ["finetune", "--dataset=digitz", "--model=ViT-X_99", "--total_steps=10"]
+    fixes = [
+        ("unknown dataset 'digitz': give --dataset ", "--dataset=digits"),
+        ("unknown --model 'ViT-X_99'", "--model=ViT-Ti_16"),
+        # the digits preset's 50 warm-up steps
+        ("--warmup_steps (50) exceeds --total_steps (10): lower --warmup_steps", "--warmup_steps=2"),
+        ("--workdir is required", f"--workdir={tmp_path / 'run'}"),
+    ]
+    for expect, fix in fixes:
+        assert finetune.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"finetune: error: {expect}"), err
+        flag = fix.split("=")[0]
+        argv = [a for a in argv if not a.startswith(flag + "=")] + [fix]
+    assert not (tmp_path / "run").exists()
+
+
+def test_help_groups_the_flags_by_topic_with_examples_and_what_a_preset_is(capsys):
+    with pytest.raises(SystemExit):
+        finetune.main(["finetune", "--help"])
+    out = capsys.readouterr().out
+    intro, _, flag_list = out.partition("\nData:\n")
+    examples = [
+        line.strip() for line in intro.splitlines() if line.startswith("  python -m trainers.finetune")
+    ]
+    assert len(examples) == 2 and "Examples:" in intro
+    assert "A preset is" in " ".join(intro.split())
+    # The topics in the order a user settles them, each flag once, under its topic.
+    titles = ["Data", "Model", "Optimization", "Loop and checkpoints", "Evaluation", "Hardware", "Output"]
+    sections = {}
+    title = "Data"
+    for line in flag_list.splitlines():
+        if line.endswith(":") and not line.startswith(" "):
+            title = line[:-1]
+        elif line.startswith("  --"):
+            sections.setdefault(title, []).append(line.split()[0].split("=")[0].replace("[no]", ""))
+    assert list(sections) == titles
+    flags_listed = [name for names in sections.values() for name in names]
+    assert sorted(flags_listed) == sorted(f"--{name}" for name in finetune.get_config())
+    assert sections["Data"][0] == "--dataset" and sections["Model"][0] == "--model"
+    for title, name in [
+        ("Optimization", "--warmup_steps"),
+        ("Loop and checkpoints", "--checkpoint_every"),
+        ("Evaluation", "--eval_every"),
+        ("Hardware", "--engine"),
+        ("Output", "--workdir"),
+    ]:
+        assert name in sections[title], (title, name)
+    assert "  --loss=<softmax|sigmoid>" in out.splitlines()
+
+
 def test_help_shows_each_flags_preset_default(capsys):
     with pytest.raises(SystemExit) as stop:
         finetune.main(["finetune", "--help"])

@@ -181,7 +181,7 @@ def test_the_demo_runs_the_stages_presets_at_its_full_budget_by_default(tmp_path
 
 def test_stages_pin_what_varies_by_machine(tmp_path):
     for name, (trainer, config) in demo.stage_configs(str(tmp_path), **SMALL).items():
-        assert config.cpu_threads == reproducible.CPU_THREADS, name
+        assert config.cpu_threads == demo_config.CPU_THREADS, name
         if trainer != "fewshot":  # the few-shot trainer computes in float32 without XLA anyway
             assert (config.mixed_precision, config.jit_compile) == ("none", "false"), name
 

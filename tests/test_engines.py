@@ -1,7 +1,8 @@
 """The two engines agree: on the same initial weights and the same batches, --engine=jax and
 --engine=tf take the same steps to float32 rounding (the loss and gradient norm of every step,
 every weight after the run), on 1 and on 2 devices, with micro-batch accumulation, with the
-gradient clip binding and idle, with SGD and AdamW. Also trainers/engines.py's refusals and
+gradient clip binding and idle, with SGD and AdamW. Also every registered engine against the
+Engine interface (trainers/engines/interface.py), the engines' refusals and
 trainers/engine_env.py's choice of backend.
 
 Each engine runs every case in one child process (tests/engine_runs.py), the two side by side.
@@ -17,7 +18,9 @@ import pytest
 import trainer_cli
 
 from trainers import engine_env, engines
+from trainers.engines import interface
 from trainers.errors import UsageError
+from trainers.fields import FIELDS
 
 # The digits preset's model (patch 4, width 64, 4 blocks), dropout off: the engines draw their
 # dropout masks from different random-number generators, everything else is deterministic.
@@ -85,7 +88,7 @@ def runs(tmp_path_factory):
         engine: {case: root / engine / case for case in {**CASES, **FROM_SCRATCH}} for engine in ("tf", "jax")
     }
     children = []
-    for engine, backend in engine_env.BACKENDS.items():
+    for engine, backend in engine_env.BACKENDS.items():  # every registered engine
         argvs = [
             [
                 "finetune",
@@ -183,6 +186,32 @@ def test_engines_start_from_the_same_model_for_the_same_seed(runs, case):
     assert sorted(tf_weights.files) == sorted(jax_weights.files)
     for name in tf_weights.files:
         np.testing.assert_allclose(jax_weights[name], tf_weights[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def _members(protocol):
+    """The names a Protocol declares: its annotated attributes, methods and properties."""
+    names = set(getattr(protocol, "__annotations__", {}))
+    names |= {
+        n
+        for n, v in vars(protocol).items()
+        if not n.startswith("_") and (callable(v) or isinstance(v, property))
+    }
+    return names | ({"__call__"} if "__call__" in vars(protocol) else set())
+
+
+def test_every_registered_engine_has_every_member_of_the_interface():
+    from trainers import jax_loop, loop
+
+    trainers = {"tf": loop.Trainer, "jax": jax_loop.Trainer}
+    assert set(trainers) == set(engines.REGISTRY) == set(engine_env.BACKENDS)
+    for name in engines.REGISTRY:
+        engine = engines.get(name)
+        assert engine.name == name
+        assert sorted(m for m in _members(interface.Engine) if not hasattr(engine, m)) == [], name
+        # The Trainer's methods and properties (its attributes are set when it is built: the runs above).
+        methods = {m for m in _members(interface.Trainer) if m not in interface.Trainer.__annotations__}
+        assert sorted(m for m in methods if not hasattr(trainers[name], m)) == [], name
+        assert set(engine.fixed_fields) <= set(FIELDS), name
 
 
 def test_backend_follows_the_command_line():

@@ -3,8 +3,8 @@
 import os
 
 from configs import finetune, pretrain
-from configs.fields import FIELDS
 from trainers import flag_table
+from trainers.fields import FIELDS
 
 
 def test_the_flags_page_table_is_the_generated_one():
@@ -17,7 +17,7 @@ def test_the_flags_page_table_is_the_generated_one():
 def test_every_preset_field_has_help_and_appears_once():
     table = flag_table.markdown()
     for name in set(finetune.get_config()) | set(pretrain.get_config()):
-        assert FIELDS[name].help, f"--{name} has no help text in configs/fields.py"
+        assert FIELDS[name].help, f"--{name} has no help text in trainers/fields.py"
         assert table.count(f"| `--{name}` |") == 1
 
 

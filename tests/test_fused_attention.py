@@ -31,7 +31,7 @@ def _numpy_attention(query, key, value):
 
 def test_on_tensorflow_it_is_keras_attention():
     query, key, value = _qkv(5)
-    assert not fused_attention._needs_padding_for_flash(ops.convert_to_tensor(query), key)
+    assert not fused_attention.needs_padding_for_flash(ops.convert_to_tensor(query), key)
     np.testing.assert_allclose(
         fused_attention.dot_product_attention(query, key, value),
         _numpy_attention(query, key, value),
@@ -61,11 +61,11 @@ for a, b in zip(grad(padded), grad(plain)):
 # Odd length in bfloat16 asks for the padded path only on a GPU; with the device check forced,
 # a CPU's missing cuDNN sends it back to Keras' attention, with the same numbers.
 qb, kb, vb = (x.astype("bfloat16") for x in (q, k, v))
-assert not fused_attention._needs_padding_for_flash(qb, kb)
+assert not fused_attention.needs_padding_for_flash(qb, kb)
 fused_attention._on_gpu = lambda: True
-assert fused_attention._needs_padding_for_flash(qb, kb)
-assert not fused_attention._needs_padding_for_flash(q, k)  # float32: no flash kernel
-assert not fused_attention._needs_padding_for_flash(qb[:, :4], kb[:, :4])  # even: Keras' path works
+assert fused_attention.needs_padding_for_flash(qb, kb)
+assert not fused_attention.needs_padding_for_flash(q, k)  # float32: no flash kernel
+assert not fused_attention.needs_padding_for_flash(qb[:, :4], kb[:, :4])  # even: Keras' path works
 np.testing.assert_allclose(
     fused_attention.dot_product_attention(qb, kb, vb).astype("float32"),
     plain(qb, kb, vb).astype("float32"),

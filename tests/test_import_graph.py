@@ -15,20 +15,28 @@ where that is deliberate, so the real dependencies stay visible at the top of ea
 
 import ast
 import os
+import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("keras_vit", "trainers", "configs")
+PACKAGES = ("keras_vit", "trainers", "configs", "benchmarks")
 
 # Function-level imports of project modules allowed per package: none. An import inside a
 # function hides a dependency from the top of the file, and is how a cycle usually gets in
 # unnoticed. Raise a number only for a deliberate one, with the reason here.
-# trainers: trainers/engines.py imports the jax engine's three modules (and with them JAX) only
-# for a run on that engine, so a tf engine run never loads JAX.
-MAX_FUNCTION_LEVEL_PROJECT_IMPORTS = {"keras_vit": 0, "trainers": 3, "configs": 0}
+# trainers: trainers/engines/__init__.py, which trainers/engine_env.py reads before Keras loads,
+# imports the errors module (and with it the library and Keras) only to refuse an unknown engine.
+# (It imports each engine's module, and with the jax engine's JAX, by the registry's name, only
+# for a run on that engine: test_every_registered_engine_is_a_module_of_the_package.)
+# benchmarks: counted among themselves only (test_benchmarks_import_each_other_at_the_top): a
+# benchmark's process imports PyTorch before TensorFlow (benchmarks/contestants.py) and a child
+# of another backend only its own framework, so the library and the trainers are imported inside
+# the functions that build each contestant.
+MAX_FUNCTION_LEVEL_PROJECT_IMPORTS = {"keras_vit": 0, "trainers": 1, "configs": 0}
 
 # The function-level imports of other packages that keras_vit may have, and why.
 DELIBERATE_LAZY_IMPORTS = {
@@ -236,6 +244,29 @@ def test_keras_vit_imports_nothing_from_trainers_or_configs():
     assert not wrong, "the library must not depend on the trainers: " + "; ".join(wrong)
 
 
+def test_configs_is_plain_data_that_imports_neither_the_trainers_nor_the_library():
+    wrong = [
+        f"{e.source} line {e.line}: {e.target}"
+        for e in EDGES
+        if _package(e.source) == "configs" and _package(e.target) != "configs"
+    ]
+    assert not wrong, "a preset is plain data (the schema is trainers/fields.py): " + "; ".join(wrong)
+    allowed = {"ml_collections", *sys.stdlib_module_names}
+    heavy = [
+        f"{f.source} line {f.line}: {top}" for f, top in _external_imports("configs") if top not in allowed
+    ]
+    assert not heavy, "configs/ imports only the standard library and ml_collections: " + "; ".join(heavy)
+
+
+def test_importing_a_preset_loads_neither_tensorflow_nor_keras():
+    # A child process: this one has loaded both already. The process itself is the subject.
+    check = "import configs.finetune, sys; print(sorted({'tensorflow', 'keras'} & set(sys.modules)))"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def _external_imports(package):
     return [
         (found, found.target.split(".")[0])
@@ -263,7 +294,67 @@ def test_keras_vit_imports_inside_functions_are_the_deliberate_ones():
     )
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+def test_every_registered_engine_is_a_module_of_the_package():
+    from trainers.engines import REGISTRY
+
+    assert all(r.module in MODULES and r.module.startswith("trainers.engines.") for r in REGISTRY.values())
+
+
+def test_the_engine_registry_and_engine_env_import_only_the_standard_library():
+    """trainers/engine_env.py picks Keras' backend from the registry before anything imports Keras."""
+    for module in ("trainers.engines", "trainers.engine_env"):
+        top_level = [f for f in all_imports(module, MODULES[module]) if not f.function_level]
+        outside = [f.target for f in top_level if f.target.split(".")[0] not in sys.stdlib_module_names]
+        assert outside in ([], ["trainers.engines"]), (module, outside)
+
+
+def test_benchmarks_import_each_other_at_the_top():
+    lazy = [
+        f"{e.source} line {e.line}: {e.target}"
+        for e in EDGES
+        if e.function_level and _package(e.source) == _package(e.target) == "benchmarks"
+    ]
+    assert not lazy, "a benchmark module imported inside a function hides a dependency: " + "; ".join(lazy)
+
+
+def _private_names_used_elsewhere(modules):
+    """'module line N: other._name' for each use of another project module's private name."""
+    found = []
+    for module, path in modules.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+        imported = {}
+        for node, _ in _statements(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _absolute(module, path, node)
+                for alias in node.names:
+                    if alias.name.startswith("_") and base in modules:
+                        found.append(f"{module} line {node.lineno}: {base}.{alias.name}")
+                    if f"{base}.{alias.name}" in modules:
+                        imported[alias.asname or alias.name] = f"{base}.{alias.name}"
+            else:
+                for alias in node.names:
+                    if alias.name in modules:
+                        imported[alias.asname or alias.name] = alias.name
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in imported
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                found.append(f"{module} line {node.lineno}: {imported[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_benchmarks_use_no_private_name_of_another_module():
+    benchmarks = {m: p for m, p in MODULES.items() if _package(m) == "benchmarks"}
+    used = [use for use in _private_names_used_elsewhere(MODULES) if use.split()[0] in benchmarks]
+    assert not used, "a private name is its module's own: make it public, or move it: " + "; ".join(used)
+
+
+@pytest.mark.parametrize("package", MAX_FUNCTION_LEVEL_PROJECT_IMPORTS)
 def test_function_level_imports_of_project_modules_stay_within_the_limit(package):
     lazy = [
         f"{e.source} line {e.line}: {e.target}"
@@ -317,6 +408,21 @@ def test_checker_sees_no_cycle_between_a_package_and_its_submodules(tmp_path):
     edges = {(e.source, e.target) for e in project_edges(modules)}
     assert edges == {("pkg", "pkg.a"), ("pkg", "pkg.b"), ("pkg.a", "pkg.b")}
     assert find_cycle(project_edges(modules)) is None
+
+
+def test_checker_finds_private_names_used_by_another_module(tmp_path):
+    modules = _write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "_hidden = 1\nshown = 2\n",
+            "pkg/b.py": "from pkg import a\nfrom pkg.a import _hidden\nx = a._hidden + a.shown + _hidden\n",
+        },
+    )
+    assert sorted(_private_names_used_elsewhere(modules)) == [
+        "pkg.b line 2: pkg.a._hidden",
+        "pkg.b line 3: pkg.a._hidden",
+    ]
 
 
 def test_checker_tells_module_level_from_function_level(tmp_path):

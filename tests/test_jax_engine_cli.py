@@ -183,7 +183,8 @@ def test_float16_on_the_jax_engine_is_a_one_line_error(tmp_path):
     assert not os.path.exists(tmp_path / "run")
 
 
-# The jax engine's losses against the tf engine's on the same numbers: mixup's soft targets,
+# The losses (trainers/numerics.py, shared by the engines) on Keras' JAX backend against
+# TensorFlow's, on the same numbers: mixup's soft targets,
 # the sigmoid loss on multi-hot and on integer labels, masked patch prediction's per-patch loss
 # and hits for each target, and the patches it replaces others by (each tf replica chooses among
 # its own micro-batch; the jax step, holding every replica's rows, must choose the same). The jax
@@ -191,16 +192,15 @@ def test_float16_on_the_jax_engine_is_a_one_line_error(tmp_path):
 # here.
 _JAX_SIDE = """
 import sys
-from types import SimpleNamespace
 import numpy as np
-from trainers import jax_loop, jax_objectives
+from trainers import numerics
 rng = np.random.default_rng(0)
 saved = {"logits": rng.normal(size=(6, 5)).astype("float32")}
 saved["soft"] = rng.dirichlet(np.ones(5), 6).astype("float32")
 saved["multi_hot"] = (rng.uniform(size=(6, 5)) < 0.4).astype("float32")
 saved["integers"] = rng.integers(0, 5, 6).astype("int32")
 for loss, labels in %(losses)r:
-    saved[f"{loss}_{labels}"] = np.asarray(jax_loop.per_example_loss(loss, saved[labels], saved["logits"]))
+    saved[f"{loss}_{labels}"] = np.asarray(numerics.per_example_loss(loss, saved[labels], saved["logits"]))
 patches = {
     "mean_color": (rng.normal(size=(2, 4, 512)), rng.integers(0, 512, (2, 4))),
     "downsampled": (rng.normal(size=(2, 4, 16 * 512)), rng.integers(0, 512, (2, 4, 16))),
@@ -209,26 +209,23 @@ patches = {
 for target, (outputs, targets) in patches.items():
     saved[f"{target}_outputs"] = outputs.astype("float32")
     saved[f"{target}_targets"] = targets.astype("float32" if target == "l2" else "int32")
-    objective = SimpleNamespace(target=target, predictor=SimpleNamespace(channels=3))
     pair = saved[f"{target}_outputs"], saved[f"{target}_targets"]
-    loss, hits = jax_objectives.MaskedPatch._per_patch(objective, *pair)
+    loss, hits = numerics.masked_patch_per_patch(*pair, target, 3)
     saved[f"{target}_loss"], saved[f"{target}_hits"] = np.asarray(loss), np.asarray(hits)
 # Masked patch replacements of a step's global batch: 2 replicas of 3 rows, 4 patches each.
 saved["noise"] = rng.uniform(size=(6, 4)).astype("float32")
-replicas = SimpleNamespace(replicas=2)
-saved["sources"] = np.asarray(jax_objectives.MaskedPatch._sources(replicas, saved["noise"]))
+saved["sources"] = np.asarray(numerics.replacement_sources(saved["noise"], replicas=2))
 np.savez(sys.argv[1], **saved)
 """
 _LOSSES = [("softmax", "soft"), ("softmax", "integers"), ("sigmoid", "multi_hot"), ("sigmoid", "integers")]
 
 
 def test_the_jax_engines_losses_match_the_tf_engines(tmp_path):
-    from types import SimpleNamespace
 
     import tensorflow as tf
 
     from keras_vit import masked_patches
-    from trainers import loop, objectives
+    from trainers import numerics
 
     path = str(tmp_path / "jax.npz")
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
@@ -239,12 +236,13 @@ def test_the_jax_engines_losses_match_the_tf_engines(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     jax_side = dict(np.load(path))
     for loss, labels in _LOSSES:
-        theirs = loop.per_example_loss(loss, tf.constant(jax_side[labels]), tf.constant(jax_side["logits"]))
+        theirs = numerics.per_example_loss(
+            loss, tf.constant(jax_side[labels]), tf.constant(jax_side["logits"])
+        )
         np.testing.assert_allclose(jax_side[f"{loss}_{labels}"], theirs.numpy(), rtol=1e-5, atol=1e-6)
     for target in ("mean_color", "downsampled", "l2"):
-        objective = SimpleNamespace(target=target)
         outputs, targets = (tf.constant(jax_side[f"{target}_{part}"]) for part in ("outputs", "targets"))
-        loss, hits = objectives.MaskedPatch._per_patch(objective, outputs, targets, 3)
+        loss, hits = numerics.masked_patch_per_patch(outputs, targets, target, 3)
         np.testing.assert_allclose(jax_side[f"{target}_loss"], loss.numpy(), rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(jax_side[f"{target}_hits"], hits.numpy())
     noise, sources = jax_side["noise"], jax_side["sources"]

@@ -22,6 +22,7 @@ from trainers import (
     finetune,
     loop,
     model_builder,
+    numerics,
     optimizers,
     plan_pieces,
 )
@@ -32,22 +33,22 @@ from trainers import (
 def test_sigmoid_loss_matches_the_formula_and_stays_finite_for_huge_logits():
     logits = tf.constant([[2.0, -1.0, 0.0], [200.0, -200.0, 3.0]])
     targets = tf.constant([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
-    got = loop.per_example_loss("sigmoid", targets, logits).numpy()
+    got = numerics.per_example_loss("sigmoid", targets, logits).numpy()
     # sum_k -[z log s(x) + (1 - z) log(1 - s(x))] = sum_k softplus(x) - z x, in float64.
     x, z = logits.numpy().astype(np.float64), targets.numpy()
     np.testing.assert_allclose(got, (np.logaddexp(0.0, x) - z * x).sum(-1), rtol=1e-6)
     # By hand: row 1 = log(1 + e^-2) + log(1 + e^-1) + log 2; row 2 = 200 + 200 + log(1 + e^-3).
     np.testing.assert_allclose(got, [0.126928 + 0.313262 + 0.693147, 400.048587], rtol=1e-5)
     # One label per image (int labels) means one-hot targets.
-    one_hot = loop.per_example_loss("sigmoid", tf.constant([2, 0]), logits).numpy()
-    expected = loop.per_example_loss("sigmoid", tf.constant([[0.0, 0, 1], [1, 0, 0]]), logits).numpy()
+    one_hot = numerics.per_example_loss("sigmoid", tf.constant([2, 0]), logits).numpy()
+    expected = numerics.per_example_loss("sigmoid", tf.constant([[0.0, 0, 1], [1, 0, 0]]), logits).numpy()
     np.testing.assert_allclose(one_hot, expected)
     assert one_hot[1] == pytest.approx(3.048587, rel=1e-5)  # ~0 + ~0 + log(1 + e^3)
 
 
 def test_softmax_loss_is_the_cross_entropy_of_the_class_index():
     logits = np.array([[2.0, -1.0, 0.0], [200.0, -200.0, 3.0]], np.float32)
-    got = loop.per_example_loss("softmax", tf.constant([2, 0]), tf.constant(logits)).numpy()
+    got = numerics.per_example_loss("softmax", tf.constant([2, 0]), tf.constant(logits)).numpy()
     x = logits.astype(np.float64)
     top = x.max(-1, keepdims=True)
     log_softmax = x - top - np.log(np.exp(x - top).sum(-1, keepdims=True))
@@ -58,8 +59,8 @@ def test_precision_at_1_by_hand():
     logits = tf.constant([[0.1, 2.0, -1.0], [3.0, 1.0, 0.0], [0.0, 0.0, 5.0], [1.0, 2.0, 3.0]])
     multi_hot = tf.constant([[1.0, 1, 0], [0, 1, 1], [0, 0, 1], [1, 1, 0]])
     # tops are classes 1, 0, 2, 2: among the labels, not, among, not.
-    np.testing.assert_array_equal(loop.top1_hits(multi_hot, logits).numpy(), [1, 0, 1, 0])
-    np.testing.assert_array_equal(loop.top1_hits(tf.constant([1, 1, 2, 0]), logits).numpy(), [1, 0, 1, 0])
+    np.testing.assert_array_equal(numerics.top1_hits(multi_hot, logits).numpy(), [1, 0, 1, 0])
+    np.testing.assert_array_equal(numerics.top1_hits(tf.constant([1, 1, 2, 0]), logits).numpy(), [1, 0, 1, 0])
 
 
 def test_sigmoid_trainer_reports_prec_at_1_over_real_examples_on_two_replicas():

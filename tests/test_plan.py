@@ -12,7 +12,7 @@ import tensorflow as tf
 from fixtures import tiny_vit
 
 from configs import finetune as finetune_config
-from configs.fields import FIELDS
+from configs.fields import DEFAULTS
 from keras_vit import weights as weights_lib
 from trainers import finetune, model_builder, training
 from trainers import flags as trainer_flags
@@ -181,9 +181,9 @@ def test_the_evaluator_entries_carry_the_flags_values_for_what_they_leave_out():
         "datasets": "digits:0-4",
         "every": 3,
         "shots": "1,2",
-        "seeds": FIELDS["fewshot_seeds"].default,
-        "l2_reg": FIELDS["fewshot_l2_reg"].default,
-        "batch_size": FIELDS["fewshot_batch_size"].default,
+        "seeds": DEFAULTS["fewshot_seeds"],
+        "l2_reg": DEFAULTS["fewshot_l2_reg"],
+        "batch_size": DEFAULTS["fewshot_batch_size"],
     }
     # An entry's own values win; the keys it leaves out still take the flags'.
     evals = {"test": {"type": "topk", "split": "test", "every": 0}, "probe": {"type": "fewshot", "seeds": 2}}

@@ -46,7 +46,7 @@ def _config_readers(source):
             found.append((node.lineno, "attribute .config"))
         elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get":
             names = {n.id for arg in node.args for n in ast.walk(arg) if isinstance(n, ast.Name)}
-            if "FIELDS" in names:
+            if names & {"FIELDS", "DEFAULTS"}:
                 found.append((node.lineno, ".get(..., FIELDS[...])"))
     return found
 

@@ -13,13 +13,13 @@ from keras import ops
 from reference_numpy import resize_axis_linear as resize_axis
 
 import keras_vit
-from configs.fields import FIELDS
 from keras_vit import hf_export, posembs, visualize
 from keras_vit import layers as vit_layers
 from keras_vit import weights as weights_lib
 from keras_vit.errors import CheckpointError
 from keras_vit.posembs.base import PosembType
 from keras_vit.posembs.grid_layer import GridPositionLayer, is_static
+from trainers.fields import FIELDS
 
 # A 2 x 3 patch grid: non-square, so a swapped height and width cannot go unnoticed.
 SMALL = dict(TINY_SHAPE, num_classes=4, include_preprocessing=False)

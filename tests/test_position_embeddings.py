@@ -7,7 +7,6 @@ from fixtures import TINY_SHAPE
 from reference_numpy import resize_axis_linear as resize_axis
 
 import keras_vit
-from configs.fields import FIELDS
 from keras_vit import position_embeddings as pe
 from keras_vit import visualize
 from keras_vit import weights as weights_lib
@@ -15,6 +14,7 @@ from keras_vit.errors import CheckpointError
 from trainers import finetune, model_builder, plan_pieces
 from trainers import flags as trainer_flags
 from trainers.errors import UsageError
+from trainers.fields import FIELDS
 
 # A 2 x 3 patch grid: non-square, so a swapped height and width cannot go unnoticed.
 SMALL = dict(TINY_SHAPE, include_top=False, pooling="token", include_preprocessing=False)

@@ -722,10 +722,12 @@ def test_tensorboard_command(tmp_path):
 
 def test_trainer_error_samples(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(tfds_prepare, "_network_available", lambda: False)  # as on a machine offline
-    not_divisible, not_prepared = block("trainer-errors").text.strip().splitlines()
+    unknown, warmup, not_divisible, not_prepared = block("trainer-errors").text.strip().splitlines()
     empty = tmp_path / "data"
     os.makedirs(empty)
     for args, sample in (
+        (["--dataset=digitz", "--total_steps=10"], unknown),
+        (["--dataset=oxford_iiit_pet", f"--data_dir={empty}", "--total_steps=10"], warmup),
         (["--dataset=digits", "--strategy=cpu", "--cpu_devices=2", "--batch_size=15"], not_divisible),
         (["--dataset=cifar10", f"--data_dir={empty}"], not_prepared),
     ):

@@ -7,7 +7,7 @@ hardware, batch and schedule they meant; a log read later wants the same facts a
 import dataclasses
 
 from keras_vit import variants
-from trainers import distribute, engines, memory, reproducible
+from trainers import engines, memory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,18 +54,18 @@ def _split_sizes(spec, splits):
 
 def _threads(threads, engine):
     """A run that sets --cpu_threads asks for the same rounding on any CPU: whether the
-    process's CPU kernels are pinned too (trainers/reproducible.py) belongs beside it. Under the
-    jax engine the count is tf.data's only: XLA runs the step on its own threads."""
+    process's CPU kernels are pinned too (trainers/reproducible.py) belongs beside it, and what
+    the count sets under the engine (the jax engine's XLA runs the step on its own threads)."""
     if not threads:
         return ""
-    whose = " for tf.data" if engine == "jax" else ""
-    return f"; {threads} CPU threads{whose}, kernels {reproducible.describe(engine)}"
+    return f"; {threads} CPU threads{engine.cpu_threads_scope}, kernels {engine.kernels()}"
 
 
 def lines(
     *, settings, spec, strategy, model, eval_splits, accum_steps, memory_note, precision_note, jit, start_step
 ):
     """The banner as a list of lines (printed by the chief only); `settings`: BannerSettings."""
+    engine = engines.of(strategy)
     tokens = memory.sequence_length(model, settings.image_size)
     weights = settings.weights or "random initialisation"
     replicas = strategy.num_replicas_in_sync
@@ -84,9 +84,9 @@ def lines(
         f"{settings.image_size} px, {tokens} tokens, weights: {weights}",
         f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({settings.train_split}); "
         f"eval {_split_sizes(spec, eval_splits) if eval_splits else 'none (no classification evaluator)'}",
-        f"hardware: {engines.name(strategy)} engine, {distribute.describe(strategy)}; "
+        f"hardware: {engine.name} engine, {engine.describe(strategy)}; "
         f"XLA {'on' if jit else 'off'}; "
-        f"precision {precision_note}{_threads(settings.cpu_threads, engines.name(strategy))}",
+        f"precision {precision_note}{_threads(settings.cpu_threads, engine)}",
         f"batch:    {batch}; {memory_note}",
         f"steps:    {settings.total_steps} ({settings.warmup_steps} warm-up, {settings.optimizer}, base_lr "
         f"{settings.base_lr}), {start}; {_every('eval', settings.eval_every)}, "

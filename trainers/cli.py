@@ -14,7 +14,8 @@ from trainers.errors import TrainerError, one_line
 from trainers.flags import parse_flags, program_name, read_argv
 
 
-def main(run, get_config, argv=None, help_overrides=None):
+def main(run, get_config, argv=None, help_overrides=None, about=None):
+    """The trainer's command line: `about` (its docstring) opens `--help` (trainers/flags.py)."""
     # The process's own command line: its signals are watched until the process ends.
     whole_process = argv is None
     argv = sys.argv if argv is None else argv
@@ -24,7 +25,7 @@ def main(run, get_config, argv=None, help_overrides=None):
         # SIGTERM and Ctrl-C from here on: a run stops at its next safe point, anything else
         # at once, each with one line (trainers/preemption.py).
         with preemption.watching(reads=False, whole_process=whole_process):
-            run(parse_flags(argv, get_config, help_overrides))
+            run(parse_flags(argv, get_config, help_overrides, about))
     except TrainerError as e:
         print(f"{program}: error: {one_line(e)}", file=sys.stderr)
         return e.exit_code

@@ -19,7 +19,7 @@ Re-running the same command resumes (finished stages are not redone).
 Every stage pins what makes float32 CPU runs round differently on different machines (PINNED,
 and trainers/reproducible.py for the CPU kernels), so the table is the same on any x86-64 CPU
 with AVX2 and the same library versions. --small is a smoke test: it checks that every stage
-runs, and its table says so. --engine=jax runs every stage on the jax engine (trainers/engines.py):
+runs, and its table says so. --engine=jax runs every stage on the jax engine (trainers/engines/):
 the same stages and table, its step XLA's CPU code, which the pins do not reach (the README's
 table is the tf engine's).
 """
@@ -46,12 +46,12 @@ from configs.demo import (
     SHOTS,
     SMALL,
 )
-from configs.fields import FIELDS
 from keras_vit import fileio
-from trainers import cli, console, fewshot, finetune, pretrain, reproducible
+from trainers import cli, console, engines, fewshot, finetune, pretrain
 from trainers import results as results_lib
 from trainers.engines import ENGINES
 from trainers.errors import UsageError
+from trainers.fields import FIELDS
 
 UPSTREAM_CLASSES, DOWNSTREAM_CLASSES = range(0, 5), range(5, 10)
 
@@ -343,10 +343,7 @@ def _machine(engine=DEFAULT_ENGINE):
         "cpu": cpu,
         "cores": os.cpu_count(),
         "python": platform.python_version(),
-        "versions": {
-            name: importlib.metadata.version(name)
-            for name in ("tensorflow", "keras", *(("jax",) if engine == "jax" else ()))
-        },
+        "versions": {name: importlib.metadata.version(name) for name in engines.get(engine).packages},
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
     }
 
@@ -354,7 +351,7 @@ def _machine(engine=DEFAULT_ENGINE):
 def run(workdir, *, small=False, pinned=None, engine=DEFAULT_ENGINE, **overrides):
     """Runs every stage (resuming finished ones), writes WORKDIR/results.json, returns it.
     `pinned`: the stages' pinned fields (default PINNED); `engine`: what runs the stages, which
-    must be the one this process started Keras for (trainers/engines.py)."""
+    must be the one this process started Keras for (trainers/engines/)."""
     settings = dict(SMALL if small else FULL)
     settings.update({k: v for k, v in overrides.items() if v is not None})
     for name, value in settings.items():
@@ -364,7 +361,7 @@ def run(workdir, *, small=False, pinned=None, engine=DEFAULT_ENGINE, **overrides
         raise UsageError(f"unknown --engine={engine!r}: use one of {', '.join(ENGINES)}")
     _check_workdir(workdir, settings, engine)
     stages = stage_configs(workdir, **settings, pinned=pinned, engine=engine)
-    kernels = reproducible.describe(engine)
+    kernels = engines.get(engine).kernels()
     label = "smoke test (--small): a few steps per stage" if small else "full run"
     print(f"demo, {label}: {len(stages)} stages, {engine} engine; CPU kernels {kernels}", flush=True)
     costs = {name: _cost(trainer, config) for name, (trainer, config) in stages.items()}

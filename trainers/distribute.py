@@ -230,15 +230,11 @@ def all_gpus(devices):
 
 def task_id(strategy):
     """This process's index among the workers (names a non-chief worker's temporary checkpoint folder)."""
-    if getattr(strategy, "engine", "tf") == "jax":
-        return strategy.task_id
     return strategy.cluster_resolver.task_id
 
 
 def is_chief(strategy):
     """The process that writes logs, results and the real checkpoints (worker 0 or 'chief')."""
-    if getattr(strategy, "engine", "tf") == "jax":
-        return strategy.is_chief
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or isinstance(strategy, tf.distribute.TPUStrategy):
         return True
@@ -258,9 +254,7 @@ Processes = collections.namedtuple("Processes", "index count chief_host names sh
 
 
 def processes(strategy):
-    """The Processes of a run of several processes; None for one."""
-    if hasattr(strategy, "processes"):  # the jax engine's (trainers/jax_distribute.py)
-        return strategy.processes()
+    """The Processes of a run of several tf.distribute workers; None for one."""
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return None
     resolver = strategy.cluster_resolver

@@ -1,6 +1,6 @@
 """Which Keras backend a trainer process runs, decided before anything imports Keras.
 
-The engine (--engine, trainers/engines.py) fixes the backend: tf runs Keras on TensorFlow, jax on
+The engine (--engine, trainers/engines/) fixes the backend: tf runs Keras on TensorFlow, jax on
 JAX. Keras reads KERAS_BACKEND once, at its import, so a command's --engine is read here from
 the command line, before TensorFlow (which imports Keras) loads. With --engine=jax and
 --cpu_devices=N on a machine without accelerators, JAX is also told to show N CPU devices, which
@@ -13,8 +13,11 @@ TensorFlow backend, as before. The standard library only: this runs before any o
 
 import os
 
+from trainers.engines import DEFAULT, REGISTRY
+
 ENGINE_FLAG = "--engine"
-BACKENDS = {"tf": "tensorflow", "jax": "jax"}
+# Each registered engine's Keras backend (trainers/engines/__init__.py, the standard library only).
+BACKENDS = {name: registration.backend for name, registration in REGISTRY.items()}
 
 
 def _flag_value(argv, name):
@@ -47,19 +50,20 @@ def requested_engine(argv, orig_argv, environ):
     """The engine this process is for: the command's --engine, else (a library user) jax when
     KERAS_BACKEND says jax, else tf."""
     if _is_trainer_command(orig_argv):
-        return _flag_value(argv, ENGINE_FLAG) or "tf"
-    return "jax" if environ.get("KERAS_BACKEND", "").strip() == "jax" else "tf"
+        return _flag_value(argv, ENGINE_FLAG) or DEFAULT
+    backend = environ.get("KERAS_BACKEND", "").strip()
+    return next((name for name, found in BACKENDS.items() if found == backend), DEFAULT)
 
 
 def prepare(argv, orig_argv, environ=os.environ):
     """Sets KERAS_BACKEND (and JAX's CPU device count) for the engine; returns the engine."""
     engine = requested_engine(argv, orig_argv, environ)
-    environ["KERAS_BACKEND"] = BACKENDS.get(engine, "tensorflow")
-    if engine == "jax":
-        count = _flag_value(argv, "--cpu_devices")
-        if count and count.isdigit() and int(count) > 1:
-            # Read by XLA when JAX starts; a device count set by hand is left alone.
-            flags = environ.get("XLA_FLAGS", "")
-            if "xla_force_host_platform_device_count" not in flags:
-                environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
+    registration = REGISTRY.get(engine, REGISTRY[DEFAULT])
+    environ["KERAS_BACKEND"] = registration.backend
+    count = _flag_value(argv, "--cpu_devices")
+    if registration.cpu_devices_xla_flag and count and count.isdigit() and int(count) > 1:
+        # Read by XLA when the backend starts; a device count set by hand is left alone.
+        flags = environ.get("XLA_FLAGS", "")
+        if registration.cpu_devices_xla_flag.partition("=")[0] not in flags:
+            environ["XLA_FLAGS"] = f"{flags} {registration.cpu_devices_xla_flag.format(count)}".strip()
     return engine

@@ -67,22 +67,8 @@ class FeatureExtractor:
             # process has traced it five times in a few calls (a pre-training run and the
             # probes of four models, as in the demo).
             return
-        represent = representation_model(model)
-        if engines.is_jax(self.strategy):
-            self._step = _JaxFeatures(represent, self.strategy)
-            return
-        self._forward = lambda images: represent(images, training=False)
-
-        def replica_step(images, labels, weights):
-            return tf.cast(self._forward(images), tf.float32), labels, weights
-
-        @tf.function
-        def step(batch):
-            out = self.strategy.run(replica_step, args=tuple(batch))
-            # gather: the global batch on every host, so multi-worker and TPU pods agree.
-            return tuple(self.strategy.gather(t, axis=0) for t in out)
-
-        self._step = step
+        # The engine's compiled forward pass (trainers/engines/).
+        self._step = engines.of(self.strategy).feature_step(representation_model(model), self.strategy)
 
     def __call__(self, spec, split, *, image_size, batch_size, ops=None):
         """(features float32 (n, d), labels int64 (n,)) of the whole `split`, in the split's order.
@@ -99,7 +85,7 @@ class FeatureExtractor:
             dataset = input_fn(tf.distribute.InputContext())
         else:
             dataset = data.distribute(self.strategy, input_fn)
-        if isinstance(self._step, _JaxFeatures):
+        if self._step is not None:
             self._step.refresh()  # the model's weights as they are now (training moves them)
         features, labels = [], []
         progress = None
@@ -121,38 +107,6 @@ class FeatureExtractor:
         if not features:
             raise data.DatasetError(f"split {split!r} of {spec.name} is empty")
         return np.concatenate(features), np.concatenate(labels).astype(np.int64)
-
-
-class _JaxFeatures:
-    """The jax engine's feature step: the representation as one compiled program over the mesh's
-    batches (trainers/jax_distribute.py Feed), the weights replicated on its devices; each part
-    fetched whole to every host, as the tf path's gather does."""
-
-    def __init__(self, represent, strategy):
-        import jax
-        import jax.numpy as jnp
-
-        self.represent, self.strategy = represent, strategy
-
-        def forward(state, images):
-            trainable, non_trainable = state
-            out, _ = represent.stateless_call(trainable, non_trainable, images, training=False)
-            return out.astype(jnp.float32)
-
-        self._forward = jax.jit(forward)
-        self._state = None
-
-    def refresh(self):
-        """Replicates the model's current weights onto the mesh (once per pass over a split)."""
-        self._state = tuple(
-            [self.strategy.put_replicated(v.value) for v in variables]
-            for variables in (self.represent.trainable_variables, self.represent.non_trainable_variables)
-        )
-
-    def __call__(self, batch):
-        images, labels, weights = batch
-        features = self._forward(self._state, images)
-        return tuple(self.strategy.fetch(t) for t in (features, labels, weights))
 
 
 def extract_features(model, spec, split, *, image_size, batch_size, strategy=None, console=None):

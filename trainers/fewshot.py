@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_config
 from keras_vit import VARIANTS, fileio, initializers
-from trainers import actions, cli, distribute, engines, image_summaries, plan_pieces
+from trainers import actions, cli, engines, image_summaries, plan_pieces
 from trainers import results as results_lib
 from trainers.console import Console
 from trainers.controller import Controller
@@ -41,10 +41,22 @@ def get_config(dataset="cifar10"):
 
 def validate(config):
     """Checks that need only the config; raises UsageError/FewShotError before anything runs."""
-    validate_common(config, models=(PIXELS, *VARIANTS), known_fields=fewshot_config.FIELDS)
-    for name in ("batch_size", "seeds"):
-        if config[name] <= 0:
-            raise UsageError(f"--{name} must be positive, got {config[name]}.")
+    validate_common(
+        config,
+        models=(PIXELS, *VARIANTS),
+        known_fields=fewshot_config.FIELDS,
+        checks={"optimization": [_check_batch_size], "evaluation": [_check_probes]},
+    )
+
+
+def _check_batch_size(config):
+    if config.batch_size <= 0:
+        raise UsageError(f"--batch_size must be positive, got {config.batch_size}.")
+
+
+def _check_probes(config):
+    if config.seeds <= 0:
+        raise UsageError(f"--seeds must be positive, got {config.seeds}.")
     parse_shots(config.shots)
     parse_l2_reg(config.l2_reg)
 
@@ -70,13 +82,13 @@ def build_feature_model(config, num_classes):
 def run(config):
     """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict."""
     validate(config)
-    engines.check(config)
+    engine = engines.check(config)
     strategy = engines.strategy_of(config)
     if config.batch_size % strategy.num_replicas_in_sync:
         raise UsageError(
             f"--batch_size {config.batch_size} is not divisible by {strategy.num_replicas_in_sync} replicas."
         )
-    console = Console(distribute.is_chief(strategy))
+    console = Console(engine.is_chief(strategy))
     start = time.time()
     evaluator = FewShotEvaluator(
         {_DATA: config.dataset},
@@ -94,7 +106,7 @@ def run(config):
     spec = evaluator.specs[_DATA]
     with strategy.scope():
         model = build_feature_model(config, spec.num_classes)
-    chief = distribute.is_chief(strategy)
+    chief = engine.is_chief(strategy)
     summaries = actions.Summaries(config.workdir, chief)
     # The probes print their own summary lines (_finish): the evaluation's own line would repeat them.
     # TensorBoard's tags are the documented fewshot/<k>shot_accuracy (and _std), without _DATA.
@@ -148,7 +160,7 @@ def _finish(config, evaluator, scores, summaries, console, chief, seconds):
 
 
 def main(argv=None):
-    return cli.main(run, get_config, argv, help_overrides=fewshot_config.HELP)
+    return cli.main(run, get_config, argv, help_overrides=fewshot_config.HELP, about=__doc__)
 
 
 if __name__ == "__main__":

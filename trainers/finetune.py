@@ -32,7 +32,7 @@ def run(config):
 
 
 def main(argv=None):
-    return cli.main(run, get_config, argv)
+    return cli.main(run, get_config, argv, about=__doc__)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Command-line flags, generated from the declared fields (configs/fields.py) of a trainer's preset.
+"""Command-line flags, generated from the field schema (trainers/fields.py) of a trainer's preset.
 
 Every field of the preset is a flag of the same name whose type, allowed values and help come from
 its declaration. Flags default to "not given"; the preset is chosen by the given flags that its
@@ -10,12 +10,13 @@ import difflib
 import inspect
 import json
 import os
+import textwrap
 
 import ml_collections
 from absl import flags
 
-from configs.fields import FIELDS
 from trainers.errors import UsageError
+from trainers.fields import FIELDS, GROUPS
 from trainers.model_builder import architecture_from_weights, describes_itself
 
 # Model-shape overrides of a preset: 0 means "the variant's own".
@@ -26,15 +27,19 @@ def program_name(argv):
     return os.path.basename(argv[0]).replace(".py", "") if argv else "trainer"
 
 
-def parse_flags(argv, get_config, help_overrides=None):
+def parse_flags(argv, get_config, help_overrides=None, about=None):
     """argv -> the resolved, locked ConfigDict: the preset, then every given flag.
 
-    `help_overrides` replaces the declared help of fields whose meaning differs in one trainer.
+    `help_overrides` replaces the declared help of fields whose meaning differs in one trainer;
+    `about` is the trainer's docstring, whose first line and first two example commands open
+    `--help`.
     """
     defaults = get_config()
-    values = _define(defaults, help_overrides or {})
-    usage = f"usage: python -m trainers.{program_name(argv)} --dataset=NAME --workdir=DIR [flags]"
-    if not read_argv(values, argv, usage):
+    help_overrides = help_overrides or {}
+    values = _define(defaults, help_overrides)
+    program = program_name(argv)
+    usage = f"usage: python -m trainers.{program} --dataset=NAME --workdir=DIR [flags]"
+    if not read_argv(values, argv, usage, lambda: grouped_help(program, get_config, help_overrides, about)):
         raise SystemExit(0)
     preset_args = {
         name: values[name].value
@@ -61,14 +66,15 @@ def parse_flags(argv, get_config, help_overrides=None):
     return config
 
 
-def read_argv(values, argv, usage):
-    """Parses argv into absl `values`; False when it asked for --help (printed with `usage`).
+def read_argv(values, argv, usage, help_text=None):
+    """Parses argv into absl `values`; False when it asked for --help (printed with `usage`, then
+    `help_text()`, or absl's list of the flags without it).
 
     A bad or misspelt flag, or a stray argument, is a one-line UsageError.
     """
     if any(a in ("--help", "-h", "--helpfull") for a in argv[1:]):
         print(f"{usage}\n")
-        print(values.get_help())
+        print(help_text() if help_text else values.get_help())
         return False
     try:
         rest = values(argv)
@@ -77,6 +83,55 @@ def read_argv(values, argv, usage):
     if len(rest) > 1:
         raise UsageError(f"unexpected arguments {rest[1:]}; flags look like --name=value.")
     return True
+
+
+def grouped_help(program, get_config, help_overrides=None, about=None, width=100):
+    """A trainer's `--help` after its usage line: what it does, two example commands, what a
+    preset is, then its flags under the topics of trainers/fields.py's GROUPS, each with its
+    allowed values and the default preset's value."""
+    defaults = get_config()
+    lines = []
+    about = inspect.cleandoc(about or "")
+    if about:
+        lines += [about.splitlines()[0], ""]
+    examples = [line.strip() for line in about.splitlines() if line.strip().startswith("python -m ")]
+    if examples:
+        lines += ["Examples:", *(f"  {example}" for example in examples[:2]), ""]
+    choosers = [name for name in inspect.signature(get_config).parameters if name in defaults]
+    lines += textwrap.wrap(
+        f"A preset is a recipe's values for every flag below (configs/{program}.py's get_config), "
+        f"chosen by {_listed([f'--{name}' for name in choosers])}; a flag you give overrides "
+        f"its preset's value. The 'preset default' of each flag is its value in the preset of "
+        f"--{choosers[0]}={defaults[choosers[0]]}.",
+        width,
+    )
+    for group, title in GROUPS.items():
+        # In declaration order: the field a user sets first (--dataset, --model) comes first.
+        names = [name for name in FIELDS if name in defaults and FIELDS[name].group == group]
+        if not names:
+            continue
+        lines += ["", f"{title}:"]
+        for name in names:
+            text = (
+                f"{(help_overrides or {}).get(name, FIELDS[name].help)} (preset default: {defaults[name]!r})"
+            )
+            lines.append(f"  {_flag_form(name, defaults[name])}")
+            lines += textwrap.wrap(text, width, initial_indent="      ", subsequent_indent="      ")
+    return "\n".join(lines)
+
+
+def _listed(words):
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _flag_form(name, default):
+    """How a flag is written: --name=<a|b> for a choice, --[no]name for a switch, else its type."""
+    if FIELDS[name].choices:
+        return f"--{name}=<{'|'.join(FIELDS[name].choices)}>"
+    if isinstance(default, bool):
+        return f"--[no]{name}"
+    kind = {int: "INT", float: "NUMBER", str: "TEXT"}.get(type(default), "VALUE")
+    return f"--{name}={kind}"
 
 
 def _define(defaults, help_overrides):

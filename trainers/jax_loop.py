@@ -23,33 +23,11 @@ import numpy as np
 import tensorflow as tf
 
 from trainers import loop
+from trainers.numerics import clip_factor, micro_batches
 
 # Checkpoint copies of integer states (the dropout layers' random-number states) are int64:
 # TensorFlow's CPU kernels do not assign every unsigned type.
 _CHECKPOINT_DTYPES = {"uint32": tf.int64}
-
-
-def per_example_loss(loss, labels, logits):
-    """float32 (b,): as trainers.loop.per_example_loss, on JAX arrays."""
-    logits = logits.astype(jnp.float32)
-    multi_hot = labels.ndim == 2
-    if loss == "softmax":
-        if multi_hot:
-            return keras.losses.categorical_crossentropy(labels.astype(jnp.float32), logits, from_logits=True)
-        return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-    if loss != "sigmoid":
-        raise ValueError(f"loss must be one of {', '.join(loop.LOSSES)}, got {loss!r}.")
-    targets = labels.astype(jnp.float32) if multi_hot else jax.nn.one_hot(labels, logits.shape[-1])
-    # max(x, 0) - x * z + log(1 + exp(-|x|)), as tf.nn.sigmoid_cross_entropy_with_logits.
-    per_class = jnp.maximum(logits, 0.0) - logits * targets + jnp.log1p(jnp.exp(-jnp.abs(logits)))
-    return jnp.sum(per_class, axis=-1)
-
-
-def top1_hits(labels, logits):
-    top = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    if labels.ndim == 2:
-        return (jnp.take_along_axis(labels, top[:, None], axis=1)[:, 0] > 0).astype(jnp.float32)
-    return (top == labels.astype(jnp.int32)).astype(jnp.float32)
 
 
 class Trainer:
@@ -79,7 +57,7 @@ class Trainer:
             optimizer.build(self.trained_variables)
         self._trained = list(self.trained_variables)
         trained_ids = {id(v) for v in self._trained}
-        everything = list(model.variables) + (list(objective.variables) if objective is not None else [])
+        everything = list(model.variables) + list(self.objective.variables)
         self._others = _unique(v for v in everything if id(v) not in trained_ids)
         self._opt = list(optimizer.variables)
         self._groups = (self._trained, self._others, self._opt)
@@ -97,8 +75,6 @@ class Trainer:
 
     @property
     def trained_variables(self):
-        if self.objective is None:
-            return self.model.trainable_variables
         return self.objective.trained_variables(self.model)
 
     # -- the state --------------------------------------------------------------------------------
@@ -133,25 +109,14 @@ class Trainer:
 
         def loss_fn(trained):
             def forward():
-                if self.objective is not None:
-                    return self.objective.per_example(images, labels, training=True)
-                logits = self.model(images, training=True)
-                return per_example_loss(self.loss, labels, logits), None
+                return self.objective.per_example(images, labels, training=True)
 
             (losses, accuracy), new_others = self._run(forward, trained, others)
-            hits = jnp.sum(accuracy) if accuracy is not None else jnp.float32(0.0)
+            hits = jnp.sum(accuracy)
             return jnp.sum(losses) / self.global_batch_size, (new_others, hits)
 
         (loss, (new_others, hits)), grads = jax.value_and_grad(loss_fn, has_aux=True)(trained)
         return loss, hits, grads, new_others
-
-    def _regroup(self, x):
-        """(accum, micro, ...) from (batch, ...): micro-batch i holds the i-th slice of every
-        replica's rows, as the tf engine's replicas each split their own rows."""
-        replicas, accum = self.strategy.num_replicas_in_sync, self.accum_steps
-        per_micro = x.shape[0] // (replicas * accum)
-        x = x.reshape(replicas, accum, per_micro, *x.shape[1:]).swapaxes(0, 1)
-        return x.reshape(accum, replicas * per_micro, *x.shape[3:])
 
     def _train_step_fn(self, state, images, labels):
         trained, others, opt = state
@@ -167,11 +132,13 @@ class Trainer:
 
             zeros = [jnp.zeros_like(v) for v in trained]
             carry = (zeros, jnp.float32(0.0), jnp.float32(0.0), others)
-            batches = (self._regroup(images), self._regroup(labels))
+            # Micro-batch i: the i-th slice of every replica's rows, as each tf replica splits its own.
+            replicas = self.strategy.num_replicas_in_sync
+            batches = tuple(micro_batches(x, self.accum_steps, replicas) for x in (images, labels))
             (grads, loss, hits, others), _ = jax.lax.scan(body, carry, batches)
         norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in grads))
         if self.grad_norm_clip:
-            factor = self.grad_norm_clip / jnp.maximum(norm, self.grad_norm_clip)
+            factor = clip_factor(norm, self.grad_norm_clip)
             grads = [g * factor.astype(g.dtype) for g in grads]
         trained, opt = self.optimizer.stateless_apply(opt, grads, trained)
         return (trained, others, opt), loss, norm, hits
@@ -197,7 +164,7 @@ class Trainer:
         }
         if out["finite"]:
             self.last_loss.assign(out["loss"])
-        if self.objective is not None:
+        if self.objective.train_metric:
             self._metric_sums = [self._metric_sums[0] + hits.sum(), self._metric_sums[1] + num_steps]
             out["metrics"] = self.train_metrics()
         return out
@@ -213,10 +180,7 @@ class Trainer:
         trained, others, _ = state
 
         def forward():
-            if self.objective is not None:
-                return self.objective.per_example(images, labels, training=False)
-            logits = self.model(images, training=False).astype(jnp.float32)
-            return per_example_loss(self.loss, labels, logits), top1_hits(labels, logits)
+            return self.objective.per_example(images, labels, training=False)
 
         (losses, hits), _ = self._run(forward, trained, others)
         weights = weights.astype(jnp.float32)

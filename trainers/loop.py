@@ -12,49 +12,15 @@ One call of `Trainer.train` runs `num_steps` optimizer steps inside a single `tf
   gradient and then all-reduce again, so the optimizer is told not to aggregate (see
   `trainers.optimizers.make_optimizer`).
 
-Losses: "softmax" is the cross-entropy of the softmax against the class index (int labels (b,)),
-or against soft targets (float labels (b, classes) summing to 1: Mixup's, trainers/data/augreg.py).
-"sigmoid" is big_vision's sigmoid_xent for multi-label data: per example, the sum over classes of
-the binary cross-entropy of sigmoid(logit) against a multi-hot target (float labels (b, classes));
-int labels become one-hot targets. Evaluation reports the top-1 hit rate: "accuracy" under softmax,
-"prec@1" under sigmoid (whether the top-scoring class is one of the image's labels; the same number
-as accuracy when every image has one label).
+The losses, top-1 hits, clip factor and micro-batches are trainers/numerics.py's, shared with
+the jax engine.
 """
 
 import keras
 import tensorflow as tf
 
-from trainers import distribute
-
-# --loss: what the step minimises (configs/fields.py offers these as the flag's values).
-LOSSES = ("softmax", "sigmoid")
-METRIC_NAMES = {"softmax": "accuracy", "sigmoid": "prec@1"}
-
-
-def per_example_loss(loss, labels, logits):
-    """float32 (b,): `loss` ("softmax" or "sigmoid") of each example, computed from logits in float32."""
-    logits = tf.cast(logits, tf.float32)
-    multi_hot = labels.shape.rank == 2
-    if loss == "softmax":
-        if multi_hot:
-            # Soft targets (b, classes), e.g. Mixup's: -sum_c target_c * log_softmax(logits)_c.
-            # A multi-label dataset is refused under softmax before training (trainers/training.py).
-            targets = tf.cast(labels, tf.float32)
-            return keras.losses.categorical_crossentropy(targets, logits, from_logits=True)
-        return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-    if loss != "sigmoid":
-        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
-    targets = tf.cast(labels, tf.float32) if multi_hot else tf.one_hot(labels, tf.shape(logits)[-1])
-    # max(x, 0) - x * z + log(1 + exp(-|x|)): finite for logits of any size.
-    return tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=logits), axis=-1)
-
-
-def top1_hits(labels, logits):
-    """float32 (b,): 1 where the top-scoring class is the label (int (b,)) or one of them (multi-hot)."""
-    top = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    if labels.shape.rank == 2:
-        return tf.cast(tf.gather(labels, top, batch_dims=1) > 0, tf.float32)
-    return tf.cast(tf.equal(top, tf.cast(labels, tf.int32)), tf.float32)
+from trainers import distribute, objectives
+from trainers.numerics import LOSSES, clip_factor, micro_batches
 
 
 def set_common(
@@ -64,10 +30,11 @@ def set_common(
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
     trainer.loss = loss
-    # Another objective than classification (trainers/objectives.py) has its own loss, metric and
-    # variables, trained with the model's; `metric_name` names the evaluation's top-1 metric.
-    trainer.objective = objective
-    trainer.metric_name = METRIC_NAMES[loss] if objective is None else objective.metric_name
+    # What the step optimises (trainers/objectives.py): classification of the labels unless another
+    # objective is given, which has its own loss and metric (and masked patch prediction its own
+    # variables, trained with the model's); `metric_name` names the evaluation's top-1 metric.
+    trainer.objective = objectives.Classification(model, loss) if objective is None else objective
+    trainer.metric_name = trainer.objective.metric_name
     trainer.strategy, trainer.model, trainer.optimizer = strategy, model, optimizer
     trainer.global_batch_size = int(global_batch_size)
     trainer.accum_steps = int(accum_steps)
@@ -153,15 +120,13 @@ class Trainer:
     def trained_variables(self):
         """What the optimizer updates: the model's trainable variables, or what the objective trains
         (of the model, the encoder; its own mask embedding and head)."""
-        if self.objective is None:
-            return self.model.trainable_variables
         return self.objective.trained_variables(self.model)
 
     # -- checkpoints (trainers/run_checkpoints.py) ----------------------------------------
     def checkpoint_objects(self):
         """What a checkpoint holds: the model, optimizer, step, dropout states, last loss, and an
         objective's own trained layers (masked patch prediction's mask embedding and head)."""
-        objective = self.objective.checkpoint_objects() if self.objective is not None else {}
+        objective = self.objective.checkpoint_objects()
         return dict(
             model=self.model,
             optimizer=self.optimizer,
@@ -178,7 +143,7 @@ class Trainer:
         """Nothing to copy back: the restore wrote the variables themselves."""
 
     # -- training -----------------------------------------------------------------------
-    def _objective_grads(self, images, labels):
+    def _micro_batch_grads(self, images, labels):
         variables = self.trained_variables
         with tf.GradientTape() as tape:
             losses, accuracy = self.objective.per_example(images, labels, training=True)
@@ -187,24 +152,13 @@ class Trainer:
         self.objective.record_train(accuracy)
         return loss, tape.gradient(scaled, variables)
 
-    def _micro_batch_grads(self, images, labels):
-        if self.objective is not None:
-            return self._objective_grads(images, labels)
-        variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
-            logits = self.model(images, training=True)
-            loss = tf.reduce_sum(per_example_loss(self.loss, labels, logits)) / self.global_batch_size
-            scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
-        return loss, tape.gradient(scaled, variables)
-
     def _replica_step(self, images, labels):
         variables = self.trained_variables
         if self.accum_steps == 1:
             loss, grads = self._micro_batch_grads(images, labels)
         else:
-            micro = tf.shape(images)[0] // self.accum_steps
-            images = tf.reshape(images, tf.concat([[self.accum_steps, micro], tf.shape(images)[1:]], 0))
-            labels = tf.reshape(labels, tf.concat([[self.accum_steps, micro], tf.shape(labels)[1:]], 0))
+            images = micro_batches(images, self.accum_steps)
+            labels = micro_batches(labels, self.accum_steps)
             loss = tf.constant(0.0)
             grads = [tf.zeros_like(v) for v in variables]
             for i in tf.range(self.accum_steps):
@@ -223,7 +177,7 @@ class Trainer:
         if self.grad_norm_clip:
             # tf.clip_by_global_norm's factor; with loss scaling the scaled gradients are
             # clipped by the factor of the unscaled norm, the optimizer then unscales.
-            factor = self.grad_norm_clip / tf.maximum(norm, self.grad_norm_clip)
+            factor = clip_factor(norm, self.grad_norm_clip)
             grads = [g * tf.cast(factor, g.dtype) for g in grads]
         self.optimizer.apply(grads, variables)
         return loss, norm
@@ -258,20 +212,11 @@ class Trainer:
             "grad_norm": float(out["grad_norm"]),
             "finite": bool(out["finite"]),
             # The objective's train-side metrics over these steps (masked-patch accuracy).
-            "metrics": self.objective.train_metrics() if self.objective is not None else {},
+            "metrics": self.objective.train_metrics(),
         }
 
     # -- evaluation ---------------------------------------------------------------------
     def _replica_eval(self, images, labels, weights):
-        if self.objective is not None:
-            return self._objective_eval(images, labels, weights)
-        logits = tf.cast(self.model(images, training=False), tf.float32)
-        weights = tf.cast(weights, tf.float32)
-        loss = tf.reduce_sum(per_example_loss(self.loss, labels, logits) * weights)
-        hits = tf.reduce_sum(top1_hits(labels, logits) * weights)
-        return loss, hits, tf.reduce_sum(weights)
-
-    def _objective_eval(self, images, labels, weights):
         losses, accuracy = self.objective.per_example(images, labels, training=False)
         weights = tf.cast(weights, tf.float32)
         return tf.reduce_sum(losses * weights), tf.reduce_sum(accuracy * weights), tf.reduce_sum(weights)

@@ -17,9 +17,7 @@ the input pipeline's prefetched batches share the same memory.
 import dataclasses
 import os
 
-from tensorflow.python.client import device_lib
-
-from trainers import distribute, precision
+from trainers import distribute, engines, precision
 from trainers.data.pipeline import PREFETCH_BATCHES
 from trainers.errors import UsageError
 
@@ -99,8 +97,7 @@ def device_memory(strategy, override_gb=0.0):
     if any("TPU" in d for d in devices):
         return None
     if devices and all("GPU" in d for d in devices):
-        jax_engine = getattr(strategy, "engine", "tf") == "jax"
-        limit = strategy.memory_limit() if jax_engine else _smallest_gpu_memory()
+        limit = engines.of(strategy).gpu_memory_limit(strategy)
         if limit is None:
             return None
         return DeviceMemory(int(USABLE_FRACTION * limit), "GPU memory")
@@ -118,12 +115,6 @@ def choose_accum_steps(per_replica_batch, memory, budget):
         if per_replica_batch % accum == 0 and memory.total(per_replica_batch // accum) <= budget:
             return accum
     return None
-
-
-def _smallest_gpu_memory():
-    """The memory TensorFlow may allocate on the smallest local GPU, in bytes."""
-    limits = [d.memory_limit for d in device_lib.list_local_devices() if d.device_type == "GPU"]
-    return min(limits) if limits else None
 
 
 def _available_ram():

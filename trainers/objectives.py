@@ -19,8 +19,10 @@ accuracy whether the prediction's mean colour falls in the target's 3-bit colour
 """
 
 import tensorflow as tf
+from keras import ops
 
 from keras_vit import masked_patches
+from trainers import numerics
 
 # --objective's values: the Trainer's own classification, or an objective of this file.
 OBJECTIVES = ("classification", "masked_patch")
@@ -28,8 +30,41 @@ OBJECTIVES = ("classification", "masked_patch")
 DRAW_OP = "mask_patches"
 
 
+class Classification:
+    """Classification of the labels (--objective=classification), the objective of a Trainer given
+    no other: --loss's per-example loss and the top-1 hits (trainers/numerics.py, shared by the
+    engines), of the model's own variables. It has no variables and no train-side metric."""
+
+    train_metric = False  # the console and TensorBoard show the training loss only
+    variables = ()
+
+    def __init__(self, model, loss):
+        self.model, self.loss = model, loss
+        self.metric_name = numerics.METRIC_NAMES[loss]
+
+    def trained_variables(self, model):
+        return model.trainable_variables
+
+    def checkpoint_objects(self):
+        return {}
+
+    def per_example(self, images, labels, training):
+        """(loss (b,), top-1 hits (b,)), float32, of the model's logits for the labels."""
+        logits = ops.cast(self.model(images, training=training), "float32")
+        return numerics.per_example_loss(self.loss, labels, logits), numerics.top1_hits(labels, logits)
+
+    def record_train(self, accuracy):
+        """No train-side metric."""
+        # A statement besides the docstring: AutoGraph cannot convert a body it strips to nothing.
+        del accuracy
+
+    def train_metrics(self):
+        return {}
+
+
 class MaskedPatch:
     metric_name = "masked_patch_accuracy"
+    train_metric = True  # its train accuracy, logged beside the loss
 
     def __init__(self, model, target):
         """Build it inside the strategy's scope, like the model (its variables are trained)."""
@@ -62,36 +97,8 @@ class MaskedPatch:
         (b, 2, N) says (row 0 chooses the corrupted patches, row 1 the replacements)."""
         images = tf.convert_to_tensor(images)
         check_draw(noise.shape[-1], images.shape, self.predictor.patch_size)
-        roles = masked_patches.corruption_plan(noise[:, 0])
-        sources = masked_patches.replacement_sources(noise[:, 1])
-        outputs = tf.cast(self.predictor(images, roles, sources, training=training), tf.float32)
-        targets = self.predictor.targets(tf.cast(images, tf.float32))
-        per_patch_loss, per_patch_hit = self._per_patch(outputs, targets, self.predictor.channels)
-        corrupted = tf.cast(roles != masked_patches.CLEAN, tf.float32)
-        count = tf.reduce_sum(corrupted, axis=-1)
-        return (
-            tf.reduce_sum(per_patch_loss * corrupted, axis=-1) / count,
-            tf.reduce_sum(per_patch_hit * corrupted, axis=-1) / count,
-        )
-
-    def _per_patch(self, outputs, targets, channels):
-        if self.target == "l2":
-            loss = tf.reduce_mean(tf.square(outputs - targets), axis=-1)
-
-            def mean_color(pixels):
-                shape = tf.shape(pixels)
-                per_channel = tf.reshape(pixels, tf.concat([shape[:2], [-1, channels]], 0))
-                return masked_patches.color_classes(tf.reduce_mean(per_channel, axis=2))
-
-            return loss, tf.cast(tf.equal(mean_color(outputs), mean_color(targets)), tf.float32)
-        if self.target == "downsampled":
-            shape = tf.shape(outputs)
-            outputs = tf.reshape(outputs, tf.concat([shape[:2], [targets.shape[-1], -1]], 0))
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=outputs)
-        hits = tf.cast(tf.equal(tf.argmax(outputs, axis=-1, output_type=tf.int32), targets), tf.float32)
-        if self.target == "downsampled":
-            loss, hits = tf.reduce_mean(loss, axis=-1), tf.reduce_mean(hits, axis=-1)
-        return loss, hits
+        # One replica's rows: a tf replica runs the step on its own.
+        return numerics.masked_patch_per_example(self.predictor, self.target, images, noise, training)
 
     def record_train(self, accuracy):
         """Adds a replica's per-example train accuracies (b,) to the train metric."""
@@ -124,7 +131,7 @@ def _layer_weights(model, name):
 
 def make_objective(name, target, model):
     """The tf engine's objective `name` (--objective) for `model`, or None for classification (the
-    Trainer's own); trainers/engines.py picks the jax engine's for --engine=jax."""
+    Trainer's own); the jax engine has its own (trainers/engines/jax.py)."""
     if name == "classification":
         return None
     if name == "masked_patch":

@@ -15,7 +15,7 @@ import math
 import keras
 from keras import ops
 
-# The values of --optimizer, --decay_type and --momentum_dtype (configs/fields.py offers these).
+# The values of --optimizer, --decay_type and --momentum_dtype (trainers/fields.py offers these).
 OPTIMIZERS = ("sgd", "adam")
 DECAY_TYPES = ("cosine", "linear")
 MOMENTUM_DTYPES = ("float32", "bfloat16")

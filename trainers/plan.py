@@ -12,9 +12,7 @@ the memory estimate, the banner and the evaluators each take a piece of it
 import dataclasses
 import types
 
-import tensorflow as tf
-
-from trainers import banner, distribute, engines, memory, model_builder, objectives, plan_pieces, precision
+from trainers import banner, engines, memory, model_builder, objectives, plan_pieces, precision
 from trainers.data import pp
 from trainers.errors import UsageError
 from trainers.flags import parse_accum_steps, parse_eval_splits
@@ -67,7 +65,7 @@ def resolve(config, strategy):
     pp.check(train_ops, batch_ops, eval_ops)  # a bad op argument is one line here
     replicas = strategy.num_replicas_in_sync
     check_batch(config.batch_size, replicas, accum_steps, mixes=_mixes(batch_ops))
-    jit = use_jit(config.jit_compile, strategy)
+    jit = engines.of(strategy).use_jit(config.jit_compile, strategy)
     hidden_size, num_patches = model_builder.encoder_size(model)
     mixed_precision, precision_note = precision.resolve(
         config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches
@@ -143,17 +141,3 @@ def check_batch(batch_size, replicas, accum_steps, mixes):
             f"Mixup mixes pairs of examples: --batch_size {batch_size} must be a multiple of "
             f"2 x {replicas} replicas."
         )
-
-
-def use_jit(setting, strategy):
-    """XLA for the per-replica step. "auto": on GPUs only. TPUStrategy compiles the whole step
-    with XLA anyway. On CPU, "true" works for any number of replicas (loop.Trainer), but the
-    step measured slower under XLA than without (docs/guides/benchmarks.md), so "auto" leaves
-    it off there."""
-    if engines.is_jax(strategy):
-        return True  # the jax engine always compiles its step
-    if setting != "auto":
-        return setting == "true"
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        return False
-    return distribute.all_gpus(distribute.worker_devices(strategy))

@@ -8,7 +8,7 @@ trainer's config does not have (the few-shot command has no --loss, only fine-tu
 
 import types
 
-from configs.fields import FIELDS
+from configs.fields import DEFAULTS
 from keras_vit.variants import VARIANTS
 from trainers import banner, memory, model_builder
 from trainers.evaluators import from_config
@@ -19,7 +19,7 @@ SHAPE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim
 
 def field_value(config, name):
     """`name`'s value in `config`, or its declared default where this trainer has no such field."""
-    return config[name] if name in config else FIELDS[name].default
+    return config[name] if name in config else DEFAULTS[name]
 
 
 def model_settings(config):

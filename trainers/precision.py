@@ -20,7 +20,7 @@ import os
 
 import tensorflow as tf
 
-from trainers import distribute
+from trainers import distribute, engines
 
 # --mixed_precision -> Keras dtype policy.
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
@@ -78,15 +78,7 @@ def _auto(strategy, jit, hidden_size, num_patches):
 def gpu_compute_capabilities(strategy=None):
     """[(major, minor), ...] of the visible GPUs ([] where TensorFlow, or JAX for the jax engine,
     reports none)."""
-    if getattr(strategy, "engine", "tf") == "jax":
-        found = [getattr(d, "compute_capability", "") for d in strategy.local_devices]
-        return [tuple(int(n) for n in c.split(".")[:2]) for c in found if c]
-    found = []
-    for gpu in tf.config.list_physical_devices("GPU"):
-        capability = tf.config.experimental.get_device_details(gpu).get("compute_capability")
-        if capability:
-            found.append(tuple(capability))
-    return found
+    return engines.of(strategy).gpu_compute_capabilities(strategy)
 
 
 def cpu_has_bfloat16():

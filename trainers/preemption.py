@@ -43,7 +43,7 @@ import threading
 
 import tensorflow as tf
 
-from trainers import early_signals
+from trainers import early_signals, engines
 
 
 class Stopped(Exception):
@@ -168,7 +168,7 @@ class Preemption:
 
     def __init__(self, strategy, save):
         self.save = save
-        self._cluster = _coordinator(strategy)
+        self._cluster = engines.of(strategy).stop_coordinator(strategy)
         self._watch = None
 
     def __enter__(self):
@@ -293,35 +293,6 @@ class _InterruptWatcher:
         self._read.close()
 
 
-def _coordinator(strategy):
-    """What agrees on the stop across processes: None for one process."""
-    if getattr(strategy, "engine", "tf") == "jax":  # trainers/jax_distribute.py
-        return _JaxProcesses(strategy) if strategy.process_count > 1 else None
-    return _cluster_handler(strategy) if _worker_count(strategy) > 1 else None
-
-
-class _JaxProcesses:
-    """Several JAX processes: one flag all-gathered at every loop boundary (every process calls
-    `saved_checkpoint` at each boundary, so the collectives pair up); `run` as in _ClusterHandler."""
-
-    def __init__(self, strategy):
-        self.strategy = strategy
-        self.run = None
-
-    def saved_checkpoint(self):
-        if not self.strategy.any_process(self.run.signalled):
-            return False
-        self.run.save()
-        return True
-
-
-def _worker_count(strategy):
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return 1
-    jobs = strategy.cluster_resolver.cluster_spec().as_dict()
-    return sum(len(jobs.get(job, ())) for job in ("chief", "worker"))
-
-
 class _Saved(Exception):
     """Raised by the handler's exit_fn: every worker has saved, the run returns."""
 
@@ -398,7 +369,8 @@ def _quiet_handler_threads():
 _HANDLER = []
 
 
-def _cluster_handler(strategy):
+def cluster_handler(strategy):
+    """The process's handler of several tf.distribute workers (the tf engine's stop coordinator)."""
     if not _HANDLER:
         _quiet_handler_threads()
         _HANDLER.append(_ClusterHandler(strategy))

@@ -18,11 +18,11 @@ import sys
 
 from absl import flags
 
-from configs.fields import FIELDS
 from trainers import cli
 from trainers.data import stand_in
 from trainers.data.tfds_prepare import ensure_prepared, is_prepared, open_tfds_builder
 from trainers.errors import UsageError
+from trainers.fields import FIELDS
 
 STAND_IN_HELP = (
     "instead of downloading, make a stand-in of the dataset offline: synthetic images, this many "

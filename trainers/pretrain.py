@@ -1,6 +1,7 @@
 """Pre-train a ViT from scratch: the paper's upstream recipes (appendix Table 3).
 
     python -m trainers.pretrain --dataset=imagenet2012 --manual_dir=/data/imagenet --workdir=/tmp/in1k
+    python -m trainers.pretrain --dataset=digits --workdir=/tmp/digits_pre
 
 Defaults come from configs/pretrain.py (--recipe, by default the dataset's); every flag
 overrides. With --fewshot_datasets, linear few-shot probes of the frozen representation are
@@ -24,7 +25,7 @@ def run(config):
 
 
 def main(argv=None):
-    return cli.main(run, get_config, argv)
+    return cli.main(run, get_config, argv, about=__doc__)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ its rounding from one CPU to another. The first three were measured on the demo'
   AVX2 (Intel since 2013, AMD since 2015) the same code.
 - The kernels split a matmul's or a reduction's work between the intra-op threads and add the
   parts in another order: 1 and 2 threads gave different weights, and TensorFlow starts one
-  thread per core. The demo's stages set --cpu_threads (trainers/distribute.py applies it).
+  thread per core. The demo's stages set --cpu_threads (configs/demo.py's CPU_THREADS;
+  trainers/distribute.py applies it).
 - TensorFlow's Eigen is built with EIGEN_FAST_MATH: its float32 rsqrt (every LayerNorm, through
   Keras' layer_normalization) and the reciprocal in its softmax (attention, the head) start from
   the RSQRTPS / RCPPS instructions plus one Newton step (Eigen/src/Core/arch/AVX/MathFunctions.h).
@@ -43,9 +44,6 @@ ENVIRONMENT = {
     IEEE_MATH: "1",
     "OPENBLAS_CORETYPE": "Haswell",
 }
-# Two: what TensorFlow starts on the 2-core machine the demo's step budgets were measured on
-# (1 thread took about twice as long there).
-CPU_THREADS = 2
 MODULE = "trainers.demo"
 
 
@@ -100,11 +98,9 @@ def math_pinned():
     return tf is not None and all(getattr(getattr(tf, m), n) is f for m, n, f in _REPLACED)
 
 
-def describe(engine="tf"):
-    """The CPU kernels this process runs, in words: "pinned (...)" or what differs from the pins.
-    The jax engine's step is XLA's own CPU code, which none of the pins reaches."""
-    if engine == "jax":
-        return "not pinned (the jax engine's step runs XLA's CPU code)"
+def describe():
+    """TensorFlow's CPU kernels in this process, in words: "pinned (...)" or what differs from the
+    pins. (An engine whose step runs other code says so itself: trainers/engines/.)"""
     differ = [f"{k}={os.environ.get(k, '(unset)')}" for k, v in ENVIRONMENT.items() if os.environ.get(k) != v]
     if _onednn_ops_on():
         differ.append("oneDNN custom ops on")

@@ -20,7 +20,7 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
 from keras_vit import fileio
-from trainers import loop, training
+from trainers import numerics, training
 from trainers import results as results_lib
 from trainers.errors import TrainingError, UsageError
 from trainers.flags import parse_eval_splits
@@ -95,7 +95,7 @@ def run(config):
         raise UsageError(f"--workdir {workdir!r} exists and is not a directory.")
 
     # Under --loss=sigmoid the runs report precision@1, which then decides (and is reported) instead.
-    metric = loop.METRIC_NAMES[config.loss]
+    metric = numerics.METRIC_NAMES[config.loss]
     minival_accuracy, workdirs = {}, {}
     for rate in rates:
         sub = with_changes(config, base_lr=rate, workdir=fileio.join(workdir, f"lr_{rate!r}"))

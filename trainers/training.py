@@ -21,7 +21,6 @@ from trainers import (
     actions,
     banner,
     data,
-    distribute,
     engines,
     faults,
     image_summaries,
@@ -85,7 +84,8 @@ def _run(config):
     check_rerun(config)
     # Several processes watch each other from here on (trainers/peer_watch.py).
     peers = peer_watch.watch(
-        distribute.processes(strategy), functools.partial(run_checkpoints.newest_checkpoint, config.workdir)
+        engines.of(strategy).processes(strategy),
+        functools.partial(run_checkpoints.newest_checkpoint, config.workdir),
     )
     try:
         results = _run_and_report_faults(config, plan, strategy, spec, built, evaluators)
@@ -170,7 +170,7 @@ def build_trainer(config, strategy, spec, plan=None):
             accum_steps, memory_note = memory.resolve_accum_steps(
                 plan.memory, strategy, model, plan.accum_steps
             )
-            trainer = engines.trainer_class(strategy)(
+            trainer = engines.of(strategy).trainer(
                 strategy=strategy,
                 model=model,
                 optimizer=optimizer,
@@ -189,7 +189,7 @@ def build_trainer(config, strategy, spec, plan=None):
 def _objective(plan, strategy, model):
     """The objective --objective asks for (None: classification); a model it cannot train is a UsageError."""
     try:
-        return engines.make_objective(strategy, plan.objective, plan.masked_target, model)
+        return engines.of(strategy).objective(plan.objective, plan.masked_target, model, strategy)
     except ValueError as e:
         raise UsageError(f"--objective={plan.objective}: {e}") from None
 
@@ -227,7 +227,8 @@ class _Run:
         # results.json's "eval": every classification split, whichever evaluator ran it.
         self.classification = classification_lib.combined(evaluators, built.trainer)
         self.workdir = config.workdir
-        self.chief = distribute.is_chief(strategy)
+        self.engine = engines.of(strategy)
+        self.chief = self.engine.is_chief(strategy)
         self.console = Console(self.chief)
 
     def run(self):
@@ -236,7 +237,7 @@ class _Run:
         if self.chief:
             fileio.makedirs(self.workdir)
             fileio.write_atomic(fileio.join(self.workdir, "config.json"), config_to_json(config) + "\n")
-        task_id = 0 if self.chief else distribute.task_id(strategy)
+        task_id = 0 if self.chief else self.engine.task_id(strategy)
         checkpoints = RunCheckpoints(
             trainer, self.workdir, chief=self.chief, task_id=task_id, keep=config.keep_checkpoints
         )

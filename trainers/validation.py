@@ -3,63 +3,137 @@
 They run before anything is built or written, and each problem is one `UsageError` line.
 """
 
+import functools
 import json
 
 import keras_vit
-from configs.fields import FIELDS
 from keras_vit import fileio
+from trainers import data
 from trainers.errors import UsageError, first_line
+from trainers.fields import FIELDS, GROUPS
 from trainers.flags import ARCHITECTURE_OVERRIDES, check_known_fields, config_to_json
 
 
-def validate_common(config, *, models=tuple(keras_vit.VARIANTS), known_fields=None):
-    """What every trainer needs: a dataset, a workdir, a known model, allowed values, no negative sizes."""
+def validate_common(config, *, models=tuple(keras_vit.VARIANTS), known_fields=None, checks=None):
+    """What every trainer needs: a dataset, a known model, allowed values, no negative sizes, a
+    workdir; then `checks` ({group: [check(config)]}, a trainer's own).
+
+    The checks run topic by topic in the order of trainers/fields.py's GROUPS (what to train on,
+    the model, how it learns, ..., where it writes), each topic's allowed values first, so the
+    first error is the first thing a user fixes, and it names the flag to change.
+    """
     check_known_fields(config, known_fields or FIELDS)
+    common = {
+        "data": [_check_dataset],
+        "model": [functools.partial(_check_model, models=models)],
+        "hardware": [_check_cpu_devices],
+        "output": [_check_workdir],
+    }
+    for group in GROUPS:
+        for name in config:
+            field = FIELDS.get(name)
+            if field and field.group == group and field.choices and config[name] not in field.choices:
+                raise UsageError(f"--{name} must be one of {', '.join(field.choices)}, got {config[name]!r}.")
+        for check in common.get(group, []) + (checks or {}).get(group, []):
+            check(config)
+
+
+def validate_training(config):
+    """validate_common, with the optimisation, loop and evaluation fields of fine-tuning and
+    pre-training in their topics' places."""
+    validate_common(
+        config,
+        checks={
+            "data": [_check_training_data],
+            "model": [_check_regularisation],
+            "optimization": [_check_optimization],
+            "loop": [_check_loop],
+            "evaluation": [_check_evaluation],
+            "hardware": [_check_hardware],
+        },
+    )
+    # The fields written as text (--accum_steps, --eval_splits, --pp_*, --augreg's --randaug and
+    # --mixup) are parsed, and checked, once: when the run's plan is resolved (trainers/plan.py).
+
+
+def _check_dataset(config):
     if not config.dataset:
         raise UsageError("--dataset is required (a TFDS name, folder:PATH or digits).")
-    if not config.workdir:
-        raise UsageError("--workdir is required (where checkpoints, logs and results go).")
-    if fileio.exists(config.workdir) and not fileio.isdir(config.workdir):
-        raise UsageError(f"--workdir {config.workdir!r} exists and is not a directory.")
+    # The name alone (nothing is prepared or read): an unknown one is the first thing to fix.
+    data.check_name(config.dataset, data_dir=config.data_dir or None)
+
+
+def _check_model(config, models):
     if config.model not in models:
         raise UsageError(f"unknown --model {config.model!r}; known models: {', '.join(models)}.")
-    for name in config:
-        choices = FIELDS[name].choices if name in FIELDS else ()
-        if choices and config[name] not in choices:
-            raise UsageError(f"--{name} must be one of {', '.join(choices)}, got {config[name]!r}.")
-    for name in (*ARCHITECTURE_OVERRIDES, "cpu_devices"):
+    for name in ARCHITECTURE_OVERRIDES:
         if config[name] < 0:
             raise UsageError(f"--{name} must not be negative, got {config[name]}.")
     if config.image_size <= 0:
         raise UsageError(f"--image_size must be positive, got {config.image_size}.")
 
 
-def validate_training(config):
-    """validate_common, then the optimisation, loop and split fields of fine-tuning and pre-training."""
-    validate_common(config)
-    for name in ("total_steps", "batch_size", "steps_per_loop", "keep_checkpoints"):
-        if config[name] <= 0:
-            raise UsageError(f"--{name} must be positive, got {config[name]}.")
-    for name in ("warmup_steps", "eval_every", "checkpoint_every", "examples_per_class", "fewshot_every"):
-        if config[name] < 0:
-            raise UsageError(f"--{name} must not be negative, got {config[name]}.")
-    if config.warmup_steps > config.total_steps:
-        raise UsageError(
-            f"--warmup_steps ({config.warmup_steps}) exceeds --total_steps ({config.total_steps})."
-        )
-    for name in ("base_lr", "weight_decay", "grad_norm_clip", "dropout_rate"):
-        if not config[name] >= 0:
-            raise UsageError(f"--{name} must not be negative, got {config[name]}.")
+def _check_workdir(config):
+    if not config.workdir:
+        raise UsageError("--workdir is required (where checkpoints, logs and results go).")
+    if fileio.exists(config.workdir) and not fileio.isdir(config.workdir):
+        raise UsageError(f"--workdir {config.workdir!r} exists and is not a directory.")
+
+
+def _check_training_data(config):
+    if config.examples_per_class < 0:
+        raise UsageError(f"--examples_per_class must not be negative, got {config.examples_per_class}.")
     if not 0 < config.crop_min_area <= 1:
         raise UsageError(f"--crop_min_area must be in (0, 1], got {config.crop_min_area}.")
+
+
+def _check_regularisation(config):
+    if not config.dropout_rate >= 0:
+        raise UsageError(f"--dropout_rate must not be negative, got {config.dropout_rate}.")
     if config.dropout_rate >= 1:
         raise UsageError(f"--dropout_rate must be below 1, got {config.dropout_rate}.")
     if not 0 <= config.stochastic_depth < 1:
         raise UsageError(f"--stochastic_depth must be in [0, 1), got {config.stochastic_depth}.")
+
+
+def _check_optimization(config):
+    for name in ("total_steps", "batch_size"):
+        if config[name] <= 0:
+            raise UsageError(f"--{name} must be positive, got {config[name]}.")
+    if config.warmup_steps < 0:
+        raise UsageError(f"--warmup_steps must not be negative, got {config.warmup_steps}.")
+    if config.warmup_steps > config.total_steps:
+        raise UsageError(
+            f"--warmup_steps ({config.warmup_steps}) exceeds --total_steps ({config.total_steps}): "
+            f"lower --warmup_steps or raise --total_steps."
+        )
+    for name in ("base_lr", "weight_decay", "grad_norm_clip"):
+        if not config[name] >= 0:
+            raise UsageError(f"--{name} must not be negative, got {config[name]}.")
+
+
+def _check_loop(config):
+    for name in ("steps_per_loop", "keep_checkpoints"):
+        if config[name] <= 0:
+            raise UsageError(f"--{name} must be positive, got {config[name]}.")
+    if config.checkpoint_every < 0:
+        raise UsageError(f"--checkpoint_every must not be negative, got {config.checkpoint_every}.")
+
+
+def _check_evaluation(config):
+    for name in ("eval_every", "fewshot_every"):
+        if config[name] < 0:
+            raise UsageError(f"--{name} must not be negative, got {config[name]}.")
+
+
+def _check_cpu_devices(config):
+    if config.cpu_devices < 0:
+        raise UsageError(f"--cpu_devices must not be negative, got {config.cpu_devices}.")
+
+
+def _check_hardware(config):
     if config.device_memory_gb < 0:
         raise UsageError(f"--device_memory_gb must not be negative, got {config.device_memory_gb}.")
-    # The fields written as text (--accum_steps, --eval_splits, --pp_*, --augreg's --randaug and
-    # --mixup) are parsed, and checked, once: when the run's plan is resolved (trainers/plan.py).
 
 
 # Where and how long a run executes, and what it logs, not what it computes: a re-run may change

@@ -15,7 +15,7 @@ class); `ops` (the registered image and batch ops); `pp` (pp strings: --pp_train
 from trainers.data import grayscale, mask_patches  # noqa: F401
 from trainers.data.ops import eval_ops, register, registered, train_ops
 from trainers.data.pipeline import InputFn, distribute, make_input_fn, multi_hot
-from trainers.data.sources import get_spec
+from trainers.data.sources import check_name, get_spec
 from trainers.data.spec import NO_LABEL, DatasetSpec, Records, multi_label_refusal
 from trainers.data.subsets import examples_per_class_subset
 from trainers.errors import DatasetError
@@ -26,6 +26,7 @@ __all__ = [
     "DatasetSpec",
     "InputFn",
     "Records",
+    "check_name",
     "distribute",
     "eval_ops",
     "examples_per_class_subset",

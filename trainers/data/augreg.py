@@ -33,7 +33,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from configs.fields import AUGREG_LEVELS, FIELDS
+from configs.fields import DEFAULTS
 from trainers.errors import UsageError
 
 SEED_ALG = "philox"
@@ -50,7 +50,8 @@ LEVELS = {
     "strong1": ((2, 20), 0.5),
     "strong2": ((2, 20), 0.8),
 }
-assert tuple(LEVELS) == AUGREG_LEVELS
+# --augreg's values (trainers/fields.py offers these as the flag's values).
+AUGREG_LEVELS = tuple(LEVELS)
 FROM_LEVEL = "level"
 
 
@@ -64,7 +65,7 @@ class AugReg:
 
 def _field(config, name):
     # Configs built in Python before these fields existed (and test namespaces) read the default.
-    return getattr(config, name, FIELDS[name].default)
+    return getattr(config, name, DEFAULTS[name])
 
 
 def resolve(config):

@@ -21,13 +21,20 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 _LAYOUT = "PATH/train/<class>/*.jpg|png (and PATH/test/<class>/... for evaluation)"
 
 
-def folder_spec(dataset, path):
-    """The DatasetSpec of the image folder `path` (the part of `dataset` after "folder:")."""
+def folder_path(path):
+    """The absolute path of `path` (as --dataset=folder:PATH gives it), or DatasetError if it is
+    not a directory."""
     path = os.path.abspath(os.path.expanduser(path)) if path else ""
     if not path or not os.path.isdir(path):
         raise DatasetError(
             f"image folder {path or '(empty)'!r} does not exist: --dataset=folder:PATH expects {_LAYOUT}"
         )
+    return path
+
+
+def folder_spec(dataset, path):
+    """The DatasetSpec of the image folder `path` (the part of `dataset` after "folder:")."""
+    path = folder_path(path)
     train_dir = os.path.join(path, "train")
     if not os.path.isdir(train_dir) or not _class_folders(train_dir):
         raise DatasetError(

@@ -24,7 +24,8 @@ patch prediction's draw (trainers/data/mask_patches.py) is one.
 A config names ops in a pp string (trainers/data/pp.py: --pp_train, --pp_eval). A new op is one
 file that registers it (trainers/data/grayscale.py is the example) and one import line in
 trainers/data/__init__.py. A new augmentation knob of the flags: also add its line to `train_ops`,
-and declare the config field it reads (configs/fields.py, with its help).
+and declare the config field it reads (its default in configs/fields.py, its help in
+trainers/fields.py).
 """
 
 import dataclasses

@@ -17,7 +17,7 @@ are refused beside it, and --crop_min_area and --random_flip are not read.
 
 import ast
 
-from configs.fields import FIELDS
+from configs.fields import DEFAULTS
 from trainers.data import augreg, ops
 from trainers.errors import UsageError, first_line
 
@@ -80,7 +80,7 @@ def check(train_ops, batch_ops, eval_ops):
 
 
 def _given(config, name):
-    return str(getattr(config, name, FIELDS[name].default)) != str(FIELDS[name].default)
+    return str(getattr(config, name, DEFAULTS[name])) != str(DEFAULTS[name])
 
 
 def _op(item, field):

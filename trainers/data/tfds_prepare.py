@@ -53,7 +53,7 @@ def open_tfds_builder(dataset, data_dir):
             builder = tfds.builder(dataset, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
         raise DatasetError(
-            f"unknown dataset {dataset!r}: use a TFDS image classification dataset "
+            f"unknown dataset {dataset!r}: give --dataset a TFDS image classification dataset "
             f"(e.g. oxford_iiit_pet, oxford_flowers102, cifar10, cifar100, imagenet2012), "
             f"folder:PATH or digits"
         ) from None

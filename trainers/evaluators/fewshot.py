@@ -10,8 +10,8 @@ import re
 
 import numpy as np
 
-from configs.fields import FIELDS
-from trainers import data, distribute, features, linear_probe
+from configs.fields import DEFAULTS
+from trainers import data, engines, features, linear_probe
 from trainers.console import Console
 from trainers.errors import FewShotError, UsageError
 from trainers.evaluators import Evaluator, registry
@@ -50,8 +50,8 @@ def parse_shots(value):
 
 
 # The declared defaults (configs/fields.py), for callers that build an evaluator in Python.
-DEFAULT_SHOTS = parse_shots(FIELDS["shots"].default)
-DEFAULT_L2_REG = parse_l2_reg(FIELDS["l2_reg"].default)
+DEFAULT_SHOTS = parse_shots(DEFAULTS["shots"])
+DEFAULT_L2_REG = parse_l2_reg(DEFAULTS["l2_reg"])
 
 
 class FewShotEvaluator(Evaluator):
@@ -182,7 +182,7 @@ def create(name, context, *, datasets, every, shots, seeds, l2_reg, batch_size):
                 l2_reg=l2_reg,
                 strategy=context.strategy,
                 every=registry.every(name, every),
-                console=Console(distribute.is_chief(context.strategy)),
+                console=Console(engines.of(context.strategy).is_chief(context.strategy)),
                 # The run's evaluation ops (--pp_eval's, or the resize) are how its model sees images.
                 ops=context.eval_ops or None,
             )

@@ -1,0 +1,114 @@
+"""The tf engine (--engine=tf, the default): tf.distribute's strategies, the step a tf.function.
+
+TPUStrategy, MirroredStrategy (local GPUs, or the CPU split into --cpu_devices logical devices)
+and MultiWorkerMirroredStrategy (trainers/distribute.py); the Trainer of trainers/loop.py
+(`strategy.run` per step in one tf.function per loop call, XLA per --jit_compile); masked patch
+prediction of trainers/objectives.py; several workers agree on a SIGTERM's stop through
+tf.distribute's PreemptionCheckpointHandler (trainers/preemption.py).
+"""
+
+import tensorflow as tf
+from tensorflow.python.client import device_lib
+
+from trainers import distribute, loop, objectives, preemption, reproducible
+from trainers.engines import common
+
+
+class TfEngine:
+    name = "tf"
+    packages = ("tensorflow", "keras")
+    fixed_fields = ()
+    cpu_threads_scope = ""
+
+    def check(self, config):
+        common.check_backend(self.name)
+
+    def create_strategy(self, strategy, *, tpu=None, cpu_devices=1, cpu_threads=0):
+        return distribute.create_strategy(strategy, tpu=tpu, cpu_devices=cpu_devices, cpu_threads=cpu_threads)
+
+    def describe(self, strategy):
+        return distribute.describe(strategy)
+
+    def is_chief(self, strategy):
+        return distribute.is_chief(strategy)
+
+    def task_id(self, strategy):
+        return distribute.task_id(strategy)
+
+    def processes(self, strategy):
+        return distribute.processes(strategy)
+
+    def stop_coordinator(self, strategy):
+        return preemption.cluster_handler(strategy) if _worker_count(strategy) > 1 else None
+
+    def gpu_memory_limit(self, strategy):
+        """The memory TensorFlow may allocate on the smallest local GPU, in bytes."""
+        limits = [d.memory_limit for d in device_lib.list_local_devices() if d.device_type == "GPU"]
+        return min(limits) if limits else None
+
+    def gpu_compute_capabilities(self, strategy):
+        found = []
+        for gpu in tf.config.list_physical_devices("GPU"):
+            capability = tf.config.experimental.get_device_details(gpu).get("compute_capability")
+            if capability:
+                found.append(tuple(capability))
+        return found
+
+    def use_jit(self, setting, strategy):
+        """XLA for the per-replica step. "auto": on GPUs only. TPUStrategy compiles the whole step
+        with XLA anyway. On CPU, "true" works for any number of replicas (loop.Trainer), but the
+        step measured slower under XLA than without (docs/guides/benchmarks.md), so "auto" leaves
+        it off there."""
+        if setting != "auto":
+            return setting == "true"
+        if isinstance(strategy, tf.distribute.TPUStrategy):
+            return False
+        return distribute.all_gpus(distribute.worker_devices(strategy))
+
+    def kernels(self):
+        return reproducible.describe()
+
+    def trainer(self, **settings):
+        return loop.Trainer(**settings)
+
+    def objective(self, name, target, model, strategy):
+        return objectives.make_objective(name, target, model)
+
+    def feature_step(self, represent, strategy):
+        return _Features(represent, strategy)
+
+
+def _worker_count(strategy):
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 1
+    jobs = strategy.cluster_resolver.cluster_spec().as_dict()
+    return sum(len(jobs.get(job, ())) for job in ("chief", "worker"))
+
+
+class _Features:
+    """The representation per replica in one tf.function, each part gathered to every host (so
+    multi-worker and TPU pods agree)."""
+
+    def __init__(self, represent, strategy):
+        self.strategy = strategy
+        self._forward = lambda images: represent(images, training=False)
+
+        def replica_step(images, labels, weights):
+            return tf.cast(self._forward(images), tf.float32), labels, weights
+
+        @tf.function
+        def step(batch):
+            out = self.strategy.run(replica_step, args=tuple(batch))
+            # gather: the global batch on every host, so multi-worker and TPU pods agree.
+            return tuple(self.strategy.gather(t, axis=0) for t in out)
+
+        self._step = step
+
+    def refresh(self):
+        """Nothing to copy: the step reads the model's variables themselves."""
+
+    def __call__(self, batch):
+        return self._step(batch)
+
+
+ENGINE = TfEngine()
