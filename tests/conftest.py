@@ -25,6 +25,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+# The stand-ins that several tests of the docs' pages use (tests/test_docs_*.py), one per session.
+from docs_standins import default_tfds, registry_cache, tfds_dir  # noqa: E402, F401
+
 # The tests' shared models and data (tests/fixtures.py); its pytest fixtures are exposed here.
 from fixtures import fake_tfds_dir, multi_label_tfds_dir, shared_fake_tfds  # noqa: E402, F401
 

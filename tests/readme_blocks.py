@@ -10,10 +10,12 @@ out of the block) with its kind and a name used once across the pages:
     <!-- sample: console -->        a text block (program output, a tree, a table) that a test
                                     compares with what the code prints or reads
 
-tests/test_readme.py fetches a block by its name with `block(NAME)` (runnable or sample) or
+The tests of a page (tests/test_docs_PAGE.py, one file per page; their fetchers and stand-ins are
+in tests/docs_standins.py) fetch a block by its name with `block(NAME)` (runnable or sample) or
 `unrunnable(NAME, REASON)`. A block between the markers of a generated region (`<!-- NAME:begin
 ...` and `<!-- NAME:end -->`) is written by its generator and carries no mark: `region(NAME)`
-fetches the region's blocks. docs/contributing.md explains the convention.
+fetches the region's blocks. The check (tests/test_docs_marks.py) reads the claims of all the
+test files. docs/contributing.md explains the convention.
 """
 
 import ast
@@ -185,6 +187,16 @@ def claims(path):
                 where = f"{os.path.basename(path)} line {call.lineno} ({owner})"
                 found.append(Claim(call.func.id, name, where))
     return found
+
+
+def test_files():
+    """The test files of the docs' blocks: tests/test_docs_*.py."""
+    return sorted(glob.glob(os.path.join(ROOT, "tests", "test_docs_*.py")))
+
+
+def all_claims():
+    """[Claim] of every test file of the docs' blocks, so that a block claimed in any of them counts."""
+    return [claim for path in test_files() for claim in claims(path)]
 
 
 def named(all_blocks, name, fetcher):
