@@ -13,6 +13,13 @@ import pytest
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# KERAS_VIT_PROCESS_LOG=FILE counts the child processes and TensorFlow imports (tests/child_processes.py).
+if os.environ.get("KERAS_VIT_PROCESS_LOG"):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import child_processes
+
+    child_processes.install(os.environ["KERAS_VIT_PROCESS_LOG"])
+
 import tensorflow as tf  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
