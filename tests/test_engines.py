@@ -189,7 +189,7 @@ def test_engine_refusals():
 
 
 def test_jax_engine_refuses_float16_in_one_line(tmp_path):
-    result = trainer_cli.run_cli(
+    result = trainer_cli.run_child(
         "finetune",
         ["--engine=jax", "--dataset=digits", f"--workdir={tmp_path}", "--mixed_precision=float16"],
     )

@@ -26,7 +26,7 @@ from trainer_cli import (
     error_line,
     limit_file_size,
     read_results,
-    run_cli,
+    run_child,
     start_cli,
     start_cluster,
     stop_step_of_two,
@@ -95,7 +95,7 @@ def jax_env(tmp_path_factory):
 def reference(tmp_path_factory, jax_env):
     """An uninterrupted run: what every interrupted, recovered or two-process run must end as."""
     workdir = str(tmp_path_factory.mktemp("jax_reference") / "run")
-    proc = run_cli("finetune", ONE_PROCESS + [f"--workdir={workdir}"], env=jax_env)
+    proc = run_child("finetune", ONE_PROCESS + [f"--workdir={workdir}"], env=jax_env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert checkpoint_steps(workdir) == [TOTAL - 2 * EVERY, TOTAL - EVERY, TOTAL]
     return workdir
@@ -155,7 +155,7 @@ def test_sigkill_and_sigterm_mid_training_then_a_rerun_ends_bit_for_bit_as_an_un
     assert kept < step < TOTAL and checkpoint_steps(workdir)[-1] == step
     assert not os.path.exists(os.path.join(workdir, "results.json"))
 
-    proc = run_cli("finetune", args, env=jax_env)
+    proc = run_child("finetune", args, env=jax_env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"at step {step}." in proc.stdout
     _assert_identical(workdir, reference)
