@@ -2,9 +2,9 @@
 exit codes.
 
 The engine picks Keras' backend when its process starts (trainers/engine_env.py) and pytest's
-process runs TensorFlow's, so each jax engine run here is a subprocess; the runs are shared
-between the tests (module fixtures). The digits need no download; the model is the digits
-preset's with one block.
+process runs TensorFlow's, so the jax engine runs here are in a child process on Keras' JAX
+backend: one child for the module's runs (`jax_runs`), shared by the tests; the tf engine's runs
+are in this process. The digits need no download; the model is the digits preset's with one block.
 """
 
 import glob
@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from trainer_cli import ROOT, plugin_tags, read_results, run_cli, scalar_tags
+from trainer_cli import ROOT, plugin_tags, read_results, run_child, run_cli, run_in_one_child, scalar_tags
 
 from trainers import demo, errors, finetune, validation
 from trainers import flags as trainer_flags
@@ -49,22 +49,39 @@ def _ok(proc):
 
 
 @pytest.fixture(scope="module")
-def finetuned(tmp_path_factory):
-    """{engine: (workdir, stdout)} of the same short fine-tuning run on each engine."""
-    root = tmp_path_factory.mktemp("finetune")
-    runs = {}
-    for engine in ("tf", "jax"):
-        workdir = str(root / engine)
-        proc = _ok(run_cli("finetune", FINETUNE + [f"--engine={engine}", f"--workdir={workdir}"]))
-        runs[engine] = workdir, proc.stdout
-    return runs
+def jax_runs(tmp_path_factory):
+    """{name: (workdir, CompletedProcess)} of the module's jax engine runs, in ONE child process:
+    a short fine-tuning, a masked patch pre-training, and few-shot probes of its weights."""
+    root = tmp_path_factory.mktemp("jax")
+    workdirs = {name: str(root / name) for name in ("finetune", "pretrain", "fewshot")}
+    runs = {
+        "finetune": ("trainers.finetune", FINETUNE + ["--engine=jax", f"--workdir={workdirs['finetune']}"]),
+        "pretrain": ("trainers.pretrain", PRETRAIN + ["--engine=jax", f"--workdir={workdirs['pretrain']}"]),
+        "fewshot": ("trainers.fewshot", _fewshot_args(workdirs["pretrain"], "jax", workdirs["fewshot"])),
+    }
+    procs = run_in_one_child(list(runs.values()), env={"KERAS_BACKEND": "jax"})
+    return {name: (workdirs[name], _ok(proc)) for name, proc in zip(runs, procs)}
+
+
+def _fewshot_args(pretrained_workdir, engine, workdir):
+    weights = os.path.join(pretrained_workdir, "model.npz")
+    return FEWSHOT + [f"--weights={weights}", f"--engine={engine}", f"--workdir={workdir}"]
 
 
 @pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
+def finetuned(jax_runs, tmp_path_factory):
+    """{engine: (workdir, stdout)} of the same short fine-tuning run on each engine."""
+    workdir = str(tmp_path_factory.mktemp("finetune") / "tf")
+    proc = _ok(run_cli("finetune", FINETUNE + ["--engine=tf", f"--workdir={workdir}"]))
+    jax_dir, jax_proc = jax_runs["finetune"]
+    return {"tf": (workdir, proc.stdout), "jax": (jax_dir, jax_proc.stdout)}
+
+
+@pytest.fixture(scope="module")
+def pretrained(jax_runs):
     """(workdir, stdout) of a masked patch pre-training on the jax engine."""
-    workdir = str(tmp_path_factory.mktemp("pretrain") / "run")
-    return workdir, _ok(run_cli("pretrain", PRETRAIN + ["--engine=jax", f"--workdir={workdir}"])).stdout
+    workdir, proc = jax_runs["pretrain"]
+    return workdir, proc.stdout
 
 
 @pytest.mark.slow
@@ -117,16 +134,11 @@ def test_masked_patch_pretraining_on_the_jax_engine(pretrained):
 
 
 @pytest.mark.slow
-def test_fewshot_probes_agree_between_the_engines_on_the_same_weights(pretrained, tmp_path):
-    weights = os.path.join(pretrained[0], "model.npz")
+def test_fewshot_probes_agree_between_the_engines_on_the_same_weights(jax_runs, pretrained, tmp_path):
+    tf_dir = str(tmp_path / "tf")
+    tf_proc = _ok(run_cli("fewshot", _fewshot_args(pretrained[0], "tf", tf_dir)))
     results = {}
-    for engine in ("tf", "jax"):
-        workdir = str(tmp_path / engine)
-        proc = _ok(
-            run_cli(
-                "fewshot", FEWSHOT + [f"--weights={weights}", f"--engine={engine}", f"--workdir={workdir}"]
-            )
-        )
+    for engine, (workdir, proc) in {"tf": (tf_dir, tf_proc), "jax": jax_runs["fewshot"]}.items():
         assert "1-shot accuracy" in proc.stdout
         results[engine] = read_results(workdir)
         assert glob.glob(os.path.join(workdir, "eval", "events.out.tfevents.*"))
@@ -173,13 +185,16 @@ def test_a_run_does_not_move_to_the_other_engine_even_when_changes_are_allowed(t
 
 
 def test_float16_on_the_jax_engine_is_a_one_line_error(tmp_path):
+    """A float16 run on the jax engine (which has no loss scaling) must not start: exactly this
+    one line, status 2, no workdir. (With tests/test_engines.py's former
+    test_jax_engine_refuses_float16_in_one_line, which checked the same line in a child of its own.)"""
     args = [*DIGITS, "--engine=jax", "--mixed_precision=float16", f"--workdir={tmp_path / 'run'}"]
-    proc = run_cli("finetune", args)
-    err = proc.stderr.strip().splitlines()
+    proc = run_child("finetune", args)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert len(err) == 1, err
-    assert err[0].startswith("finetune: error: --mixed_precision=float16 (loss scaling) is for --engine=tf")
-    assert "use --mixed_precision=bfloat16 or auto" in err[0]
+    assert proc.stderr.strip().splitlines() == [
+        "finetune: error: --mixed_precision=float16 (loss scaling) is for --engine=tf; the jax engine's "
+        "reduced precision is bfloat16: use --mixed_precision=bfloat16 or auto"
+    ]
     assert not os.path.exists(tmp_path / "run")
 
 
