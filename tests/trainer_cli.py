@@ -80,11 +80,14 @@ def run_cli(module, args, env=None):
 
 
 def run_main(module, args, env=None):
-    """`python -m <module> args` (a module with `main(argv)`), run in this process: see run_cli."""
+    """`python -m <module> args` (a module with `main(argv)`: a trainer, keras_vit.convert, ...),
+    run in this process: see run_cli."""
     env = dict(env or {})
     _refuse_what_needs_a_child(module, args, env)
     main = importlib.import_module(module).main
-    argv = [module.rsplit(".", 1)[-1], *args]
+    # The trainers' main reads a sys.argv (the program first); the library's commands (keras_vit.
+    # convert, predict, export) an argparse list, without it.
+    argv = [module.rsplit(".", 1)[-1], *args] if module.startswith("trainers.") else list(args)
     out, err = io.StringIO(), io.StringIO()
     with (
         _process_state_kept(module, args, env),
@@ -107,7 +110,7 @@ def run_main(module, args, env=None):
         print(status, file=err)
         status = 1
     return subprocess.CompletedProcess(
-        command(module.rsplit(".", 1)[-1], args), status, out.getvalue(), err.getvalue()
+        [sys.executable, "-m", module, *args], status, out.getvalue(), err.getvalue()
     )
 
 
@@ -152,7 +155,7 @@ def run_in_one_child(runs, env=None, timeout=600):
         with open(out) as f:
             results = json.load(f)
     return [
-        subprocess.CompletedProcess(command(module.rsplit(".", 1)[-1], args), **result)
+        subprocess.CompletedProcess([sys.executable, "-m", module, *args], **result)
         for (module, args), result in zip(runs, results)
     ]
 
