@@ -55,19 +55,24 @@ def install(log):
 
 
 def report(log):
-    """Test cases that started a child, children, and TensorFlow imports, from the log."""
+    """Test cases that started a child (one that imported TensorFlow), children, TensorFlow imports."""
     with open(log) as f:
         lines = [json.loads(line) for line in f if line.strip()]
     children = [line for line in lines if line["kind"] == "child" and line["test"]]
     imports = [line for line in lines if line["kind"] == "tensorflow"]
     by_test = Counter(line["test"] for line in children)
+    importing = {line["test"].rsplit(" (", 1)[0] for line in imports if line["test"]}
     print(f"test cases that started a child process: {len(by_test)}")
+    print(f"  of which a child imported TensorFlow: {len(importing)}")
     print(f"child processes started by tests: {len(children)}")
     outside = sum(1 for line in imports if not line["test"])
     print(f"TensorFlow imports: {len(imports)} ({outside} by pytest's own processes)")
     for test, count in sorted(by_test.items()):
-        commands = sorted({" ".join(line["argv"][1:3]) for line in children if line["test"] == test})
-        print(f"  {count:3d}  {test}  {'; '.join(commands)[:120]}")
+        commands = sorted(
+            {" ".join(line["argv"][:3]).replace("\n", " ")[:70] for line in children if line["test"] == test}
+        )
+        mark = "tf" if test in importing else "  "
+        print(f"  {count:3d} {mark}  {test}  {'; '.join(commands)[:160]}")
 
 
 if __name__ == "__main__":

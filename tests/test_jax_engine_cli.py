@@ -9,12 +9,11 @@ are in this process. The digits need no download; the model is the digits preset
 
 import glob
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from trainer_cli import ROOT, plugin_tags, read_results, run_child, run_cli, run_in_one_child, scalar_tags
+from jax_engine_losses import LOSSES
+from trainer_cli import plugin_tags, read_results, run_cli, run_in_one_child, scalar_tags
 
 from trainers import demo, errors, finetune, validation
 from trainers import flags as trainer_flags
@@ -184,60 +183,41 @@ def test_a_run_does_not_move_to_the_other_engine_even_when_changes_are_allowed(t
         validation.check_rerun(config)
 
 
-def test_float16_on_the_jax_engine_is_a_one_line_error(tmp_path):
+@pytest.fixture(scope="module")
+def jax_side(tmp_path_factory):
+    """The quick checks' jax side, in ONE child on Keras' JAX backend: the jax engine's losses
+    (tests/jax_engine_losses.py, saved to LOSSES.npz) and a float16 run on the jax engine.
+    {"losses": path, "float16": (workdir, CompletedProcess)}."""
+    root = tmp_path_factory.mktemp("jax_side")
+    losses, workdir = str(root / "jax.npz"), str(root / "float16")
+    float16 = [*DIGITS, "--engine=jax", "--mixed_precision=float16", f"--workdir={workdir}"]
+    procs = run_in_one_child(
+        [("jax_engine_losses", [losses]), ("trainers.finetune", float16)], env={"KERAS_BACKEND": "jax"}
+    )
+    assert procs[0].returncode == 0, procs[0].stderr[-2000:]
+    return {"losses": losses, "float16": (workdir, procs[1])}
+
+
+def test_float16_on_the_jax_engine_is_a_one_line_error(jax_side):
     """A float16 run on the jax engine (which has no loss scaling) must not start: exactly this
     one line, status 2, no workdir. (With tests/test_engines.py's former
     test_jax_engine_refuses_float16_in_one_line, which checked the same line in a child of its own.)"""
-    args = [*DIGITS, "--engine=jax", "--mixed_precision=float16", f"--workdir={tmp_path / 'run'}"]
-    proc = run_child("finetune", args)
+    workdir, proc = jax_side["float16"]
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [
         "finetune: error: --mixed_precision=float16 (loss scaling) is for --engine=tf; the jax engine's "
         "reduced precision is bfloat16: use --mixed_precision=bfloat16 or auto"
     ]
-    assert not os.path.exists(tmp_path / "run")
+    assert not os.path.exists(workdir)
 
 
 # The jax engine's losses against the tf engine's on the same numbers: mixup's soft targets,
 # the sigmoid loss on multi-hot and on integer labels, masked patch prediction's per-patch loss
 # and hits for each target, and the patches it replaces others by (each tf replica chooses among
 # its own micro-batch; the jax step, holding every replica's rows, must choose the same). The jax
-# side runs in a process on Keras' JAX backend and saves its inputs and results; the tf side runs
-# here.
-_JAX_SIDE = """
-import sys
-from types import SimpleNamespace
-import numpy as np
-from trainers import jax_loop, jax_objectives
-rng = np.random.default_rng(0)
-saved = {"logits": rng.normal(size=(6, 5)).astype("float32")}
-saved["soft"] = rng.dirichlet(np.ones(5), 6).astype("float32")
-saved["multi_hot"] = (rng.uniform(size=(6, 5)) < 0.4).astype("float32")
-saved["integers"] = rng.integers(0, 5, 6).astype("int32")
-for loss, labels in %(losses)r:
-    saved[f"{loss}_{labels}"] = np.asarray(jax_loop.per_example_loss(loss, saved[labels], saved["logits"]))
-patches = {
-    "mean_color": (rng.normal(size=(2, 4, 512)), rng.integers(0, 512, (2, 4))),
-    "downsampled": (rng.normal(size=(2, 4, 16 * 512)), rng.integers(0, 512, (2, 4, 16))),
-    "l2": (rng.uniform(-1, 1, (2, 4, 48)), rng.uniform(-1, 1, (2, 4, 48))),
-}
-for target, (outputs, targets) in patches.items():
-    saved[f"{target}_outputs"] = outputs.astype("float32")
-    saved[f"{target}_targets"] = targets.astype("float32" if target == "l2" else "int32")
-    objective = SimpleNamespace(target=target, predictor=SimpleNamespace(channels=3))
-    pair = saved[f"{target}_outputs"], saved[f"{target}_targets"]
-    loss, hits = jax_objectives.MaskedPatch._per_patch(objective, *pair)
-    saved[f"{target}_loss"], saved[f"{target}_hits"] = np.asarray(loss), np.asarray(hits)
-# Masked patch replacements of a step's global batch: 2 replicas of 3 rows, 4 patches each.
-saved["noise"] = rng.uniform(size=(6, 4)).astype("float32")
-replicas = SimpleNamespace(replicas=2)
-saved["sources"] = np.asarray(jax_objectives.MaskedPatch._sources(replicas, saved["noise"]))
-np.savez(sys.argv[1], **saved)
-"""
-_LOSSES = [("softmax", "soft"), ("softmax", "integers"), ("sigmoid", "multi_hot"), ("sigmoid", "integers")]
-
-
-def test_the_jax_engines_losses_match_the_tf_engines(tmp_path):
+# side (tests/jax_engine_losses.py) runs in the module's child on Keras' JAX backend and saves its
+# inputs and results; the tf side runs here.
+def test_the_jax_engines_losses_match_the_tf_engines(jax_side):
     from types import SimpleNamespace
 
     import tensorflow as tf
@@ -245,24 +225,17 @@ def test_the_jax_engines_losses_match_the_tf_engines(tmp_path):
     from keras_vit import masked_patches
     from trainers import loop, objectives
 
-    path = str(tmp_path / "jax.npz")
-    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
-    code = _JAX_SIDE % {"losses": _LOSSES}
-    proc = subprocess.run(
-        [sys.executable, "-c", code, path], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    jax_side = dict(np.load(path))
-    for loss, labels in _LOSSES:
-        theirs = loop.per_example_loss(loss, tf.constant(jax_side[labels]), tf.constant(jax_side["logits"]))
-        np.testing.assert_allclose(jax_side[f"{loss}_{labels}"], theirs.numpy(), rtol=1e-5, atol=1e-6)
+    computed = dict(np.load(jax_side["losses"]))
+    for loss, labels in LOSSES:
+        theirs = loop.per_example_loss(loss, tf.constant(computed[labels]), tf.constant(computed["logits"]))
+        np.testing.assert_allclose(computed[f"{loss}_{labels}"], theirs.numpy(), rtol=1e-5, atol=1e-6)
     for target in ("mean_color", "downsampled", "l2"):
         objective = SimpleNamespace(target=target)
-        outputs, targets = (tf.constant(jax_side[f"{target}_{part}"]) for part in ("outputs", "targets"))
+        outputs, targets = (tf.constant(computed[f"{target}_{part}"]) for part in ("outputs", "targets"))
         loss, hits = objectives.MaskedPatch._per_patch(objective, outputs, targets, 3)
-        np.testing.assert_allclose(jax_side[f"{target}_loss"], loss.numpy(), rtol=1e-5, atol=1e-6)
-        np.testing.assert_array_equal(jax_side[f"{target}_hits"], hits.numpy())
-    noise, sources = jax_side["noise"], jax_side["sources"]
+        np.testing.assert_allclose(computed[f"{target}_loss"], loss.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(computed[f"{target}_hits"], hits.numpy())
+    noise, sources = computed["noise"], computed["sources"]
     for replica in range(2):
         rows = slice(3 * replica, 3 * replica + 3)
         own = masked_patches.replacement_sources(tf.constant(noise[rows])).numpy() + 12 * replica

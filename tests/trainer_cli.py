@@ -161,9 +161,13 @@ def run_in_one_child(runs, env=None, timeout=600):
 
 
 def _refuse_what_needs_a_child(module, args, env):
-    backend = env.get("KERAS_BACKEND", keras.backend.backend())
-    engine = engine_env._flag_value(args, engine_env.ENGINE_FLAG) or "tf"
-    if backend != keras.backend.backend() or engine_env.BACKENDS.get(engine) != backend or "TF_CONFIG" in env:
+    """A command whose process would run another Keras backend than this one, or join a cluster."""
+    if module.startswith("trainers."):  # a trainer command's --engine picks it (trainers/engine_env.py)
+        engine = engine_env._flag_value(args, engine_env.ENGINE_FLAG) or "tf"
+        backend = engine_env.BACKENDS.get(engine, "tensorflow")
+    else:
+        backend = env.get("KERAS_BACKEND", keras.backend.backend())
+    if backend != keras.backend.backend() or "TF_CONFIG" in env:
         raise ValueError(
             f"{module} {' '.join(args)}: another backend or a cluster needs a process: run_child"
         )
