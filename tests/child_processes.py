@@ -34,6 +34,8 @@ def _with_child_site(env, log):
     """The child's environment, with the TensorFlow-import note first on its PYTHONPATH."""
     env = dict(os.environ if env is None else env)
     env[LOG_VARIABLE] = log
+    if "PYTEST_CURRENT_TEST" in os.environ:  # the test the child's note names, whatever its env
+        env["PYTEST_CURRENT_TEST"] = os.environ["PYTEST_CURRENT_TEST"]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [CHILD_SITE, env.get("PYTHONPATH")]))
     return env
 

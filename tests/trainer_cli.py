@@ -27,7 +27,7 @@ import warnings
 
 import keras
 import tensorflow as tf
-from fixtures import FAKE_TFDS, ROOT, TINY_FLAGS, make_fake_tfds  # noqa: F401 (used by the tests)
+from fixtures import FAKE_TFDS, ROOT, TINY_DIGITS_FLAGS, TINY_FLAGS, make_fake_tfds  # noqa: F401 (used by the tests)
 
 from trainers import engine_env
 
@@ -209,10 +209,11 @@ def _print_warning(message, category, filename, lineno, file=None, line=None):
 
 def _library_log_to(stream):
     """The trainers print keras_vit's log lines on stdout (trainers.console.show_library_messages)
-    through a handler made once per process: it writes to this run's stdout."""
+    through a handler made once per process: it writes to this run's stdout. (Not setStream,
+    which flushes the stream it replaces: that of an earlier test may be closed.)"""
     for handler in logging.getLogger("keras_vit").handlers:
         if getattr(handler, "_keras_vit_console", False):
-            handler.setStream(stream)
+            handler.stream = stream
 
 
 def start_cli(module, args, env=None, log_path=None):
