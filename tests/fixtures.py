@@ -7,7 +7,9 @@ finetuned_runs.py's `digits_workdir`) is made once whatever the number of pytest
 the first worker that asks makes it under a file lock, the others wait for it and read it.
 
 A test that needs "a small model" builds it here, and says with keyword overrides what it needs
-that the default lacks (two blocks, a 16 px input, a class count). A test whose shape is what it
+that the default lacks (two blocks, a 16 px input, a class count). A trainer run uses one of two
+shapes, as flags: TINY_FLAGS (32 px data: cifar10, pets, folders) or TINY_DIGITS_FLAGS (the bundled
+digits); one that needs another says why in one line beside it. A test whose shape is what it
 checks keeps its own: the official shapes (synthetic_checkpoints.py), the memory estimates, the
 Hugging Face references, and any model whose outputs are pinned (hashes, stored logits).
 
@@ -50,6 +52,10 @@ TINY = dict(image_size=32, **TINY_SHAPE)
 # The same model in a trainer's config (new weights), and as the flags that set those fields.
 TINY_CONFIG = dict(model="ViT-Ti_16", weights="none", **TINY)
 TINY_FLAGS = flags(TINY_CONFIG)
+# The trainer tests' second shape: TINY's encoder on the bundled digits' 16 px images, in 4 px
+# patches (16 tokens, as TINY's 32 px in 8 px patches), for the runs on --dataset=digits.
+TINY_DIGITS = dict(TINY, image_size=16, patch_size=4)
+TINY_DIGITS_FLAGS = flags(dict(TINY_CONFIG, **TINY_DIGITS))
 # Every size different (width 24 in 3 heads of 8, 2 blocks, 5 classes, 4 px patches), for the
 # tests that compare the model with the NumPy reference, across backends and in its shapes: a
 # swapped axis or block changes a value or a shape there. Those tests name its numbers (3 heads

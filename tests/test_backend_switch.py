@@ -5,13 +5,13 @@ told in one line."""
 import subprocess
 import sys
 
-from trainer_cli import ROOT, run_child
+from trainer_cli import ROOT, TINY_DIGITS_FLAGS, run_child
 
 
 def test_a_trainer_runs_under_keras_backend_jax(tmp_path):
     args = [
         "--dataset=digits",
-        "--num_layers=1",
+        *TINY_DIGITS_FLAGS,
         "--total_steps=2",
         "--warmup_steps=1",
         "--eval_every=0",

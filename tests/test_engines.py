@@ -19,8 +19,9 @@ import trainer_cli
 from trainers import engine_env, engines
 from trainers.errors import UsageError
 
-# The digits preset's model (patch 4, width 64, 4 blocks), dropout off: the engines draw their
-# dropout masks from different random-number generators, everything else is deterministic.
+# The digits preset's model (patch 4, width 64, 4 blocks), not tests/fixtures.py's: the clips below
+# were set on its gradient norms. Dropout off: the engines draw their dropout masks from different
+# random-number generators, everything else is deterministic.
 COMMON = [
     "--dataset=digits",
     "--total_steps=6",

@@ -4,7 +4,7 @@ exit codes.
 The engine picks Keras' backend when its process starts (trainers/engine_env.py) and pytest's
 process runs TensorFlow's, so the jax engine runs here are in a child process on Keras' JAX
 backend: one child for the module's runs (`jax_runs`), shared by the tests; the tf engine's runs
-are in this process. The digits need no download; the model is the digits preset's with one block.
+are in this process. The digits need no download; the model is tests/fixtures.py's digits shape.
 """
 
 import glob
@@ -12,13 +12,14 @@ import os
 
 import numpy as np
 import pytest
+from fixtures import TINY_DIGITS_FLAGS
 from jax_engine_losses import LOSSES
 from trainer_cli import plugin_tags, read_results, run_cli, run_in_one_child, scalar_tags
 
 from trainers import demo, errors, finetune, validation
 from trainers import flags as trainer_flags
 
-DIGITS = ["--dataset=digits", "--num_layers=1", "--batch_size=32", "--warmup_steps=2", "--seed=3"]
+DIGITS = ["--dataset=digits", *TINY_DIGITS_FLAGS, "--batch_size=32", "--warmup_steps=2", "--seed=3"]
 FINETUNE = DIGITS + [
     "--total_steps=8",
     "--steps_per_loop=4",
@@ -39,7 +40,7 @@ PRETRAIN = DIGITS + [
     "--eval_every=3",
     "--checkpoint_every=3",
 ]
-FEWSHOT = ["--dataset=digits:5-9", "--num_layers=1", "--shots=1,5", "--seeds=2"]
+FEWSHOT = ["--dataset=digits:5-9", *TINY_DIGITS_FLAGS, "--shots=1,5", "--seeds=2"]
 
 
 def _ok(proc):
@@ -145,7 +146,7 @@ def test_fewshot_probes_agree_between_the_engines_on_the_same_weights(jax_runs, 
     for k in (1, 5):
         for key in (f"{k}shot_accuracy", f"{k}shot_accuracy_std"):
             assert results["jax"][key] == pytest.approx(results["tf"][key], abs=1e-5)
-    assert results["jax"]["feature_dim"] == results["tf"]["feature_dim"] == 64
+    assert results["jax"]["feature_dim"] == results["tf"]["feature_dim"] == 32
 
 
 def test_the_demo_passes_the_engine_to_every_stage(tmp_path):

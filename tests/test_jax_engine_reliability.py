@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from trainer_cli import (
     PREEMPTED,
-    TINY_MODEL,
+    TINY_DIGITS_FLAGS,
     _env,
     checkpoint_steps,
     command,
@@ -36,9 +36,8 @@ from trainer_cli import (
 from trainers import preemption
 
 TOTAL, EVERY = 120, 20
-RUN = TINY_MODEL + [
+RUN = TINY_DIGITS_FLAGS + [
     "--engine=jax",
-    "--image_size=16",
     "--dataset=digits",
     "--batch_size=16",
     f"--total_steps={TOTAL}",

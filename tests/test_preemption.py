@@ -12,7 +12,7 @@ import time
 import pytest
 from trainer_cli import (
     PREEMPTED,
-    TINY_MODEL,
+    TINY_DIGITS_FLAGS,
     checkpoint_steps,
     read_results,
     start_cli,
@@ -27,8 +27,7 @@ TOTAL = 400
 # Loop calls of 2 steps and no periodic checkpoint or evaluation: the only checkpoint before the
 # end is the preemption's, and 400 steps leave the signal (sent at the first progress line) many
 # loop calls to land in.
-RUN = TINY_MODEL + [
-    "--image_size=16",
+RUN = TINY_DIGITS_FLAGS + [
     "--dataset=digits",
     "--batch_size=16",
     f"--total_steps={TOTAL}",
