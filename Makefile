@@ -39,9 +39,11 @@ test-fast: $(TEST_STAMP)
 	$(PYTEST) -m "not slow"
 
 # The documentation site, from docs/ into site/; any warning (a broken link or anchor, an API name
-# that does not resolve) fails the build.
+# that does not resolve) fails the build. The stamp marks a strict build: tests/test_docs_site.py
+# loads this build instead of building the site again.
 docs: $(TEST_STAMP)
 	NO_MKDOCS_2_WARNING=1 TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/mkdocs build --strict
+	touch site/.make-docs
 
 demo: $(STAMP)
 	$(BIN)/python -m trainers.demo --workdir=runs/demo

@@ -13,6 +13,13 @@ import pytest
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# KERAS_VIT_PROCESS_LOG=FILE counts the child processes and TensorFlow imports (tests/child_processes.py).
+if os.environ.get("KERAS_VIT_PROCESS_LOG"):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import child_processes
+
+    child_processes.install(os.environ["KERAS_VIT_PROCESS_LOG"])
+
 import tensorflow as tf  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
@@ -29,7 +36,12 @@ if ROOT not in sys.path:
 from docs_standins import default_tfds, registry_cache, tfds_dir  # noqa: E402, F401
 
 # The tests' shared models and data (tests/fixtures.py); its pytest fixtures are exposed here.
-from fixtures import fake_tfds_dir, multi_label_tfds_dir, shared_fake_tfds  # noqa: E402, F401
+from fixtures import (  # noqa: E402, F401
+    fake_tfds_dir,
+    multi_label_tfds_dir,
+    session_artefact,
+    shared_fake_tfds,
+)
 
 
 @pytest.fixture(scope="session")
@@ -41,12 +53,16 @@ def cifar10_data_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def cifar_reference(cifar10_data_dir, tmp_path_factory):
-    """(workdir, CompletedProcess) of one uninterrupted trainer_cli.CIFAR_RUN on cifar10_data_dir:
-    the results every resumed, recovered or re-distributed run of it must end with. Tests copy
-    the workdir before changing it."""
-    from trainer_cli import CIFAR_RUN, run_cli
+    """(workdir, CompletedProcess) of one uninterrupted trainer_cli.CIFAR_RUN on cifar10_data_dir,
+    made once per test run: the results every resumed, recovered or re-distributed run of it must
+    end with. Tests copy the workdir before changing it."""
+    from trainer_cli import CIFAR_RUN, load_process, run_cli, save_process
 
-    workdir = str(tmp_path_factory.mktemp("cifar_reference") / "run")
-    proc = run_cli("finetune", CIFAR_RUN + [f"--data_dir={cifar10_data_dir}", f"--workdir={workdir}"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return workdir, proc
+    def make(folder):
+        workdir = os.path.join(folder, "run")
+        proc = run_cli("finetune", CIFAR_RUN + [f"--data_dir={cifar10_data_dir}", f"--workdir={workdir}"])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        save_process(proc, folder)
+
+    folder = session_artefact(tmp_path_factory, "cifar_reference", make)
+    return os.path.join(folder, "run"), load_process(folder)

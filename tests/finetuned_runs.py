@@ -6,18 +6,17 @@ user's finished run: its workdir has config.json, model.npz and class_names.json
 
 import os
 
+from fixtures import session_artefact
 from trainer_cli import run_cli
-
-_DONE = {}
 
 
 def digits_workdir(tmp_path_factory):
-    """The workdir of a finished 20-step digits run, made on first use in this session."""
-    if "digits" not in _DONE:
-        workdir = str(tmp_path_factory.mktemp("digits_run"))
+    """The workdir of a finished 20-step digits run, made on first use in this test run."""
+
+    def make(workdir):
         args = ["--dataset=digits", "--total_steps=20", "--warmup_steps=2", "--eval_every=0"]
         proc = run_cli("finetune", [*args, f"--workdir={workdir}"])
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert os.path.exists(os.path.join(workdir, "class_names.json"))
-        _DONE["digits"] = workdir
-    return _DONE["digits"]
+
+    return session_artefact(tmp_path_factory, "digits_run", make)

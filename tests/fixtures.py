@@ -1,9 +1,15 @@
 """What the tests share: the tiny ViT and hybrid, their shape as keyword arguments and as trainer
-flags, and fake TFDS data_dirs made once per test session (single-label ones by
+flags, and fake TFDS data_dirs made once per test run (single-label ones by
 ../shared/tools/fake_tfds.py, a multi-label one by tests/multi_label_tfds.py).
 
+What a test run makes once (`session_artefact`: the data_dirs, conftest.py's `cifar_reference`,
+finetuned_runs.py's `digits_workdir`) is made once whatever the number of pytest-xdist workers:
+the first worker that asks makes it under a file lock, the others wait for it and read it.
+
 A test that needs "a small model" builds it here, and says with keyword overrides what it needs
-that the default lacks (two blocks, a 16 px input, a class count). A test whose shape is what it
+that the default lacks (two blocks, a 16 px input, a class count). A trainer run uses one of two
+shapes, as flags: TINY_FLAGS (32 px data: cifar10, pets, folders) or TINY_DIGITS_FLAGS (the bundled
+digits); one that needs another says why in one line beside it. A test whose shape is what it
 checks keeps its own: the official shapes (synthetic_checkpoints.py), the memory estimates, the
 Hugging Face references, and any model whose outputs are pinned (hashes, stored logits).
 
@@ -17,8 +23,12 @@ names them:
         spec = data.get_spec(MULTI_LABEL_TFDS, data_dir=multi_label_tfds_dir)
 """
 
+import contextlib
+import fcntl
+import importlib.util
+import io
 import os
-import subprocess
+import shutil
 import sys
 
 import pytest
@@ -42,6 +52,10 @@ TINY = dict(image_size=32, **TINY_SHAPE)
 # The same model in a trainer's config (new weights), and as the flags that set those fields.
 TINY_CONFIG = dict(model="ViT-Ti_16", weights="none", **TINY)
 TINY_FLAGS = flags(TINY_CONFIG)
+# The trainer tests' second shape: TINY's encoder on the bundled digits' 16 px images, in 4 px
+# patches (16 tokens, as TINY's 32 px in 8 px patches), for the runs on --dataset=digits.
+TINY_DIGITS = dict(TINY, image_size=16, patch_size=4)
+TINY_DIGITS_FLAGS = flags(dict(TINY_CONFIG, **TINY_DIGITS))
 # Every size different (width 24 in 3 heads of 8, 2 blocks, 5 classes, 4 px patches), for the
 # tests that compare the model with the NumPy reference, across backends and in its shapes: a
 # swapped axis or block changes a value or a shape there. Those tests name its numbers (3 heads
@@ -78,52 +92,67 @@ def tiny_hybrid(**overrides):
 
 def make_fake_tfds(data_dir, dataset, per_class, test_per_class):
     """Prepares the fake `dataset` in `data_dir` with ../shared/tools/fake_tfds.py, which runs the
-    real TFDS builder on generated source files."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.setdefault("KERAS_BACKEND", "tensorflow")
-    env.pop("TF_CONFIG", None)
-    subprocess.run(
-        [
-            sys.executable,
-            FAKE_TFDS,
-            "--dataset",
-            dataset,
-            "--data_dir",
-            str(data_dir),
-            "--per_class",
-            str(per_class),
-            "--test_per_class",
-            str(test_per_class),
-        ],
-        check=True,
-        capture_output=True,
-        env=env,
-    )
+    real TFDS builder on generated source files (in this process: a child would import
+    TensorFlow again)."""
+    # Imported here: most test processes never need TFDS.
+    import tensorflow_datasets as tfds
+
+    spec = importlib.util.spec_from_file_location("fake_tfds", FAKE_TFDS)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    argv = sys.argv
+    # The tool stands in for the network by replacing TFDS's download: put back afterwards, so
+    # that a test of a missing download still sees the real one.
+    download = tfds.download.DownloadManager.download_and_extract
+    sys.argv = [FAKE_TFDS, "--dataset", dataset, "--data_dir", str(data_dir)]
+    sys.argv += ["--per_class", str(per_class), "--test_per_class", str(test_per_class)]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            tool.main()
+    finally:
+        tfds.download.DownloadManager.download_and_extract = download
+        sys.argv = argv
 
 
-# (dataset, train, test images per class) -> its data_dir: made at most once per session, even
-# when pytest tears down and sets up fake_tfds_dir again between parameters.
-_made = {}
+def _test_run_folder(tmp_path_factory):
+    """The folder of this test run that every process of it shares: each pytest-xdist worker's
+    base temporary folder is one of its subfolders."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def session_artefact(tmp_path_factory, name, make):
+    """The folder `name` of this test run, filled by `make(folder)` by the first process that asks
+    (the others wait on its lock), then read by all. A failed `make` leaves it to the next asker."""
+    root = _test_run_folder(tmp_path_factory) / "session_artefacts"
+    root.mkdir(exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(str(folder))
+            done.touch()
+    return str(folder)
 
 
 def shared_fake_tfds(dataset, tmp_path_factory, per_class=None, test_per_class=None):
-    """The session's data_dir of the fake `dataset`, of FAKE_TFDS_SIZES's size unless given, made
+    """The test run's data_dir of the fake `dataset`, of FAKE_TFDS_SIZES's size unless given, made
     on first use. Tests read it; one that changes data copies it first."""
     default = FAKE_TFDS_SIZES.get(dataset, (None, None))
     key = (dataset, per_class or default[0], test_per_class or default[1])
-    if key not in _made:
-        if not os.path.exists(FAKE_TFDS):
-            pytest.skip(f"{FAKE_TFDS} (builds the stand-in TFDS data) is not here")
-        path = tmp_path_factory.mktemp(f"{dataset}_tfds")
-        make_fake_tfds(path, *key)
-        _made[key] = str(path)
-    return _made[key]
+    if not os.path.exists(FAKE_TFDS):
+        pytest.skip(f"{FAKE_TFDS} (builds the stand-in TFDS data) is not here")
+    return session_artefact(
+        tmp_path_factory, "{}_tfds_{}_{}".format(*key), lambda folder: make_fake_tfds(folder, *key)
+    )
 
 
 @pytest.fixture(scope="session")
 def fake_tfds_dir(request, tmp_path_factory):
     """A TFDS data_dir of the fake dataset that indirect parametrisation names, shared by the whole
-    session (copy it before changing anything in it): "cifar10", or ("oxford_iiit_pet", 4, 2) for
+    test run (copy it before changing anything in it): "cifar10", or ("oxford_iiit_pet", 4, 2) for
     4 train and 2 test images per class instead of FAKE_TFDS_SIZES's."""
     dataset, *sizes = (request.param,) if isinstance(request.param, str) else request.param
     return shared_fake_tfds(dataset, tmp_path_factory, *sizes)
@@ -131,11 +160,12 @@ def fake_tfds_dir(request, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def multi_label_tfds_dir(tmp_path_factory):
-    """A TFDS data_dir of MULTI_LABEL_TFDS, prepared once per session by its real TFDS builder and
-    shared by the whole session (copy it before changing anything in it)."""
+    """A TFDS data_dir of MULTI_LABEL_TFDS, prepared once per test run by its real TFDS builder and
+    shared by the whole run (copy it before changing anything in it)."""
     # Imported here: it imports tensorflow_datasets, which most sessions never need.
     from multi_label_tfds import MultiLabelSquares
 
-    data_dir = str(tmp_path_factory.mktemp("multi_label_tfds"))
-    MultiLabelSquares(data_dir=data_dir).download_and_prepare()
-    return data_dir
+    def make(data_dir):
+        MultiLabelSquares(data_dir=data_dir).download_and_prepare()
+
+    return session_artefact(tmp_path_factory, "multi_label_tfds", make)

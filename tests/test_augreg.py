@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
-from fixtures import TINY_SHAPE, flags
+from fixtures import TINY_DIGITS_FLAGS
 
 from configs.fields import DEFAULTS, TRAINING, fields
 from keras_vit import checkpoints
@@ -135,8 +135,8 @@ def test_softmax_loss_on_soft_targets_is_their_cross_entropy():
 
 RUN = [
     "--dataset=digits",
-    "--image_size=16",
-    *flags(dict(TINY_SHAPE, num_layers=2)),  # two blocks: two drop-path rates
+    *TINY_DIGITS_FLAGS,
+    "--num_layers=2",  # two blocks: two drop-path rates
     "--batch_size=16",
     "--total_steps=4",
     "--warmup_steps=1",

@@ -5,20 +5,20 @@ told in one line."""
 import subprocess
 import sys
 
-from trainer_cli import ROOT, run_cli
+from trainer_cli import ROOT, TINY_DIGITS_FLAGS, run_child
 
 
 def test_a_trainer_runs_under_keras_backend_jax(tmp_path):
     args = [
         "--dataset=digits",
-        "--num_layers=1",
+        *TINY_DIGITS_FLAGS,
         "--total_steps=2",
         "--warmup_steps=1",
         "--eval_every=0",
         "--checkpoint_every=0",
         f"--workdir={tmp_path / 'run'}",
     ]
-    proc = run_cli("finetune", args, env={"KERAS_BACKEND": "jax"})
+    proc = run_child("finetune", args, env={"KERAS_BACKEND": "jax"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "final test: accuracy" in proc.stdout
 

@@ -1,13 +1,12 @@
 """python -m keras_vit.convert: official .npz <-> Keras weight files, both ways."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import synthetic_checkpoints as synth
 from fixtures import TINY_SHAPE
+from trainer_cli import run_main
 
 import keras_vit
 from keras_vit import convert, npz_layout, weights
@@ -64,41 +63,18 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_command_line(tmp_path):
+    """`python -m keras_vit.convert` through its main(argv), in this process: the summary line, and
+    one-line errors with status 2 for a bad output name and a variant the file does not fit.
+    (tests/test_startup.py runs the command in a process of its own, where nothing else is printed.)"""
     src = synth.save(tmp_path / "c.npz", synth.vit_jax_params(3, image_size=32, num_classes=3, **synth.TI16))
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "keras_vit.convert",
-            src,
-            str(tmp_path / "ti.weights.h5"),
-            "--model=ViT-Ti_16",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = run_main("keras_vit.convert", [src, str(tmp_path / "ti.weights.h5"), "--model=ViT-Ti_16"])
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == f"wrote {tmp_path}/ti.weights.h5: ViT-Ti_16 at 32x32, 3 classes"
-    bad = subprocess.run(
-        [sys.executable, "-m", "keras_vit.convert", src, str(tmp_path / "x.txt")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    # Importing the package starts TensorFlow, whose own start-up lines may precede ours.
+    bad = run_main("keras_vit.convert", [src, str(tmp_path / "x.txt")])
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
-    assert bad.stderr.strip().splitlines()[-1] == (
+    assert bad.stderr.strip().splitlines() == [
         f"error: {tmp_path}/x.txt: the output must end in .weights.h5 or .npz"
-    )
-    mismatch = subprocess.run(
-        [sys.executable, "-m", "keras_vit.convert", src, str(tmp_path / "b.weights.h5"), "--model=ViT-B_16"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    ]
+    mismatch = run_main("keras_vit.convert", [src, str(tmp_path / "b.weights.h5"), "--model=ViT-B_16"])
     assert mismatch.returncode == 2 and "Traceback" not in mismatch.stderr
     assert mismatch.stderr.strip().splitlines()[-1].startswith(f"error: {src}: does not fit")

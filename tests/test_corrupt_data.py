@@ -50,7 +50,7 @@ def test_a_truncated_shard_is_named_when_the_dataset_opens_before_anything_is_wr
     with open(shard, "r+b") as f:  # a copy cut short
         f.truncate(os.path.getsize(shard) * 2 // 3)
     workdir = str(tmp_path / "run")
-    proc = run_cli("finetune", RUN + [f"--data_dir={data_dir}", f"--workdir={workdir}"], timeout=120)
+    proc = run_cli("finetune", RUN + [f"--data_dir={data_dir}", f"--workdir={workdir}"])
     assert proc.returncode == 2
     line = _one_error_line(proc)
     assert shard in line and "truncated" in line and "trainers.prepare" in line, line
@@ -68,7 +68,7 @@ def test_a_corrupt_record_found_while_training_is_named_with_its_file(good_data_
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte[0] ^ 0xFF]))
     get_spec("cifar10", data_dir=data_dir)  # opens: the sizes add up
-    proc = run_cli("finetune", RUN + [f"--data_dir={data_dir}", f"--workdir={tmp_path / 'run'}"], timeout=120)
+    proc = run_cli("finetune", RUN + [f"--data_dir={data_dir}", f"--workdir={tmp_path / 'run'}"])
     assert proc.returncode == 2
     line = _one_error_line(proc)
     assert shard in line and "corrupted record" in line, line

@@ -1,6 +1,9 @@
 """The documentation site as a reader sees it: built by MkDocs, served on 127.0.0.1, loaded in
 headless Chromium (Debian's `chromium` package; `.ci/run` installs it where it is missing).
 
+`make test` builds the site (`make docs`, into site/) just before the tests; these tests read
+that build, and build the site themselves only when site/ is absent or older than its sources.
+
 The home page, a guide and an API page must come with the site's navigation, the search index
 the browser's search loads, and highlighted code blocks that the theme's script has finished
 (each gets its copy button only once the page's JavaScript ran).
@@ -19,6 +22,10 @@ import threading
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What `make docs` leaves in site/ after a strict build (a failed one stops before it), and what
+# the site is built from: the pages, and the modules mkdocstrings renders.
+MAKE_DOCS_STAMP = os.path.join(ROOT, "site", ".make-docs")
+SOURCES = ("mkdocs.yml", "README.md", "docs", "keras_vit", "trainers", "configs")
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 PAGES = {  # path -> what the page must show besides the shared parts
     "": "Where everything else lives",  # the README, as the site's first page
@@ -31,9 +38,24 @@ def _browser():
     return next((path for path in map(shutil.which, BROWSERS) if path), None)
 
 
+def _newest_source_time():
+    times = []
+    for name in SOURCES:
+        path = os.path.join(ROOT, name)
+        if os.path.isfile(path):
+            times.append(os.path.getmtime(path))
+        for folder, subfolders, files in os.walk(path):
+            subfolders[:] = [d for d in subfolders if d != "__pycache__"]
+            times.extend(os.path.getmtime(os.path.join(folder, f)) for f in files)
+    return max(times)
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """The site, built from the working tree as `make docs` builds it (warnings are errors)."""
+    """The site as `make docs` builds it from the working tree (warnings are errors): its build in
+    site/ when that is newer than every source, else built here the same way."""
+    if os.path.exists(MAKE_DOCS_STAMP) and os.path.getmtime(MAKE_DOCS_STAMP) > _newest_source_time():
+        return os.path.dirname(MAKE_DOCS_STAMP)
     pytest.importorskip("mkdocs", reason="the [docs] extra is not installed (make test installs it)")
     out = tmp_path_factory.mktemp("site")
     proc = subprocess.run(

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
-from trainer_cli import run_cli
+from trainer_cli import run_cli, run_main
 
 import keras_vit
 from keras_vit import convert, hf_export, hub, npz_layout, run_dir
@@ -375,13 +375,7 @@ def test_finetune_from_a_timm_file_then_convert_the_run_to_timm(made, cifar10_da
     assert (run.model.hidden_size, run.model.num_layers, run.model.mlp_dim) == (32, 1, 64)
     assert not run.model.gelu_approximate  # the timm file's exact GELU, kept through model.npz
     out = tmp_path / "as_timm"
-    converted = subprocess.run(
-        [sys.executable, "-m", "keras_vit.convert", str(workdir), str(out), "--to=timm"],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        cwd=ROOT,
-    )
+    converted = run_main("keras_vit.convert", [str(workdir), str(out), "--to=timm"])
     assert converted.returncode == 0, converted.stderr[-3000:]
     assert converted.stdout.startswith(f"wrote {out}: timm checkpoint")
     with open(out / "config.json") as f:

@@ -2,24 +2,24 @@
 exit codes.
 
 The engine picks Keras' backend when its process starts (trainers/engine_env.py) and pytest's
-process runs TensorFlow's, so each jax engine run here is a subprocess; the runs are shared
-between the tests (module fixtures). The digits need no download; the model is the digits
-preset's with one block.
+process runs TensorFlow's, so the jax engine runs here are in a child process on Keras' JAX
+backend: one child for the module's runs (`jax_runs`), shared by the tests; the tf engine's runs
+are in this process. The digits need no download; the model is tests/fixtures.py's digits shape.
 """
 
 import glob
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from trainer_cli import ROOT, plugin_tags, read_results, run_cli, scalar_tags
+from fixtures import TINY_DIGITS_FLAGS
+from jax_engine_losses import LOSSES
+from trainer_cli import plugin_tags, read_results, run_cli, run_in_one_child, scalar_tags
 
 from trainers import demo, errors, finetune, validation
 from trainers import flags as trainer_flags
 
-DIGITS = ["--dataset=digits", "--num_layers=1", "--batch_size=32", "--warmup_steps=2", "--seed=3"]
+DIGITS = ["--dataset=digits", *TINY_DIGITS_FLAGS, "--batch_size=32", "--warmup_steps=2", "--seed=3"]
 FINETUNE = DIGITS + [
     "--total_steps=8",
     "--steps_per_loop=4",
@@ -40,7 +40,7 @@ PRETRAIN = DIGITS + [
     "--eval_every=3",
     "--checkpoint_every=3",
 ]
-FEWSHOT = ["--dataset=digits:5-9", "--num_layers=1", "--shots=1,5", "--seeds=2"]
+FEWSHOT = ["--dataset=digits:5-9", *TINY_DIGITS_FLAGS, "--shots=1,5", "--seeds=2"]
 
 
 def _ok(proc):
@@ -49,22 +49,39 @@ def _ok(proc):
 
 
 @pytest.fixture(scope="module")
-def finetuned(tmp_path_factory):
-    """{engine: (workdir, stdout)} of the same short fine-tuning run on each engine."""
-    root = tmp_path_factory.mktemp("finetune")
-    runs = {}
-    for engine in ("tf", "jax"):
-        workdir = str(root / engine)
-        proc = _ok(run_cli("finetune", FINETUNE + [f"--engine={engine}", f"--workdir={workdir}"]))
-        runs[engine] = workdir, proc.stdout
-    return runs
+def jax_runs(tmp_path_factory):
+    """{name: (workdir, CompletedProcess)} of the module's jax engine runs, in ONE child process:
+    a short fine-tuning, a masked patch pre-training, and few-shot probes of its weights."""
+    root = tmp_path_factory.mktemp("jax")
+    workdirs = {name: str(root / name) for name in ("finetune", "pretrain", "fewshot")}
+    runs = {
+        "finetune": ("trainers.finetune", FINETUNE + ["--engine=jax", f"--workdir={workdirs['finetune']}"]),
+        "pretrain": ("trainers.pretrain", PRETRAIN + ["--engine=jax", f"--workdir={workdirs['pretrain']}"]),
+        "fewshot": ("trainers.fewshot", _fewshot_args(workdirs["pretrain"], "jax", workdirs["fewshot"])),
+    }
+    procs = run_in_one_child(list(runs.values()), env={"KERAS_BACKEND": "jax"})
+    return {name: (workdirs[name], _ok(proc)) for name, proc in zip(runs, procs)}
+
+
+def _fewshot_args(pretrained_workdir, engine, workdir):
+    weights = os.path.join(pretrained_workdir, "model.npz")
+    return FEWSHOT + [f"--weights={weights}", f"--engine={engine}", f"--workdir={workdir}"]
 
 
 @pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
+def finetuned(jax_runs, tmp_path_factory):
+    """{engine: (workdir, stdout)} of the same short fine-tuning run on each engine."""
+    workdir = str(tmp_path_factory.mktemp("finetune") / "tf")
+    proc = _ok(run_cli("finetune", FINETUNE + ["--engine=tf", f"--workdir={workdir}"]))
+    jax_dir, jax_proc = jax_runs["finetune"]
+    return {"tf": (workdir, proc.stdout), "jax": (jax_dir, jax_proc.stdout)}
+
+
+@pytest.fixture(scope="module")
+def pretrained(jax_runs):
     """(workdir, stdout) of a masked patch pre-training on the jax engine."""
-    workdir = str(tmp_path_factory.mktemp("pretrain") / "run")
-    return workdir, _ok(run_cli("pretrain", PRETRAIN + ["--engine=jax", f"--workdir={workdir}"])).stdout
+    workdir, proc = jax_runs["pretrain"]
+    return workdir, proc.stdout
 
 
 @pytest.mark.slow
@@ -117,16 +134,11 @@ def test_masked_patch_pretraining_on_the_jax_engine(pretrained):
 
 
 @pytest.mark.slow
-def test_fewshot_probes_agree_between_the_engines_on_the_same_weights(pretrained, tmp_path):
-    weights = os.path.join(pretrained[0], "model.npz")
+def test_fewshot_probes_agree_between_the_engines_on_the_same_weights(jax_runs, pretrained, tmp_path):
+    tf_dir = str(tmp_path / "tf")
+    tf_proc = _ok(run_cli("fewshot", _fewshot_args(pretrained[0], "tf", tf_dir)))
     results = {}
-    for engine in ("tf", "jax"):
-        workdir = str(tmp_path / engine)
-        proc = _ok(
-            run_cli(
-                "fewshot", FEWSHOT + [f"--weights={weights}", f"--engine={engine}", f"--workdir={workdir}"]
-            )
-        )
+    for engine, (workdir, proc) in {"tf": (tf_dir, tf_proc), "jax": jax_runs["fewshot"]}.items():
         assert "1-shot accuracy" in proc.stdout
         results[engine] = read_results(workdir)
         assert glob.glob(os.path.join(workdir, "eval", "events.out.tfevents.*"))
@@ -134,7 +146,7 @@ def test_fewshot_probes_agree_between_the_engines_on_the_same_weights(pretrained
     for k in (1, 5):
         for key in (f"{k}shot_accuracy", f"{k}shot_accuracy_std"):
             assert results["jax"][key] == pytest.approx(results["tf"][key], abs=1e-5)
-    assert results["jax"]["feature_dim"] == results["tf"]["feature_dim"] == 64
+    assert results["jax"]["feature_dim"] == results["tf"]["feature_dim"] == 32
 
 
 def test_the_demo_passes_the_engine_to_every_stage(tmp_path):
@@ -172,15 +184,32 @@ def test_a_run_does_not_move_to_the_other_engine_even_when_changes_are_allowed(t
         validation.check_rerun(config)
 
 
-def test_float16_on_the_jax_engine_is_a_one_line_error(tmp_path):
-    args = [*DIGITS, "--engine=jax", "--mixed_precision=float16", f"--workdir={tmp_path / 'run'}"]
-    proc = run_cli("finetune", args)
-    err = proc.stderr.strip().splitlines()
+@pytest.fixture(scope="module")
+def jax_side(tmp_path_factory):
+    """The quick checks' jax side, in ONE child on Keras' JAX backend: the jax engine's losses
+    (tests/jax_engine_losses.py, saved to LOSSES.npz) and a float16 run on the jax engine.
+    {"losses": path, "float16": (workdir, CompletedProcess)}."""
+    root = tmp_path_factory.mktemp("jax_side")
+    losses, workdir = str(root / "jax.npz"), str(root / "float16")
+    float16 = [*DIGITS, "--engine=jax", "--mixed_precision=float16", f"--workdir={workdir}"]
+    procs = run_in_one_child(
+        [("jax_engine_losses", [losses]), ("trainers.finetune", float16)], env={"KERAS_BACKEND": "jax"}
+    )
+    assert procs[0].returncode == 0, procs[0].stderr[-2000:]
+    return {"losses": losses, "float16": (workdir, procs[1])}
+
+
+def test_float16_on_the_jax_engine_is_a_one_line_error(jax_side):
+    """A float16 run on the jax engine (which has no loss scaling) must not start: exactly this
+    one line, status 2, no workdir. (With tests/test_engines.py's former
+    test_jax_engine_refuses_float16_in_one_line, which checked the same line in a child of its own.)"""
+    workdir, proc = jax_side["float16"]
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert len(err) == 1, err
-    assert err[0].startswith("finetune: error: --mixed_precision=float16 (loss scaling) is for --engine=tf")
-    assert "use --mixed_precision=bfloat16 or auto" in err[0]
-    assert not os.path.exists(tmp_path / "run")
+    assert proc.stderr.strip().splitlines() == [
+        "finetune: error: --mixed_precision=float16 (loss scaling) is for --engine=tf; the jax engine's "
+        "reduced precision is bfloat16: use --mixed_precision=bfloat16 or auto"
+    ]
+    assert not os.path.exists(workdir)
 
 
 # The losses (trainers/numerics.py, shared by the engines) on Keras' JAX backend against
@@ -188,64 +217,25 @@ def test_float16_on_the_jax_engine_is_a_one_line_error(tmp_path):
 # the sigmoid loss on multi-hot and on integer labels, masked patch prediction's per-patch loss
 # and hits for each target, and the patches it replaces others by (each tf replica chooses among
 # its own micro-batch; the jax step, holding every replica's rows, must choose the same). The jax
-# side runs in a process on Keras' JAX backend and saves its inputs and results; the tf side runs
-# here.
-_JAX_SIDE = """
-import sys
-import numpy as np
-from trainers import numerics
-rng = np.random.default_rng(0)
-saved = {"logits": rng.normal(size=(6, 5)).astype("float32")}
-saved["soft"] = rng.dirichlet(np.ones(5), 6).astype("float32")
-saved["multi_hot"] = (rng.uniform(size=(6, 5)) < 0.4).astype("float32")
-saved["integers"] = rng.integers(0, 5, 6).astype("int32")
-for loss, labels in %(losses)r:
-    saved[f"{loss}_{labels}"] = np.asarray(numerics.per_example_loss(loss, saved[labels], saved["logits"]))
-patches = {
-    "mean_color": (rng.normal(size=(2, 4, 512)), rng.integers(0, 512, (2, 4))),
-    "downsampled": (rng.normal(size=(2, 4, 16 * 512)), rng.integers(0, 512, (2, 4, 16))),
-    "l2": (rng.uniform(-1, 1, (2, 4, 48)), rng.uniform(-1, 1, (2, 4, 48))),
-}
-for target, (outputs, targets) in patches.items():
-    saved[f"{target}_outputs"] = outputs.astype("float32")
-    saved[f"{target}_targets"] = targets.astype("float32" if target == "l2" else "int32")
-    pair = saved[f"{target}_outputs"], saved[f"{target}_targets"]
-    loss, hits = numerics.masked_patch_per_patch(*pair, target, 3)
-    saved[f"{target}_loss"], saved[f"{target}_hits"] = np.asarray(loss), np.asarray(hits)
-# Masked patch replacements of a step's global batch: 2 replicas of 3 rows, 4 patches each.
-saved["noise"] = rng.uniform(size=(6, 4)).astype("float32")
-saved["sources"] = np.asarray(numerics.replacement_sources(saved["noise"], replicas=2))
-np.savez(sys.argv[1], **saved)
-"""
-_LOSSES = [("softmax", "soft"), ("softmax", "integers"), ("sigmoid", "multi_hot"), ("sigmoid", "integers")]
-
-
-def test_the_jax_engines_losses_match_the_tf_engines(tmp_path):
-
+# side (tests/jax_engine_losses.py) runs in the module's child on Keras' JAX backend and saves its
+# inputs and results; the tf side runs here.
+def test_the_jax_engines_losses_match_the_tf_engines(jax_side):
     import tensorflow as tf
 
     from keras_vit import masked_patches
     from trainers import numerics
 
-    path = str(tmp_path / "jax.npz")
-    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
-    code = _JAX_SIDE % {"losses": _LOSSES}
-    proc = subprocess.run(
-        [sys.executable, "-c", code, path], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    jax_side = dict(np.load(path))
-    for loss, labels in _LOSSES:
-        theirs = numerics.per_example_loss(
-            loss, tf.constant(jax_side[labels]), tf.constant(jax_side["logits"])
-        )
-        np.testing.assert_allclose(jax_side[f"{loss}_{labels}"], theirs.numpy(), rtol=1e-5, atol=1e-6)
+    computed = dict(np.load(jax_side["losses"]))
+    for loss, labels in LOSSES:
+        labels_tensor, logits = tf.constant(computed[labels]), tf.constant(computed["logits"])
+        theirs = numerics.per_example_loss(loss, labels_tensor, logits)
+        np.testing.assert_allclose(computed[f"{loss}_{labels}"], theirs.numpy(), rtol=1e-5, atol=1e-6)
     for target in ("mean_color", "downsampled", "l2"):
-        outputs, targets = (tf.constant(jax_side[f"{target}_{part}"]) for part in ("outputs", "targets"))
+        outputs, targets = (tf.constant(computed[f"{target}_{part}"]) for part in ("outputs", "targets"))
         loss, hits = numerics.masked_patch_per_patch(outputs, targets, target, 3)
-        np.testing.assert_allclose(jax_side[f"{target}_loss"], loss.numpy(), rtol=1e-5, atol=1e-6)
-        np.testing.assert_array_equal(jax_side[f"{target}_hits"], hits.numpy())
-    noise, sources = jax_side["noise"], jax_side["sources"]
+        np.testing.assert_allclose(computed[f"{target}_loss"], loss.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(computed[f"{target}_hits"], hits.numpy())
+    noise, sources = computed["noise"], computed["sources"]
     for replica in range(2):
         rows = slice(3 * replica, 3 * replica + 3)
         own = masked_patches.replacement_sources(tf.constant(noise[rows])).numpy() + 12 * replica

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from trainer_cli import (
     PREEMPTED,
-    TINY_MODEL,
+    TINY_DIGITS_FLAGS,
     _env,
     checkpoint_steps,
     command,
@@ -30,6 +30,7 @@ from trainer_cli import (
     kill_one_of_two,
     limit_file_size,
     read_results,
+    run_child,
     run_cli,
     sigterm_at_each,
     sigterm_to_the_second_at_each,
@@ -43,9 +44,8 @@ from trainer_cli import (
 from trainers import peer_watch, preemption
 
 TOTAL, EVERY = 120, 20
-RUN = TINY_MODEL + [
+RUN = TINY_DIGITS_FLAGS + [
     "--engine=jax",
-    "--image_size=16",
     "--dataset=digits",
     "--batch_size=16",
     f"--total_steps={TOTAL}",
@@ -102,7 +102,7 @@ def jax_env(tmp_path_factory):
 def reference(tmp_path_factory, jax_env):
     """An uninterrupted run: what every interrupted, recovered or two-process run must end as."""
     workdir = str(tmp_path_factory.mktemp("jax_reference") / "run")
-    proc = run_cli("finetune", ONE_PROCESS + [f"--workdir={workdir}"], env=jax_env)
+    proc = run_child("finetune", ONE_PROCESS + [f"--workdir={workdir}"], env=jax_env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert checkpoint_steps(workdir) == [TOTAL - 2 * EVERY, TOTAL - EVERY, TOTAL]
     return workdir
@@ -162,7 +162,7 @@ def test_sigkill_and_sigterm_mid_training_then_a_rerun_ends_bit_for_bit_as_an_un
     assert kept < step < TOTAL and checkpoint_steps(workdir)[-1] == step
     assert not os.path.exists(os.path.join(workdir, "results.json"))
 
-    proc = run_cli("finetune", args, env=jax_env)
+    proc = run_child("finetune", args, env=jax_env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"at step {step}." in proc.stdout
     _assert_identical(workdir, reference)

@@ -7,21 +7,20 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
-from fixtures import tiny_vit
+from fixtures import TINY_DIGITS, TINY_DIGITS_FLAGS, tiny_vit
 from trainer_cli import scalar_tags
 
 from keras_vit import masked_patches
 from trainers import data, objectives, pretrain
 
 STEPS = 160
-# A 2-block ViT on the digits preset's 16 px images and 4x4 patches; checkpoints at 80 and 160.
+# tests/fixtures.py's digits shape with two blocks (the depth this run's learning checks below were
+# set on); checkpoints at 80 and 160.
 RUN = [
     "--dataset=digits",
     "--objective=masked_patch",
-    "--hidden_size=32",
+    *TINY_DIGITS_FLAGS,
     "--num_layers=2",
-    "--num_heads=2",
-    "--mlp_dim=64",
     f"--total_steps={STEPS}",
     "--warmup_steps=15",
     "--base_lr=0.007",
@@ -36,7 +35,7 @@ def test_pretraining_defaults_to_classification():
 
 
 def _objective(target):
-    vit = tiny_vit(image_size=16, patch_size=4, num_classes=3, include_preprocessing=False)
+    vit = tiny_vit(**TINY_DIGITS, num_classes=3, include_preprocessing=False)
     return objectives.MaskedPatch(vit, target)
 
 

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from fixtures import TINY_SHAPE
+from fixtures import TINY_DIGITS_FLAGS, TINY_SHAPE
 from reference_numpy import resize_axis_linear as resize_axis
 
 import keras_vit
@@ -204,10 +204,7 @@ def test_a_learned_2d_file_says_what_it_is(tmp_path):
 def test_a_relative_run_fine_tunes_from_its_model_npz(tmp_path, capsys):
     tiny = [
         "--dataset=digits",
-        "--hidden_size=16",
-        "--mlp_dim=32",
-        "--num_layers=1",
-        "--num_heads=2",
+        *TINY_DIGITS_FLAGS,
         "--batch_size=32",
         "--total_steps=3",
         "--warmup_steps=1",

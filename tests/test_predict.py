@@ -16,6 +16,7 @@ import tensorflow as tf
 from fixtures import TINY
 from sklearn.datasets import load_sample_image
 from synthetic_checkpoints import TI16, vit_jax_params
+from trainer_cli import run_main
 
 import keras_vit
 from keras_vit import images, labels, predict, preprocessing
@@ -148,15 +149,9 @@ def imagenet_weights(tmp_path_factory):
 @pytest.mark.slow
 def test_command_line_json_on_photos(photos, imagenet_weights):
     paths = [photos["jpeg"], photos["png"], photos["gray"]]
-    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
-    command = [sys.executable, "-m", "keras_vit.predict", *paths, "--model=ViT-Ti_16"]
-    proc = subprocess.run(
-        [*command, f"--weights={imagenet_weights}", "--json"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    # Through main(argv) in this process (tests/test_startup.py runs the command in its own).
+    proc = run_main(
+        "keras_vit.predict", [*paths, "--model=ViT-Ti_16", f"--weights={imagenet_weights}", "--json"]
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     document = json.loads(proc.stdout)

@@ -17,7 +17,7 @@ from trainer_cli import (
     PREEMPTED,
     ROOT,
     SIGTERM_LINE,
-    TINY_MODEL,
+    TINY_DIGITS_FLAGS,
     _env,
     checkpoint_steps,
     command,
@@ -40,8 +40,7 @@ TOTAL = 400
 # Loop calls of 2 steps, a checkpoint every 100 and no periodic evaluation: 400 steps leave a
 # signal (sent at the first progress line) many loop calls to land in before the first checkpoint,
 # and a kill after it a checkpoint to resume from.
-RUN = TINY_MODEL + [
-    "--image_size=16",
+RUN = TINY_DIGITS_FLAGS + [
     "--dataset=digits",
     "--batch_size=16",
     f"--total_steps={TOTAL}",

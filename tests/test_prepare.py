@@ -25,7 +25,7 @@ def test_imagenet2012_from_a_manual_dir(tmp_path):
     # Stand-ins of the official ILSVRC2012 tars, written where a user would put the real ones.
     _fake_tfds().write_imagenet2012(str(manual), np.random.default_rng(0), per_class=1, val_images=6)
     args = ["--dataset=imagenet2012", f"--data_dir={data_dir}", f"--manual_dir={manual}"]
-    proc = run_cli("prepare", args, timeout=600)
+    proc = run_cli("prepare", args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "imagenet2012 is now prepared in" in proc.stdout
     spec = data.get_spec("imagenet2012", data_dir=str(data_dir))

@@ -10,12 +10,12 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixtures import TINY_DIGITS_FLAGS
 from trainer_cli import checkpoint_steps, read_results, run_cli, scalar_tags
 
 RUN = [
     "--dataset=digits",
-    "--hidden_size=32",
-    "--mlp_dim=64",
+    *TINY_DIGITS_FLAGS,
     "--batch_size=32",
     "--total_steps=20",
     "--warmup_steps=5",
@@ -83,8 +83,7 @@ def test_finetune_loads_the_pretrained_weights(pretrained, tmp_path):
         "finetune",
         [
             "--dataset=digits",
-            "--hidden_size=32",
-            "--mlp_dim=64",
+            *TINY_DIGITS_FLAGS,
             "--batch_size=32",
             "--total_steps=2",
             "--warmup_steps=0",

@@ -10,19 +10,13 @@ import statistics
 import time
 
 import pytest
+from fixtures import TINY_DIGITS_FLAGS
 from trainer_cli import checkpoint_steps, read_results, start_cli
 
 STEPS, EVERY = 4000, 250
 SOAK = [
     "--dataset=digits",
-    "--model=ViT-Ti_16",
-    "--weights=none",
-    "--image_size=16",
-    "--patch_size=4",
-    "--hidden_size=32",
-    "--num_layers=1",
-    "--num_heads=2",
-    "--mlp_dim=64",
+    *TINY_DIGITS_FLAGS,
     "--batch_size=16",
     f"--total_steps={STEPS}",
     "--warmup_steps=50",

@@ -10,6 +10,7 @@ import signal
 import time
 
 import pytest
+from fixtures import TINY_DIGITS_FLAGS
 from trainer_cli import TINY_MODEL, make_fake_tfds, plugin_tags, read_results, run_cli, scalar_tags, start_cli
 
 from configs import finetune as finetune_config
@@ -171,12 +172,7 @@ def test_the_default_grid_on_digits_with_a_minival_split(tmp_path):
             "--warmup_steps=1",
             "--steps_per_loop=4",
             "--batch_size=16",
-            "--image_size=16",
-            "--patch_size=8",
-            "--hidden_size=16",
-            "--num_layers=1",
-            "--num_heads=1",
-            "--mlp_dim=16",
+            *TINY_DIGITS_FLAGS,
             f"--workdir={workdir}",
         ],
     )

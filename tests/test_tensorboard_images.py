@@ -6,15 +6,14 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from fixtures import tiny_vit
+from fixtures import TINY_DIGITS_FLAGS, tiny_vit
 from trainer_cli import run_cli
 
 from trainers import image_summaries
 
 RUN = [
     "--dataset=digits",
-    "--hidden_size=32",
-    "--mlp_dim=64",
+    *TINY_DIGITS_FLAGS,
     "--batch_size=32",
     "--total_steps=10",
     "--warmup_steps=2",

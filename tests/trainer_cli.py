@@ -1,7 +1,18 @@
-"""Helpers for the trainer command-line tests: fake TFDS data, a tiny ViT, subprocess runs."""
+"""Helpers for the trainer command-line tests: fake TFDS data, a tiny ViT, command runs.
 
+`run_cli` runs a command in this process, through the same `main(argv)` as `python -m
+trainers.<module>`: a run costs its own work, not a Python start-up and a TensorFlow import (~10 s
+of CPU each). A test starts a child (`run_child`, `start_cli`, `start_cluster`) only where the
+process is what it checks: a signal, a kill, a cluster of processes, a backend chosen at start-up,
+what a fresh interpreter prints.
+"""
+
+import contextlib
 import glob
+import importlib
+import io
 import json
+import logging
 import os
 import re
 import resource
@@ -9,10 +20,16 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
+import warnings
 
+import keras
 import tensorflow as tf
-from fixtures import FAKE_TFDS, ROOT, TINY_FLAGS, make_fake_tfds  # noqa: F401 (used by the tests)
+from fixtures import FAKE_TFDS, ROOT, TINY_DIGITS_FLAGS, TINY_FLAGS, make_fake_tfds  # noqa: F401 (used by the tests)
+
+from trainers import engine_env
 
 # tests/fixtures.py's tiny ViT, as trainer flags.
 TINY_MODEL = TINY_FLAGS
@@ -48,11 +65,155 @@ def command(module, args):
     return [sys.executable, "-m", f"trainers.{module}", *args]
 
 
-def run_cli(module, args, env=None, timeout=300):
-    """Runs `python -m trainers.<module> args`; returns the CompletedProcess (text output)."""
+def run_cli(module, args, env=None):
+    """`python -m trainers.<module> args`, run in this process; a CompletedProcess (text output).
+
+    Like the command: the exit status of `main(argv)` (SystemExit's too, and 1 with the traceback
+    on stderr for an exception that escapes it), stdout and stderr as Python writes them, the
+    repository as the working directory, `env` added to the environment for the run. What a run
+    changes of this process is put back after it (environment, working directory, signal
+    handlers, Keras' global state and precision policy), so that runs do not see each other.
+    A run on another Keras backend than this process's (--engine=jax, KERAS_BACKEND) or in a
+    cluster (TF_CONFIG) needs a process of its own: `run_child`.
+    """
+    return run_main(f"trainers.{module}", args, env)
+
+
+def run_main(module, args, env=None):
+    """`python -m <module> args` (a module with `main(argv)`: a trainer, keras_vit.convert, ...),
+    run in this process: see run_cli."""
+    env = dict(env or {})
+    _refuse_what_needs_a_child(module, args, env)
+    main = importlib.import_module(module).main
+    # The trainers' main reads a sys.argv (the program first); the library's commands (keras_vit.
+    # convert, predict, export) an argparse list, without it.
+    argv = [module.rsplit(".", 1)[-1], *args] if module.startswith("trainers.") else list(args)
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        _process_state_kept(module, args, env),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        _library_log_to(out)
+        try:
+            status = main(argv)
+        except SystemExit as e:
+            status = e.code
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+        finally:
+            _library_log_to(sys.__stdout__)
+    if status is None:
+        status = 0
+    elif not isinstance(status, int):  # sys.exit("message"): printed, status 1
+        print(status, file=err)
+        status = 1
+    return subprocess.CompletedProcess(
+        [sys.executable, "-m", module, *args], status, out.getvalue(), err.getvalue()
+    )
+
+
+def save_process(proc, folder):
+    """Keeps a CompletedProcess beside a session artefact, for every test process that reads it."""
+    fields = {"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+    with open(os.path.join(folder, "process.json"), "w") as f:
+        json.dump(fields, f)
+
+
+def load_process(folder):
+    with open(os.path.join(folder, "process.json")) as f:
+        return subprocess.CompletedProcess(**json.load(f))
+
+
+def run_child(module, args, env=None, timeout=300):
+    """Runs `python -m trainers.<module> args` in a child process; the CompletedProcess (text).
+    Only where the process is the subject (see the module's docstring); otherwise `run_cli`."""
     return subprocess.run(
         command(module, args), cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=timeout
     )
+
+
+def run_in_one_child(runs, env=None, timeout=600):
+    """[(module, args), ...] (`trainers.finetune`, ...), run in order in ONE child process (with
+    `env`, e.g. KERAS_BACKEND=jax), each as `run_main` runs it; their CompletedProcesses. For the
+    commands that need another process than this one, and not a process each."""
+    with tempfile.TemporaryDirectory() as folder:
+        spec, out = os.path.join(folder, "runs.json"), os.path.join(folder, "results.json")
+        with open(spec, "w") as f:
+            json.dump([[module, list(args)] for module, args in runs], f)
+        script = os.path.join(ROOT, "tests", "command_runs.py")
+        child = subprocess.run(
+            [sys.executable, script, spec, out],
+            cwd=ROOT,
+            env=_env(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert child.returncode == 0, child.stderr[-3000:]
+        with open(out) as f:
+            results = json.load(f)
+    return [
+        subprocess.CompletedProcess([sys.executable, "-m", module, *args], **result)
+        for (module, args), result in zip(runs, results)
+    ]
+
+
+def _refuse_what_needs_a_child(module, args, env):
+    """A command whose process would run another Keras backend than this one, or join a cluster."""
+    if module.startswith("trainers."):  # a trainer command's --engine picks it (trainers/engine_env.py)
+        engine = engine_env._flag_value(args, engine_env.ENGINE_FLAG) or "tf"
+        backend = engine_env.BACKENDS.get(engine, "tensorflow")
+    else:
+        backend = env.get("KERAS_BACKEND", keras.backend.backend())
+    if backend != keras.backend.backend() or "TF_CONFIG" in env:
+        raise ValueError(
+            f"{module} {' '.join(args)}: another backend or a cluster needs a process: run_child"
+        )
+
+
+@contextlib.contextmanager
+def _process_state_kept(module, args, env):
+    """Runs the body as a fresh command would run, and puts this process back as it was."""
+    environ = dict(os.environ)
+    cwd = os.getcwd()
+    argv = sys.argv
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    os.environ.clear()
+    os.environ.update({**_env(env), "PYTHONPATH": environ.get("PYTHONPATH", "")})
+    os.chdir(ROOT)
+    sys.argv = [module, *args]
+    # Keras' global state (layer names, the precision policy) as a new process starts it.
+    keras.backend.clear_session()
+    try:
+        with warnings.catch_warnings():
+            # Printed on stderr, each once, as in a command (pytest would otherwise collect them).
+            warnings.resetwarnings()
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.showwarning = _print_warning
+            yield
+    finally:
+        keras.backend.clear_session()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        sys.argv = argv
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environ)
+
+
+def _print_warning(message, category, filename, lineno, file=None, line=None):
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def _library_log_to(stream):
+    """The trainers print keras_vit's log lines on stdout (trainers.console.show_library_messages)
+    through a handler made once per process: it writes to this run's stdout. (Not setStream,
+    which flushes the stream it replaces: that of an earlier test may be closed.)"""
+    for handler in logging.getLogger("keras_vit").handlers:
+        if getattr(handler, "_keras_vit_console", False):
+            handler.stream = stream
 
 
 def start_cli(module, args, env=None, log_path=None):

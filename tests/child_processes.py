@@ -1,0 +1,81 @@
+"""Counts the processes a test run starts and the TensorFlow imports it pays for.
+
+    KERAS_VIT_PROCESS_LOG=/tmp/processes.jsonl .venv/bin/python -m pytest -n 2 --dist=loadfile ...
+    .venv/bin/python tests/child_processes.py /tmp/processes.jsonl
+
+With KERAS_VIT_PROCESS_LOG set, tests/conftest.py calls `install`: every test process (the
+pytest-xdist workers too) notes its own TensorFlow import, every child process started through
+`subprocess` is noted with the test that started it, and a Python child gets
+tests/child_site/sitecustomize.py first on its PYTHONPATH, which notes the child's TensorFlow
+import. Run as a script, it prints the counts. Off (the default), nothing is patched.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+LOG_VARIABLE = "KERAS_VIT_PROCESS_LOG"
+CHILD_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child_site")
+
+
+def _current_test():
+    """The node id of the test being set up, run or torn down ("" outside a test)."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+
+
+def _note(log, **line):
+    with open(log, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _with_child_site(env, log):
+    """The child's environment, with the TensorFlow-import note first on its PYTHONPATH."""
+    env = dict(os.environ if env is None else env)
+    env[LOG_VARIABLE] = log
+    if "PYTEST_CURRENT_TEST" in os.environ:  # the test the child's note names, whatever its env
+        env["PYTEST_CURRENT_TEST"] = os.environ["PYTEST_CURRENT_TEST"]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [CHILD_SITE, env.get("PYTHONPATH")]))
+    return env
+
+
+def install(log):
+    """Notes this process's TensorFlow import, and every child it starts from now on."""
+    if CHILD_SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        # Not a child of a counted process (an xdist worker is), whose sitecustomize notes it.
+        _note(log, kind="tensorflow", pid=os.getpid(), test=None)
+    original = subprocess.Popen.__init__
+
+    def noted(self, args, *rest, **kwargs):
+        argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+        _note(log, kind="child", test=_current_test(), argv=[str(a) for a in argv[:4]])
+        kwargs["env"] = _with_child_site(kwargs.get("env"), log)
+        original(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = noted
+
+
+def report(log):
+    """Test cases that started a child (one that imported TensorFlow), children, TensorFlow imports."""
+    with open(log) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    children = [line for line in lines if line["kind"] == "child" and line["test"]]
+    imports = [line for line in lines if line["kind"] == "tensorflow"]
+    by_test = Counter(line["test"] for line in children)
+    importing = {line["test"].rsplit(" (", 1)[0] for line in imports if line["test"]}
+    print(f"test cases that started a child process: {len(by_test)}")
+    print(f"  of which a child imported TensorFlow: {len(importing)}")
+    print(f"child processes started by tests: {len(children)}")
+    outside = sum(1 for line in imports if not line["test"])
+    print(f"TensorFlow imports: {len(imports)} ({outside} by pytest's own processes)")
+    for test, count in sorted(by_test.items()):
+        commands = sorted(
+            {" ".join(line["argv"][:3]).replace("\n", " ")[:70] for line in children if line["test"] == test}
+        )
+        mark = "tf" if test in importing else "  "
+        print(f"  {count:3d} {mark}  {test}  {'; '.join(commands)[:160]}")
+
+
+if __name__ == "__main__":
+    report(sys.argv[1])

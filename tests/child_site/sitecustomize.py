@@ -1,0 +1,49 @@
+"""Records that this process imported TensorFlow, for tests/child_processes.py's count.
+
+A child of the tests finds this file first on PYTHONPATH only while KERAS_VIT_PROCESS_LOG names
+the count's log (tests/child_processes.py puts it there); otherwise nothing here runs. The
+standard library only: it runs before anything else the child imports.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+_LOG = os.environ.get("KERAS_VIT_PROCESS_LOG")
+
+
+class _TensorFlowImport:
+    """A finder that hands on TensorFlow's own spec, with a loader that notes the import when it
+    runs (a `find_spec` alone, as torch makes to see what is installed, imports nothing)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is not None and spec.loader is not None:
+            spec.loader.exec_module = self._noted(spec.loader.exec_module)
+        return spec
+
+    def _noted(self, exec_module):
+        def exec_and_note(module):
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+                line = {
+                    "kind": "tensorflow",
+                    "pid": os.getpid(),
+                    "test": os.environ.get("PYTEST_CURRENT_TEST"),
+                }
+                with open(_LOG, "a") as f:
+                    f.write(json.dumps(line) + "\n")
+            exec_module(module)
+
+        return exec_and_note
+
+
+if _LOG:
+    sys.meta_path.insert(0, _TensorFlowImport())
