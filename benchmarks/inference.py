@@ -45,7 +45,10 @@ NAMES = {
     "timm-compile": "timm torch.compile",
 }
 # --runtimes value -> (its kind, the modules it needs).
-RUNTIMES = {"torch": (ON_TORCH, ("torch",)), "onnxruntime": (ON_ONNX, ("onnxruntime", "tf2onnx", "onnx"))}
+RUNTIMES = {
+    "torch": (ON_TORCH, ("torch",)),
+    "onnxruntime": (ON_ONNX, ("onnxruntime", "torch", "onnxscript", "onnx")),
+}
 # The child process that runs keras_vit on Keras' PyTorch backend (harness.ChildServer).
 TORCH_CHILD_ENV = {"KERAS_BACKEND": "torch", contestants.CHILD_FRAMEWORK: "torch"}
 

@@ -93,6 +93,7 @@ def test_saved_model_served_by_saved_model_cli_gives_predicts_top_k(tmp_path, mo
     assert sorted(os.listdir(tmp_path)) == ["images.npy", "outputs", "served"]  # no temporary left
 
 
+@pytest.mark.slow  # the conversion runs in a child process on Keras' PyTorch backend
 def test_onnx_runs_in_onnxruntime_like_keras(tmp_path, model, photos):
     import onnxruntime
 
@@ -135,7 +136,9 @@ def test_litert_float_and_int8_with_accuracy_on_a_labelled_folder(tmp_path, mode
     np.testing.assert_allclose(probs8, probs, atol=export.TOLERANCE["litert-int8"])
 
 
-@pytest.mark.parametrize("format, name", [("onnx", "vit.onnx"), ("saved_model", "served")])
+@pytest.mark.parametrize(
+    "format, name", [pytest.param("onnx", "vit.onnx", marks=pytest.mark.slow), ("saved_model", "served")]
+)
 def test_a_failed_check_is_an_error_and_leaves_nothing(tmp_path, model, monkeypatch, format, name):
     monkeypatch.setitem(export.TOLERANCE, format, -1.0)
     with pytest.raises(export.ExportError, match="does not match the Keras model.*nothing was written"):
