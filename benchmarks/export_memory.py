@@ -14,6 +14,7 @@ probabilities differ from class to class). One export runs at a time.
     python -m benchmarks.export_memory --cases=ViT-B_16:384 --formats=onnx,litert
     python -m benchmarks.export_memory --growth onnx    # JSON: memory per extra byte of weights
 
+`--markdown [JSON]` prints the table of docs/guides/deploy.md's "Peak memory" from a run's JSON.
 `--growth FORMAT` exports a small model of one block and of 24 blocks in one process and prints
 the export's memory per extra byte of weights (tests/test_export.py bounds it).
 """
@@ -125,8 +126,40 @@ def measure(case, format, weights, out_dir, limit_bytes):
     return row
 
 
+def markdown(data):
+    """The table of docs/guides/deploy.md's "Peak memory": a row per format, a column per case."""
+    rows = data["tables"][0]["rows"]
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    formats = list(dict.fromkeys(r["format"] for r in rows))
+    found = {(r["case"], r["format"]): r for r in rows}
+
+    def cell(row):
+        if row is None:
+            return "—"
+        if "error" in row:
+            return f"over {row['peak_gb']:.0f} GB ({row['error']})"
+        return f"{row['peak_gb']:.2f} GB, {row['seconds']:.0f} s"
+
+    def title(case):
+        variant, size = case.split(":")
+        return f"{variant.replace('_', '/')}, {size} px"
+
+    lines = [
+        "| format | " + " | ".join(title(c) for c in cases) + " |",
+        "|---|" + "--:|" * len(cases),
+    ]
+    lines += [f"| `{f}` | " + " | ".join(cell(found.get((c, f))) for c in cases) + " |" for f in formats]
+    bounds = [f"{TARGET_GB[c]:g} GB" if c in TARGET_GB else "—" for c in cases]
+    return "\n".join(lines + ["| the bound | " + " | ".join(bounds) + " |"])
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--markdown"]:
+        path = argv[1] if argv[1:] else os.path.join(harness.OUT_DIR, "export_memory.json")
+        with open(path, encoding="utf-8") as f:
+            print(markdown(json.load(f)))
+        return 0
     if argv[:1] == ["--growth"]:
         print(json.dumps(growth(argv[1])))
         return 0

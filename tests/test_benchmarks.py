@@ -383,6 +383,15 @@ def test_export_memory_runs_the_export_command_and_reads_its_report(tmp_path):
     assert "within" not in row  # no bound is set for this model
 
 
+def test_the_deploy_pages_peak_memory_table_is_the_committed_run():
+    data = _read(os.path.join(harness.OUT_DIR, "export_memory.json"))
+    with open(os.path.join(ROOT, "docs", "guides", "deploy.md"), encoding="utf-8") as f:
+        page = " ".join(f.read().split())  # the prose wraps lines
+    assert " ".join(export_memory.markdown(data).split()) in page
+    assert f"`{data['command']}`" in page and f"Measured {data['date']}" in page
+    assert {r["case"] for r in _rows(data)} == set(export_memory.TARGET_GB)  # B/16 at 384 px, L/16
+
+
 def test_bad_flags_are_one_line_errors(capsys):
     with pytest.raises(SystemExit, match="--cases entry 'ViT-B_16': write VARIANT:IMAGE_SIZE"):
         inference.main(["--cases=ViT-B_16"])
