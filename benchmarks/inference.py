@@ -140,8 +140,8 @@ def onnx_file(shape, image_size):
         directory = tempfile.mkdtemp(prefix="keras_vit-benchmark-")
         atexit.register(shutil.rmtree, directory, ignore_errors=True)
         path = os.path.join(directory, "model.onnx")
-        # In a process of its own: the converter's peak (about 21 GB for ViT-B/16 at 384 px)
-        # would otherwise stay on top of this process's models until the machine runs out.
+        # In a process of its own: the export's peak (2.8 GB for ViT-B/16 at 384 px, see
+        # benchmarks/export_memory.py) would otherwise stay on top of this process's models.
         got = harness.run_child(
             "benchmarks.inference",
             ["--export_onnx", key[0], str(image_size), path],

@@ -4,8 +4,9 @@
 
 Keras' ONNX export on the TensorFlow backend goes through tf2onnx, whose optimizer deep-copies
 the whole graph, weights included, before each of its passes and per iteration; the copies
-form reference cycles that only the garbage collector frees, so they pile up: ViT-B/16 at
-384 px peaked at 21 GB, and its memory grows with the number of blocks times their weights.
+form reference cycles that only the garbage collector frees, so they pile up: its memory grows
+with the number of blocks times their weights (25 bytes per byte of weights for 24 blocks,
+`python -m benchmarks.export_memory --growth`; ViT-B/16 at 384 px took about 21 GB).
 Here the model, saved as its config and a `.weights.h5` file, is loaded in a child process on Keras' PyTorch
 backend, where torch.export traces it (the weights stay the model's tensors, never copied
 into a graph) and torch.onnx translates the trace (ONNX Script's optimizer folds the few
