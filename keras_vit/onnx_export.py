@@ -18,6 +18,7 @@ process; it ends before the parent checks the file, so their peaks do not add up
 
 import json
 import os
+import site
 import subprocess
 import sys
 import tempfile
@@ -48,8 +49,12 @@ def write(model, path):
 
     ValueError with the child's last line if the conversion fails."""
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, KERAS_BACKEND=BACKEND)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
+    # On the CPU even where PyTorch sees a GPU: tracing needs no accelerator, and the weights
+    # are written from host memory.
+    env = dict(os.environ, KERAS_BACKEND=BACKEND, KERAS_TORCH_DEVICE="cpu")
+    if package_parent not in {*site.getsitepackages(), site.getusersitepackages()}:
+        # A checkout this process imports from, perhaps by a sys.path entry the child lacks.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory(prefix="keras_vit-onnx-") as scratch:
         # The config and a .weights.h5 file, which h5py writes and reads one variable at a time
         # (a .keras archive is assembled, and read back, in memory whole).
