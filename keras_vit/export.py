@@ -184,6 +184,12 @@ def _write(model, target, format, names, top_k):
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]  # runs anywhere
             if format == "litert-int8":
                 converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic-range int8 weights
+            elif hasattr(converter, "_experimental_use_buffer_offset"):
+                # The float32 weights after the flatbuffer, each at its offset (as files over
+                # 2 GB must be; LiteRT and TensorFlow Lite 2.14 or later read them): else the
+                # converter's Python side parses and rebuilds the whole file to deduplicate its
+                # buffers, which holds about two more copies of the weights.
+                converter._experimental_use_buffer_offset = True
             with open(target, "wb") as f:
                 f.write(converter.convert())
 

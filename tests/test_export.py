@@ -153,7 +153,7 @@ def test_export_memory_grows_with_the_weights_not_with_the_weights_times_the_blo
     # In a child process (the peak is per process): a model of 24 blocks (76 MB of weights)
     # against one of 1 block, same width; the export's peak memory above what the process
     # held before it, per extra byte of weights (benchmarks/export_memory.py). A converter that
-    # copies the weights once or a few times costs a few bytes (measured: ONNX 2.3, LiteRT 9);
+    # copies the weights once or a few times costs a few bytes (measured: ONNX 2.3, LiteRT 4.9);
     # one that copies them per block costs 24 or more (tf2onnx, the ONNX converter before: 25).
     # The two converters that rewrite the graph; the SavedModel is TensorFlow's own checkpoint
     # of each variable (2.5), and its peak is in benchmarks/export_memory.py's table.
