@@ -71,10 +71,10 @@ TRAIN_REQUIRES = [
     "jax",
 ]
 
-# `python -m keras_vit.export`: SavedModel and LiteRT files need TensorFlow, ONNX files tf2onnx
-# (which Keras' ONNX export calls) and onnx; each export is checked by running it in
+# `python -m keras_vit.export`: SavedModel and LiteRT files need TensorFlow, ONNX files torch,
+# onnxscript and onnx (torch.onnx's exporter, on Keras' PyTorch backend); each is checked in
 # onnxruntime or ai-edge-litert's interpreter (TensorFlow's own tf.lite.Interpreter is deprecated).
-EXPORT_REQUIRES = ["tensorflow>=2.16", "tf2onnx", "onnx", "onnxruntime", "ai-edge-litert"]
+EXPORT_REQUIRES = ["tensorflow>=2.16", "torch", "onnxscript", "onnx", "onnxruntime", "ai-edge-litert"]
 
 # The documentation site (`make docs`, which `make test` runs): MkDocs with the Material theme,
 # mkdocstrings for the API reference from the docstrings, and the plugin that makes the README the
@@ -145,8 +145,9 @@ setup(
         # The peers benchmarks/ measures against in the same run: keras-hub (same Keras) and
         # timm on PyTorch (timm brings torchvision); JAX runs the Keras contestants on a GPU
         # (benchmarks.accelerator; there, install JAX's CUDA build). keras_vit itself also runs
-        # on Keras' PyTorch backend and, exported to ONNX (tf2onnx, onnx), on ONNX Runtime.
-        "bench": ["keras-hub", "timm", "torch", "jax", "tf2onnx", "onnx", "onnxruntime"],
+        # on Keras' PyTorch backend and, exported to ONNX (torch.onnx with onnxscript, onnx), on
+        # ONNX Runtime.
+        "bench": ["keras-hub", "timm", "torch", "jax", "onnxscript", "onnx", "onnxruntime"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

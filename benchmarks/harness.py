@@ -13,10 +13,12 @@ import importlib.util
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from keras_vit import fileio
@@ -24,7 +26,7 @@ from keras_vit import fileio
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "docs", "benchmarks")
 # The distributions whose versions a result records (the ones installed).
-VERSIONS = ("tensorflow", "keras", "keras-hub", "torch", "timm", "jax", "onnxruntime", "tf2onnx")
+VERSIONS = ("tensorflow", "keras", "keras-hub", "torch", "timm", "jax", "onnxruntime", "onnxscript")
 # Peer name -> the modules it needs.
 PEER_MODULES = {"keras-hub": ("keras_hub",), "timm": ("timm", "torch")}
 
@@ -203,6 +205,98 @@ def run_child(module, argv, env=None):
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": f"exit {proc.returncode}: {tail}"}
     return json.loads(lines[-1])
+
+
+def run_watched(command, limit_bytes, env=None, poll_s=0.05):
+    """Runs `command` (a list) and polls the resident memory of it and every process it starts.
+
+    Returns {"returncode", "stdout", "stderr", "last_line" (of stderr), "seconds", "killed",
+    "peak_bytes"}: the peak is the largest sum over the process tree seen by a poll. Above
+    `limit_bytes` the whole tree is killed (killed=True), so that an export that would take the
+    machine's memory ends alone. Linux only (/proc)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=err, text=True, env=child_env(env), cwd=ROOT, start_new_session=True
+        )
+        peak, killed = 0, False
+        while proc.poll() is None:
+            resident = tree_rss_bytes(proc.pid)
+            peak = max(peak, resident)
+            if resident > limit_bytes and not killed:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+            time.sleep(poll_s)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    lines = [line for line in stderr.strip().splitlines() if line.strip()] or ["no output"]
+    return {
+        "returncode": proc.returncode,
+        "stdout": stdout,
+        "stderr": stderr,
+        "last_line": lines[-1],
+        "seconds": time.perf_counter() - start,
+        "killed": killed,
+        "peak_bytes": peak,
+    }
+
+
+class PeakPoller:
+    """`with PeakPoller(pid) as p:` polls tree_rss_bytes(pid, anonymous) in a thread every
+    `poll_s` while the block runs; then p.start_bytes (at entry) and p.peak_bytes (the largest)."""
+
+    def __init__(self, pid, anonymous=False, poll_s=0.02):
+        self.pid, self.anonymous, self.poll_s = pid, anonymous, poll_s
+        self.start_bytes = self.peak_bytes = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self):
+        self.start_bytes = self.peak_bytes = tree_rss_bytes(self.pid, self.anonymous)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+        self.peak_bytes = max(self.peak_bytes, tree_rss_bytes(self.pid, self.anonymous))
+
+    def _poll(self):
+        while not self._done.wait(self.poll_s):
+            self.peak_bytes = max(self.peak_bytes, tree_rss_bytes(self.pid, self.anonymous))
+
+
+def tree_rss_bytes(pid, anonymous=False):
+    """The resident memory of process `pid` and all its descendants, in bytes (0 once it is gone).
+
+    anonymous=True leaves out the resident pages of mapped files (the libraries' code, which the
+    page cache may hold or drop, so that they vary from run to run): the memory a process
+    allocated itself."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])  # the name may hold spaces
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        children.setdefault(parent, []).append(int(entry))
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        stack.extend(children.get(current, []))
+        try:
+            with open(f"/proc/{current}/statm", encoding="ascii") as f:
+                _, resident, shared = f.read().split()[:3]
+            total += (int(resident) - (int(shared) if anonymous else 0)) * _PAGE_SIZE
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def versions():

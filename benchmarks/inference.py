@@ -43,7 +43,10 @@ NAMES = {
     "timm-compile": "timm torch.compile",
 }
 # --runtimes value -> (its kind, the modules it needs).
-RUNTIMES = {"torch": (ON_TORCH, ("torch",)), "onnxruntime": (ON_ONNX, ("onnxruntime", "tf2onnx", "onnx"))}
+RUNTIMES = {
+    "torch": (ON_TORCH, ("torch",)),
+    "onnxruntime": (ON_ONNX, ("onnxruntime", "torch", "onnxscript", "onnx")),
+}
 # The child process that runs keras_vit on Keras' PyTorch backend (harness.ChildServer).
 TORCH_CHILD_ENV = {"KERAS_BACKEND": "torch", contestants.CHILD_FRAMEWORK: "torch"}
 
@@ -135,8 +138,8 @@ def onnx_file(shape, image_size):
         directory = tempfile.mkdtemp(prefix="keras_vit-benchmark-")
         atexit.register(shutil.rmtree, directory, ignore_errors=True)
         path = os.path.join(directory, "model.onnx")
-        # In a process of its own: the converter's peak (about 21 GB for ViT-B/16 at 384 px)
-        # would otherwise stay on top of this process's models until the machine runs out.
+        # In a process of its own: the export's peak (2.8 GB for ViT-B/16 at 384 px, see
+        # benchmarks/export_memory.py) would otherwise stay on top of this process's models.
         got = harness.run_child(
             "benchmarks.inference",
             ["--export_onnx", key[0], str(image_size), path],

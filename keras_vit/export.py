@@ -11,7 +11,8 @@ Formats:
     saved_model  a directory for TensorFlow Serving: `serving_default` takes a batch of encoded
                  images (JPEG, PNG, GIF, BMP; any size) and returns the top-k class indices,
                  names and probabilities; `serving_pixels` takes float32 (B, H, W, 3) pixels.
-    onnx         pixels -> probabilities (Keras' ONNX export, through tf2onnx), for onnxruntime.
+    onnx         pixels -> probabilities, for onnxruntime (torch.onnx, on Keras' PyTorch backend in a
+                 process of its own: keras_vit.onnx_export).
     litert       a float32 .tflite file, pixels -> probabilities (TFLite builtin ops only).
     litert-int8  the same with dynamic-range int8 weights (about 4x smaller).
 
@@ -20,20 +21,20 @@ Every artifact takes pixels in [0, 255] (the model scales them) resized to the m
 temporary name, run on sample images and compared with the Keras model, and renamed to OUT
 only if the largest difference of the probabilities is within the format's tolerance: a
 failed check leaves nothing behind. `--eval_dir=DIR` (a sub-folder of images per class, named
-as the class) also measures both models' top-1 accuracy there. Needs TensorFlow, tf2onnx,
-onnxruntime and ai-edge-litert: pip install "keras-vision-transformer[export]".
+as the class) also measures both models' top-1 accuracy there. Needs TensorFlow, PyTorch,
+onnxscript, onnx, onnxruntime and ai-edge-litert: pip install "keras-vision-transformer[export]".
 """
 
 import argparse
 import contextlib
 import dataclasses
+import gc
 import importlib.util
 import io
 import os
 import shutil
 import sys
 import tempfile
-import warnings
 
 # Before Keras, whose import starts TensorFlow (and its log lines) on the default backend.
 from keras_vit import _clash  # noqa: F401  (refuses a package mixed with another's files)
@@ -43,7 +44,7 @@ import keras
 import numpy as np
 import PIL.Image
 
-from keras_vit import fileio, images, labels, model_source, serving
+from keras_vit import fileio, images, labels, model_source, onnx_export, serving
 from keras_vit.errors import first_line
 
 USAGE_ERROR = 2
@@ -55,6 +56,8 @@ EXTENSIONS = {"onnx": ".onnx", "litert": ".tflite", "litert-int8": ".tflite"}
 # bound catches a broken conversion, and --eval_dir measures what int8 costs in accuracy.
 TOLERANCE = {"saved_model": 1e-4, "onnx": 1e-4, "litert": 1e-4, "litert-int8": 0.25}
 SAMPLE_IMAGES = 4
+# What an ONNX export imports: it runs on Keras' PyTorch backend in a process of its own.
+ONNX_MODULES = ("torch", "onnxscript", "onnx", "onnxruntime")
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 
 
@@ -96,12 +99,14 @@ def export(model, path, format, class_names=None, top_k=5, overwrite=False, eval
     _check(model, path, format, overwrite)
     names = labels.class_names(model.num_classes, class_names)
     sample = _sample_pixels(model)
-    expected = np.asarray(model.predict(sample, verbose=0))
     labelled = _read_labelled(eval_dir, names, model) if eval_dir else None
     report = {}
 
     def write_and_check(target):
         _write(model, target, format, names, top_k)
+        # The Keras model runs after the conversion: the memory its forward pass leaves with this
+        # process is not held while the ONNX conversion's process has its own peak.
+        expected = np.asarray(model.predict(sample, verbose=0))
         run = _runner(target, format)
         difference = float(np.max(np.abs(run(sample) - expected)))
         if format == "saved_model":  # the served path too: PNG bytes through serving_default
@@ -154,7 +159,7 @@ def _check(model, path, format, overwrite):
         )
     serving.tensorflow()  # the install hints before any work
     if format == "onnx":
-        _require("tf2onnx", "onnx", "onnxruntime")
+        _require(*ONNX_MODULES)
 
 
 def _sample_pixels(model):
@@ -171,17 +176,23 @@ def _write(model, target, format, names, top_k):
     if format == "saved_model":
         serving.save_serving_model(model, target, names, top_k)
     elif format == "onnx":
-        _require("tf2onnx", "onnx")
-        with warnings.catch_warnings():  # Keras' own patch of tf2onnx for NumPy 2 warns
-            warnings.filterwarnings("ignore", category=FutureWarning, module="keras")
-            model.export(target, format="onnx", input_signature=[serving.pixel_spec(model)], verbose=False)
+        onnx_export.write(model, target)
     else:
         with tempfile.TemporaryDirectory(prefix="keras_vit-") as scratch:
             serving.save_pixel_model(model, os.path.join(scratch, "model"))
             converter = tf.lite.TFLiteConverter.from_saved_model(os.path.join(scratch, "model"))
+            # from_saved_model restored every variable to read the signatures; those copies hang
+            # in reference cycles until collected: free them before the converter's own peak.
+            gc.collect()
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]  # runs anywhere
             if format == "litert-int8":
                 converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic-range int8 weights
+            elif hasattr(converter, "_experimental_use_buffer_offset"):
+                # The float32 weights after the flatbuffer, each at its offset (as files over
+                # 2 GB must be; LiteRT and TensorFlow Lite 2.14 or later read them): else the
+                # converter's Python side parses and rebuilds the whole file to deduplicate its
+                # buffers, which holds about two more copies of the weights.
+                converter._experimental_use_buffer_offset = True
             with open(target, "wb") as f:
                 f.write(converter.convert())
 

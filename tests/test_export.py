@@ -19,6 +19,7 @@ from sklearn.datasets import load_sample_image
 from trainer_cli import TINY_MODEL, run_cli
 
 import keras_vit
+from benchmarks import export_memory, harness
 from keras_vit import export, images, predict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,6 +94,7 @@ def test_saved_model_served_by_saved_model_cli_gives_predicts_top_k(tmp_path, mo
     assert sorted(os.listdir(tmp_path)) == ["images.npy", "outputs", "served"]  # no temporary left
 
 
+@pytest.mark.slow  # the conversion runs in a child process on Keras' PyTorch backend
 def test_onnx_runs_in_onnxruntime_like_keras(tmp_path, model, photos):
     import onnxruntime
 
@@ -135,12 +137,30 @@ def test_litert_float_and_int8_with_accuracy_on_a_labelled_folder(tmp_path, mode
     np.testing.assert_allclose(probs8, probs, atol=export.TOLERANCE["litert-int8"])
 
 
-@pytest.mark.parametrize("format, name", [("onnx", "vit.onnx"), ("saved_model", "served")])
+@pytest.mark.parametrize(
+    "format, name", [pytest.param("onnx", "vit.onnx", marks=pytest.mark.slow), ("saved_model", "served")]
+)
 def test_a_failed_check_is_an_error_and_leaves_nothing(tmp_path, model, monkeypatch, format, name):
     monkeypatch.setitem(export.TOLERANCE, format, -1.0)
     with pytest.raises(export.ExportError, match="does not match the Keras model.*nothing was written"):
         export.export(model, str(tmp_path / name), format, NAMES)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("format", ["onnx", "litert"])
+def test_export_memory_grows_with_the_weights_not_with_the_weights_times_the_blocks(format):
+    # In a child process (the peak is per process): a model of 24 blocks (76 MB of weights)
+    # against one of 1 block, same width; the export's peak memory above what the process
+    # held before it, per extra byte of weights (benchmarks/export_memory.py). A converter that
+    # copies the weights once or a few times costs a few bytes (measured: ONNX 2.3, LiteRT 4.9);
+    # one that copies them per block costs 24 or more (tf2onnx, the ONNX converter before: 25).
+    # The two converters that rewrite the graph; the SavedModel is TensorFlow's own checkpoint
+    # of each variable (2.5), and its peak is in benchmarks/export_memory.py's table.
+    env = {"KERAS_BACKEND": "tensorflow"}
+    found = harness.run_child("benchmarks.export_memory", ["--growth", format], env)
+    assert "error" not in found, found
+    assert 0.5 < found["per_weight_byte"] < export_memory.GROWTH_LAYERS / 2, found
 
 
 def _main(capsys, *argv):

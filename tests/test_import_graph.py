@@ -46,6 +46,10 @@ DELIBERATE_LAZY_IMPORTS = {
     ("keras_vit.serving", "tensorflow"),
     ("keras_vit.export", "onnxruntime"),
     ("keras_vit.export", "ai_edge_litert"),
+    # The ONNX conversion runs in a child process on Keras' PyTorch backend (which imports
+    # torch there); the parent never imports torch, onnx only in the child too.
+    ("keras_vit.onnx_export", "torch"),
+    ("keras_vit.onnx_export", "onnx"),
     # Hugging Face checkpoints need safetensors and huggingface_hub, the optional `hub` extra.
     ("keras_vit.hf_layout", "safetensors"),
     ("keras_vit.hf_export", "safetensors"),

@@ -46,6 +46,7 @@ DISTRIBUTIONS = {
     "ml_dtypes": "ml-dtypes",
     "nbclient": "nbclient",
     "nbformat": "nbformat",
+    "onnx": "onnx",
     "onnxruntime": "onnxruntime",
     "optax": "optax",
     "ai_edge_litert": "ai-edge-litert",
