@@ -61,11 +61,12 @@ def _check_probes(config):
     parse_l2_reg(config.l2_reg)
 
 
-def build_feature_model(config, num_classes):
+def build_feature_model(config, num_classes, params=None):
     """The frozen model whose representation is probed (PIXELS for the raw-pixel baseline).
 
     Unlike fine-tuning, a pre-logits layer in the weights file is kept: it is the
-    representation the paper probes.
+    representation the paper probes. `params`: the --weights file's parameters where the command
+    line read them.
     """
     if config.model == PIXELS:
         return PIXELS
@@ -75,12 +76,17 @@ def build_feature_model(config, num_classes):
     settings = plan_pieces.model_settings(config)
     with initializers.seeded(config.seed):  # a random-init probe starts as on every engine
         return build_model(
-            settings, num_classes, pre_logits_from_weights=not config.pre_logits, include_top=False
+            settings,
+            num_classes,
+            pre_logits_from_weights=not config.pre_logits,
+            include_top=False,
+            params=params if settings.weights else None,
         )
 
 
-def run(config):
-    """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict."""
+def run(config, weights_params=None):
+    """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict.
+    `weights_params`: the --weights file's parameters where the command line read them."""
     validate(config)
     engine = engines.check(config)
     strategy = engines.strategy_of(config)
@@ -105,7 +111,7 @@ def run(config):
     )
     spec = evaluator.specs[_DATA]
     with strategy.scope():
-        model = build_feature_model(config, spec.num_classes)
+        model = build_feature_model(config, spec.num_classes, weights_params)
     chief = engine.is_chief(strategy)
     summaries = actions.Summaries(config.workdir, chief)
     # The probes print their own summary lines (_finish): the evaluation's own line would repeat them.

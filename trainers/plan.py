@@ -35,7 +35,7 @@ class Plan:
     jit: bool  # XLA for the step
     precision: str  # "none", "bfloat16" or "float16": "auto" decided for this device
     precision_note: str  # the banner's reason for that precision
-    params: object  # the --weights file's parameters, read once; None: nothing read yet
+    params: object  # the --weights file's parameters the command line read; None: the builder reads it
     objective: str  # what the run optimises (trainers/objectives.py OBJECTIVES)
     masked_target: str  # masked patch prediction's target (keras_vit.masked_patches.TARGETS)
 
@@ -51,8 +51,9 @@ class Plan:
         return _mixes(self.batch_ops)
 
 
-def resolve(config, strategy):
-    """The Plan of a validated training `config` under `strategy`."""
+def resolve(config, strategy, weights_params=None):
+    """The Plan of a validated training `config` under `strategy`. `weights_params`: the --weights
+    file's parameters where the command line read them (trainers/flags.py parse_command)."""
     accum_steps = parse_accum_steps(config.accum_steps)
     eval_splits = parse_eval_splits(config.eval_splits)
     if not eval_splits:
@@ -84,7 +85,7 @@ def resolve(config, strategy):
         jit=jit,
         precision=mixed_precision,
         precision_note=precision_note,
-        params=model_builder.params_read(model.weights),
+        params=weights_params if model.weights else None,
         objective=objective,
         masked_target=plan_pieces.field_value(config, "masked_target"),
         model=model,

@@ -43,25 +43,27 @@ from trainers.run_checkpoints import RunCheckpoints
 from trainers.validation import check_rerun, validate_training
 
 
-def run(config):
+def run(config, weights_params=None):
     """Trains per `config`; returns the results dict (also written to WORKDIR/results.json).
+    `weights_params`: the --weights file's parameters where the command line read them
+    (trainers/flags.py parse_command); None: the model builder reads the file.
 
     If SIGTERM or Ctrl-C arrives (on any worker, at any moment from here on), the run stops at its
     next safe point with what the rerun needs saved, and the returned dict has "preempted": True
     (trainers/preemption.py).
     """
     with preemption.watching(reads=True):
-        return _run(config)
+        return _run(config, weights_params)
 
 
-def _run(config):
+def _run(config, weights_params):
     if hasattr(config, "copy_and_resolve_references"):
         config = config.copy_and_resolve_references()
     validate_training(config)
     engines.check(config)
     strategy = engines.strategy_of(config)
     # From here on the run reads the plan's parsed and decided values (trainers/plan.py).
-    plan = plan_lib.resolve(config, strategy)
+    plan = plan_lib.resolve(config, strategy, weights_params)
     spec = data.get_spec(
         config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
     )
