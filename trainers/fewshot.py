@@ -19,17 +19,16 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_config
 from keras_vit import VARIANTS, fileio, initializers
-from trainers import actions, cli, engines, image_summaries, plan_pieces
+from trainers import actions, cli, engines, image_summaries
+from trainers import plan as plan_lib
 from trainers import results as results_lib
 from trainers.console import Console
 from trainers.controller import Controller
-from trainers.errors import UsageError
-from trainers.evaluators.fewshot import FewShotEvaluator, parse_l2_reg, parse_shots
+from trainers.evaluators.fewshot import FewShotEvaluator
 from trainers.features import PIXELS, extract_features  # noqa: F401 (public API)
-from trainers.flags import config_to_json
 from trainers.linear_probe import fit_ridge, sample_k_per_class  # noqa: F401 (public API)
 from trainers.model_builder import build_model
-from trainers.validation import validate_common
+from trainers.validation import validate_fewshot
 
 # The evaluator's name for the command's one dataset (its tags read fewshot/data/...).
 _DATA = "data"
@@ -41,46 +40,28 @@ def get_config(dataset="cifar10"):
 
 def validate(config):
     """Checks that need only the config; raises UsageError/FewShotError before anything runs."""
-    validate_common(
-        config,
-        models=(PIXELS, *VARIANTS),
-        known_fields=fewshot_config.FIELDS,
-        checks={"optimization": [_check_batch_size], "evaluation": [_check_probes]},
-    )
+    validate_fewshot(config, models=(PIXELS, *VARIANTS), known_fields=fewshot_config.FIELDS)
 
 
-def _check_batch_size(config):
-    if config.batch_size <= 0:
-        raise UsageError(f"--batch_size must be positive, got {config.batch_size}.")
-
-
-def _check_probes(config):
-    if config.seeds <= 0:
-        raise UsageError(f"--seeds must be positive, got {config.seeds}.")
-    parse_shots(config.shots)
-    parse_l2_reg(config.l2_reg)
-
-
-def build_feature_model(config, num_classes, params=None):
-    """The frozen model whose representation is probed (PIXELS for the raw-pixel baseline).
+def build_feature_model(plan, num_classes):
+    """The frozen model whose representation is probed (PIXELS for the raw-pixel baseline), of a
+    ProbePlan (trainers/plan.py resolve_probes).
 
     Unlike fine-tuning, a pre-logits layer in the weights file is kept: it is the
-    representation the paper probes. `params`: the --weights file's parameters where the command
-    line read them.
+    representation the paper probes.
     """
-    if config.model == PIXELS:
+    if plan.model is None:
         return PIXELS
-    keras.utils.set_random_seed(config.seed)
+    keras.utils.set_random_seed(plan.seed)
     # No head: the probe fits its own, so the model's would only be a zero-initialised layer
     # that loading reports and nothing uses.
-    settings = plan_pieces.model_settings(config)
-    with initializers.seeded(config.seed):  # a random-init probe starts as on every engine
+    with initializers.seeded(plan.seed):  # a random-init probe starts as on every engine
         return build_model(
-            settings,
+            plan.model,
             num_classes,
-            pre_logits_from_weights=not config.pre_logits,
+            pre_logits_from_weights=plan.pre_logits_from_weights,
             include_top=False,
-            params=params if settings.weights else None,
+            params=plan.params,
         )
 
 
@@ -90,30 +71,29 @@ def run(config, weights_params=None):
     validate(config)
     engine = engines.check(config)
     strategy = engines.strategy_of(config)
-    if config.batch_size % strategy.num_replicas_in_sync:
-        raise UsageError(
-            f"--batch_size {config.batch_size} is not divisible by {strategy.num_replicas_in_sync} replicas."
-        )
+    # From here on the command reads its evaluate-only plan (trainers/plan.py), not the config.
+    plan = plan_lib.resolve_probes(config, strategy, weights_params)
     console = Console(engine.is_chief(strategy))
     start = time.time()
+    probe = plan.probes
     evaluator = FewShotEvaluator(
-        {_DATA: config.dataset},
-        data_dir=config.data_dir or None,
-        image_size=config.image_size,
-        batch_size=config.batch_size,
-        shots=config.shots,
-        seeds=config.seeds,
-        l2_reg=config.l2_reg,
+        {_DATA: plan.data.dataset},
+        data_dir=plan.data.data_dir,
+        image_size=probe.image_size,
+        batch_size=probe.batch_size,
+        shots=probe.shots,
+        seeds=probe.seeds,
+        l2_reg=probe.l2_reg,
         strategy=strategy,
-        train_split=config.train_split,
-        test_split=config.test_split,
+        train_split=probe.train_split,
+        test_split=probe.test_split,
         console=console,
     )
     spec = evaluator.specs[_DATA]
     with strategy.scope():
-        model = build_feature_model(config, spec.num_classes, weights_params)
+        model = build_feature_model(plan, spec.num_classes)
     chief = engine.is_chief(strategy)
-    summaries = actions.Summaries(config.workdir, chief)
+    summaries = actions.Summaries(plan.output.workdir, chief)
     # The probes print their own summary lines (_finish): the evaluation's own line would repeat them.
     # TensorBoard's tags are the documented fewshot/<k>shot_accuracy (and _std), without _DATA.
     probes = actions.Evaluate(
@@ -121,7 +101,7 @@ def run(config, weights_params=None):
     )
 
     def finish(step, scores):
-        return _finish(config, evaluator, scores, summaries, console, chief, time.time() - start)
+        return _finish(plan, evaluator, scores, summaries, console, chief, time.time() - start)
 
     # The controller's evaluate-only mode: the end of a training run, without the training.
     return Controller(strategy=strategy, evaluations=[probes], finish=finish).evaluate_only()
@@ -132,12 +112,10 @@ def _tensorboard_tag(tag):
     return tag.replace(f"fewshot/{_DATA}/", "fewshot/", 1)
 
 
-def _finish(config, evaluator, scores, summaries, console, chief, seconds):
+def _finish(plan, evaluator, scores, summaries, console, chief, seconds):
     """results.json (returned too), the probes' TensorBoard curves and console lines."""
     results = {
-        "dataset": config.dataset,
-        "model": config.model,
-        "weights": config.weights,
+        **plan.record,
         "shots": list(evaluator.shots),
         "seeds": evaluator.seeds,
         "wall_time_s": round(seconds, 2),
@@ -151,12 +129,13 @@ def _finish(config, evaluator, scores, summaries, console, chief, seconds):
         for k in evaluator.shots:
             # One curve over k: accuracy against the number of examples per class.
             tf.summary.scalar("fewshot/accuracy_by_shots", results[f"{k}shot_accuracy"], step=k)
-        image_summaries.log_accuracy_by_shots(scores, step=0, rename={_DATA: config.dataset})
+        image_summaries.log_accuracy_by_shots(scores, step=0, rename={_DATA: plan.data.dataset})
     summaries.flush()
     if chief:
-        fileio.makedirs(config.workdir)
-        fileio.write_atomic(fileio.join(config.workdir, "config.json"), config_to_json(config) + "\n")
-        results_lib.write(config.workdir, results)
+        workdir = plan.output.workdir
+        fileio.makedirs(workdir)
+        fileio.write_atomic(fileio.join(workdir, "config.json"), plan.output.config_json + "\n")
+        results_lib.write(workdir, results)
     for k in evaluator.shots:
         console.print(
             f"{k}-shot accuracy {results[f'{k}shot_accuracy']:.4f} "

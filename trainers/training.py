@@ -26,7 +26,6 @@ from trainers import (
     image_summaries,
     memory,
     model_builder,
-    optimizers,
     peer_watch,
     precision,
     preemption,
@@ -38,7 +37,6 @@ from trainers.controller import Controller
 from trainers.errors import TrainerError, UsageError
 from trainers.evaluators import classification as classification_lib
 from trainers.evaluators import from_config
-from trainers.flags import config_to_json
 from trainers.run_checkpoints import RunCheckpoints
 from trainers.validation import check_rerun, validate_training
 
@@ -64,10 +62,8 @@ def _run(config, weights_params):
     strategy = engines.strategy_of(config)
     # From here on the run reads the plan's parsed and decided values (trainers/plan.py).
     plan = plan_lib.resolve(config, strategy, weights_params)
-    spec = data.get_spec(
-        config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
-    )
-    _check_labels(config, plan, spec)
+    spec = data.get_spec(plan.data.dataset, data_dir=plan.data.data_dir, manual_dir=plan.data.manual_dir)
+    _check_labels(plan, spec)
     built = build_trainer(config, strategy, spec, plan)
     # The evaluators of --evals, or of the evaluation flags (trainers/evaluators/from_config.py).
     batch_size = built.trainer.micro_batch_size
@@ -78,8 +74,8 @@ def _run(config, weights_params):
         trainer=built.trainer,
         eval_input=eval_input,
         eval_splits=plan.eval_splits,
-        image_size=config.image_size,
-        data_dir=config.data_dir or None,
+        image_size=plan.model.kwargs["image_size"],
+        data_dir=plan.data.data_dir,
         eval_ops=plan.eval_ops,
     )
     evaluators = from_config.build(plan.evals, context)
@@ -87,10 +83,10 @@ def _run(config, weights_params):
     # Several processes watch each other from here on (trainers/peer_watch.py).
     peers = peer_watch.watch(
         engines.of(strategy).processes(strategy),
-        functools.partial(run_checkpoints.newest_checkpoint, config.workdir),
+        functools.partial(run_checkpoints.newest_checkpoint, plan.output.workdir),
     )
     try:
-        results = _run_and_report_faults(config, plan, strategy, spec, built, evaluators)
+        results = _run_and_report_faults(plan, strategy, spec, built, evaluators)
     except BaseException as error:
         _end_watch(peers, error)
         raise
@@ -99,13 +95,13 @@ def _run(config, weights_params):
     return results
 
 
-def _run_and_report_faults(config, plan, strategy, spec, built, evaluators):
+def _run_and_report_faults(plan, strategy, spec, built, evaluators):
     # Validation is over: from here on the workdir is written.
     try:
-        return _Run(config, plan, strategy, spec, built, evaluators).run()
+        return _Run(plan, strategy, spec, built, evaluators).run()
     except (OSError, tf.errors.OpError) as error:
         # A damaged data file or a write the disk refused: one line (trainers/faults.py).
-        fault = faults.as_trainer_error(error, workdir=config.workdir, spec=spec)
+        fault = faults.as_trainer_error(error, workdir=plan.output.workdir, spec=spec)
         if fault is None:
             raise
         raise fault from None
@@ -125,11 +121,11 @@ def _end_watch(peers, error):
         peers.wait_for_loss()
 
 
-def _check_labels(config, plan, spec):
+def _check_labels(plan, spec):
     """A multi-label dataset needs the sigmoid loss and all of its examples."""
     if not spec.multi_label or plan.objective != "classification":
         return  # masked patch prediction does not read the labels
-    if config.loss != "sigmoid":
+    if plan.loss != "sigmoid":
         raise UsageError(
             f"{spec.name} has images with several labels: train it with --loss=sigmoid "
             f"(softmax cross-entropy takes one label per image)."
@@ -159,16 +155,8 @@ def build_trainer(config, strategy, spec, plan=None):
             with initializers.seeded(plan.seed):
                 model = model_builder.build_model(plan.model, spec.num_classes, params=plan.params)
                 objective = _objective(plan, strategy, model)
-            schedule = optimizers.WarmupDecay(
-                config.base_lr, config.total_steps, config.warmup_steps, config.decay_type
-            )
-            optimizer = optimizers.make_optimizer(
-                config.optimizer,
-                schedule,
-                momentum_dtype=config.momentum_dtype,
-                weight_decay=config.weight_decay,
-                loss_scaling=plan.precision == "float16",
-            )
+            schedule = plan.optimizer.schedule()
+            optimizer = plan.optimizer.make_optimizer(schedule, loss_scaling=plan.precision == "float16")
             accum_steps, memory_note = memory.resolve_accum_steps(
                 plan.memory, strategy, model, plan.accum_steps
             )
@@ -178,9 +166,9 @@ def build_trainer(config, strategy, spec, plan=None):
                 optimizer=optimizer,
                 global_batch_size=plan.batch_size,
                 accum_steps=accum_steps,
-                grad_norm_clip=config.grad_norm_clip,
+                grad_norm_clip=plan.optimizer.grad_norm_clip,
                 jit_compile=plan.jit,
-                loss=config.loss,
+                loss=plan.loss,
                 objective=objective,
             )
     finally:
@@ -222,26 +210,27 @@ class _Run:
     """The workdir side of a run: config.json, resume, the banner, the controller with its actions,
     and what the end leaves behind (results.json, model.npz)."""
 
-    def __init__(self, config, plan, strategy, spec, built, evaluators):
-        self.config, self.plan, self.strategy, self.spec = config, plan, strategy, spec
+    def __init__(self, plan, strategy, spec, built, evaluators):
+        self.plan, self.strategy, self.spec = plan, strategy, spec
         self.built, self.trainer, self.schedule = built, built.trainer, built.schedule
         self.evaluators = evaluators
         # results.json's "eval": every classification split, whichever evaluator ran it.
         self.classification = classification_lib.combined(evaluators, built.trainer)
-        self.workdir = config.workdir
+        self.workdir = plan.output.workdir
         self.engine = engines.of(strategy)
         self.chief = self.engine.is_chief(strategy)
         self.console = Console(self.chief)
 
     def run(self):
-        config, plan, trainer, strategy = self.config, self.plan, self.trainer, self.strategy
+        plan, trainer, strategy = self.plan, self.trainer, self.strategy
+        loop = plan.loop
         self.start_time = time.time()
         if self.chief:
             fileio.makedirs(self.workdir)
-            fileio.write_atomic(fileio.join(self.workdir, "config.json"), config_to_json(config) + "\n")
+            fileio.write_atomic(fileio.join(self.workdir, "config.json"), plan.output.config_json + "\n")
         task_id = 0 if self.chief else self.engine.task_id(strategy)
         checkpoints = RunCheckpoints(
-            trainer, self.workdir, chief=self.chief, task_id=task_id, keep=config.keep_checkpoints
+            trainer, self.workdir, chief=self.chief, task_id=task_id, keep=loop.keep_checkpoints
         )
         latest = checkpoints.restore()
         step = checkpoints.step
@@ -274,17 +263,17 @@ class _Run:
         controller = Controller(
             trainer=trainer,
             strategy=strategy,
-            total_steps=config.total_steps,
-            steps_per_loop=config.steps_per_loop,
+            total_steps=loop.total_steps,
+            steps_per_loop=loop.steps_per_loop,
             log=actions.LogTraining(
                 self.summaries,
                 self.schedule,
-                total_steps=config.total_steps,
+                total_steps=loop.total_steps,
                 batch_size=plan.batch_size,
                 replicas=plan.replicas,
                 console=self.console,
             ),
-            actions=[actions.SaveCheckpoint(checkpoints, config.checkpoint_every)],
+            actions=[actions.SaveCheckpoint(checkpoints, loop.checkpoint_every)],
             evaluations=evaluations,
             checkpoints=checkpoints,
             finish=self._finish,
@@ -301,12 +290,11 @@ class _Run:
 
     def _finish(self, step, tags):
         """results.json (returned too), the final lines, model.npz: the end of a run that reached it."""
-        config = self.config
         metrics = self.classification.by_split(tags)
         metrics = {name: {**m, "examples": int(m["examples"])} for name, m in metrics.items()}
         results = {
-            "dataset": config.dataset,
-            "model": config.model,
+            "dataset": self.plan.data.dataset,
+            "model": self.plan.model.variant,
             "steps": step,
             "train_loss": float(self.trainer.last_loss.numpy()),
             "eval": metrics,
@@ -335,7 +323,7 @@ class _Run:
     def _pictures(self):
         """Attention pictures at each evaluation, of the first eval split's first images."""
         name, dataset = self._first_eval_split()
-        writer, every = self.summaries.eval, self.config.eval_every
+        writer, every = self.summaries.eval, self.plan.loop.eval_every
         return image_summaries.Pictures.from_dataset(
             dataset, self.trainer.model, writer, self.spec.class_names, every, name
         )
@@ -344,9 +332,8 @@ class _Run:
         """Hyperparameters and a few (evaluation-pipeline) input images, once per workdir."""
         if not self.chief:
             return
-        hparams = {k: v for k, v in self.config.items() if isinstance(v, (bool, int, float, str))}
         with self.summaries.train.as_default(step=0):
-            hparams_api.hparams(hparams)
+            hparams_api.hparams(dict(self.plan.output.hparams))
         name, dataset = self._first_eval_split()
         images = next(iter(dataset))[0][:4]
         with self.summaries.eval.as_default(step=0):
