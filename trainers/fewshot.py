@@ -18,10 +18,9 @@ import keras
 import tensorflow as tf
 
 from configs import fewshot as fewshot_config
-from keras_vit import VARIANTS, fileio, initializers
+from keras_vit import VARIANTS, initializers
 from trainers import actions, cli, engines, image_summaries
 from trainers import plan as plan_lib
-from trainers import results as results_lib
 from trainers.console import Console
 from trainers.controller import Controller
 from trainers.evaluators.fewshot import FewShotEvaluator
@@ -65,6 +64,51 @@ def build_feature_model(plan, num_classes):
         )
 
 
+class _CommandProbes(FewShotEvaluator):
+    """The command's probes of its one dataset: results.json's form of the few-shot command
+    ({k}shot_accuracy, {k}shot_accuracy_std, {k}shot_l2_reg, the shots, seeds and feature sizes)
+    and a console line per shot count."""
+
+    def results(self, tags):
+        section = {"shots": list(self.shots), "seeds": self.seeds}
+        for k in self.shots:
+            section[f"{k}shot_accuracy"] = tags[f"fewshot/{_DATA}/{k}shot_accuracy"]
+            section[f"{k}shot_accuracy_std"] = tags[f"fewshot/{_DATA}/{k}shot_accuracy_std"]
+            section[f"{k}shot_l2_reg"] = self.l2_used[(_DATA, k)]
+        section.update(self.stats[_DATA])
+        return section
+
+    def final_lines(self, section):
+        return [
+            f"{k}-shot accuracy {section[f'{k}shot_accuracy']:.4f} "
+            f"+- {section[f'{k}shot_accuracy_std']:.4f}  (l2 {section[f'{k}shot_l2_reg']:g})"
+            for k in self.shots
+        ]
+
+
+class _Export(actions.Export):
+    """The command's end: TensorBoard's accuracy against shots, then config.json and results.json."""
+
+    def __init__(self, plan, chief, summaries):
+        output = plan.output
+        super().__init__(None, output.workdir, chief, config_json=output.config_json, summaries=summaries)
+        self.dataset = plan.data.dataset
+
+    def __call__(self, results):
+        shots = results["shots"]
+        with self.summaries.eval.as_default():
+            for k in shots:
+                # One curve over k: accuracy against the number of examples per class.
+                tf.summary.scalar("fewshot/accuracy_by_shots", results[f"{k}shot_accuracy"], step=k)
+            tags = {
+                f"fewshot/{self.dataset}/{k}shot_accuracy{std}": results[f"{k}shot_accuracy{std}"]
+                for k in shots
+                for std in ("", "_std")
+            }
+            image_summaries.log_accuracy_by_shots(tags, step=0)
+        super().__call__(results)
+
+
 def run(config, weights_params=None):
     """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict.
     `weights_params`: the --weights file's parameters where the command line read them."""
@@ -73,10 +117,11 @@ def run(config, weights_params=None):
     strategy = engines.strategy_of(config)
     # From here on the command reads its evaluate-only plan (trainers/plan.py), not the config.
     plan = plan_lib.resolve_probes(config, strategy, weights_params)
-    console = Console(engine.is_chief(strategy))
-    start = time.time()
+    chief = engine.is_chief(strategy)
+    console = Console(chief)
+    started = time.time()
     probe = plan.probes
-    evaluator = FewShotEvaluator(
+    evaluator = _CommandProbes(
         {_DATA: plan.data.dataset},
         data_dir=plan.data.data_dir,
         image_size=probe.image_size,
@@ -92,56 +137,27 @@ def run(config, weights_params=None):
     spec = evaluator.specs[_DATA]
     with strategy.scope():
         model = build_feature_model(plan, spec.num_classes)
-    chief = engine.is_chief(strategy)
     summaries = actions.Summaries(plan.output.workdir, chief)
-    # The probes print their own summary lines (_finish): the evaluation's own line would repeat them.
-    # TensorBoard's tags are the documented fewshot/<k>shot_accuracy (and _std), without _DATA.
+    # The probes print their own summary lines (final_lines): the evaluation's own line would
+    # repeat them. TensorBoard's tags are the documented fewshot/<k>shot_accuracy (and _std),
+    # without _DATA.
     probes = actions.Evaluate(
         evaluator, model, summaries, strategy, console, quiet=True, tag_of=_tensorboard_tag
     )
-
-    def finish(step, scores):
-        return _finish(plan, evaluator, scores, summaries, console, chief, time.time() - start)
-
     # The controller's evaluate-only mode: the end of a training run, without the training.
-    return Controller(strategy=strategy, evaluations=[probes], finish=finish).evaluate_only()
+    return Controller(
+        strategy=strategy,
+        evaluations=[probes],
+        record=plan.record,
+        export=_Export(plan, chief, summaries),
+        console=console,
+        started=started,
+    ).evaluate_only()
 
 
 def _tensorboard_tag(tag):
     """'fewshot/data/10shot_accuracy' -> 'fewshot/10shot_accuracy' (docs/guides/fewshot.md)."""
     return tag.replace(f"fewshot/{_DATA}/", "fewshot/", 1)
-
-
-def _finish(plan, evaluator, scores, summaries, console, chief, seconds):
-    """results.json (returned too), the probes' TensorBoard curves and console lines."""
-    results = {
-        **plan.record,
-        "shots": list(evaluator.shots),
-        "seeds": evaluator.seeds,
-        "wall_time_s": round(seconds, 2),
-    }
-    for k in evaluator.shots:
-        results[f"{k}shot_accuracy"] = scores[f"fewshot/{_DATA}/{k}shot_accuracy"]
-        results[f"{k}shot_accuracy_std"] = scores[f"fewshot/{_DATA}/{k}shot_accuracy_std"]
-        results[f"{k}shot_l2_reg"] = evaluator.l2_used[(_DATA, k)]
-    results.update(evaluator.stats[_DATA])
-    with summaries.eval.as_default():
-        for k in evaluator.shots:
-            # One curve over k: accuracy against the number of examples per class.
-            tf.summary.scalar("fewshot/accuracy_by_shots", results[f"{k}shot_accuracy"], step=k)
-        image_summaries.log_accuracy_by_shots(scores, step=0, rename={_DATA: plan.data.dataset})
-    summaries.flush()
-    if chief:
-        workdir = plan.output.workdir
-        fileio.makedirs(workdir)
-        fileio.write_atomic(fileio.join(workdir, "config.json"), plan.output.config_json + "\n")
-        results_lib.write(workdir, results)
-    for k in evaluator.shots:
-        console.print(
-            f"{k}-shot accuracy {results[f'{k}shot_accuracy']:.4f} "
-            f"+- {results[f'{k}shot_accuracy_std']:.4f}  (l2 {results[f'{k}shot_l2_reg']:g})"
-        )
-    return results
 
 
 def main(argv=None):
