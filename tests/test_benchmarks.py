@@ -443,6 +443,35 @@ def test_the_matmul_limit_lines_judge_the_best_case_and_compare_the_kernels():
     assert "**not met** (best 85%" in report._limit_lines(data)[0]
 
 
+def test_a_run_prints_its_machine_and_each_frameworks_matmul_peak(tmp_path, capsys):
+    # benchmarks.train and .inference end with the CPU they ran on and the peak that each row's
+    # "of matmul peak" divides by, per framework and dtype, so the distance to the hardware's
+    # limit is on the screen, not only in the JSON.
+    row = {"contestant": "keras_vit Trainer TF bfloat16", "gflops_per_s": 190.0, "fraction_of_peak": 0.47}
+    columns = (("contestant", "contestant", ""), ("of matmul peak", "fraction_of_peak", ".0%"))
+    data = {
+        "machine": {"cpu": "AMD EPYC 9R14", "cores": 2},
+        "matmul_peak_flops": {
+            "tf float32": 2.2e11,
+            "tf bfloat16": 4.04e11,
+            "torch bfloat16": 4.05e11,
+            "seconds": 9,
+        },
+        "tables": [harness.section("Training step", columns, [row])],
+        "notes": [],
+    }
+    harness.finish(data, str(tmp_path / "train.json"), 0)
+    out = capsys.readouterr().out
+    assert " 47%" in out
+    line = next(x for x in out.splitlines() if x.startswith("matmul peak"))
+    assert line == (
+        "matmul peak of AMD EPYC 9R14 (2 cores), measured in this run: "
+        "tf bfloat16 404 GFLOP/s, tf float32 220 GFLOP/s, torch bfloat16 405 GFLOP/s"
+    )
+    data["machine"]["accelerator"] = "NVIDIA H100 80GB HBM3"
+    assert harness.limit_line(data).startswith("matmul peak of one NVIDIA H100 80GB HBM3, measured")
+
+
 # --- the GPU benchmark ------------------------------------------------------------------------
 
 
