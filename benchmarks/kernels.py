@@ -28,7 +28,7 @@ import sys
 import time
 
 # contestants first: it imports PyTorch before anything imports TensorFlow (harness does).
-from benchmarks import contestants, harness
+from benchmarks import contestants, flops, harness, inference, train
 
 FRAMEWORKS = {"tf": "keras_vit TF", "torch": "timm eager"}
 _BEGIN, _END = "benchmark-kernels: begin", "benchmark-kernels: end"
@@ -126,8 +126,6 @@ def matmul_flops(shapes):
 
 def child(args):
     """Builds one side's step, warms it up, and runs `--steps` steps between the markers."""
-    from benchmarks import flops
-
     shape = flops.shape(args.variant, num_layers=args.num_layers)
     step = _build(args, shape)
     step(), step()
@@ -141,8 +139,6 @@ def child(args):
 
 
 def _build(args, shape):
-    from benchmarks import train
-
     if args.step == "train":
         config = train.finetune_config(
             args.variant,
@@ -155,8 +151,6 @@ def _build(args, shape):
             return train.trainer_step(config, 1)
         dtype = train.trainer_mode(config)[1]
         return train.timm_step(shape, args.image_size, args.batch_size, 1, compiled=False, dtype=dtype)
-    from benchmarks import inference
-
     dtype = args.inference_dtype
     if args.child == "tf":
         return inference.keras_step("keras_vit", shape, args.image_size, args.batch_size, dtype)

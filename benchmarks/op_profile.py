@@ -23,7 +23,7 @@ import time
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from benchmarks import flops, harness, inference  # noqa: E402
+from benchmarks import flops, harness, inference, train  # noqa: E402
 
 # Operation types (as TF's profiler names them, oneDNN's _Mkl prefix dropped) by group.
 MATMULS = {
@@ -107,8 +107,6 @@ def main(argv=None):
     inference.check_variant(args.variant)
     shape = flops.shape(args.variant, num_layers=args.num_layers)
     if args.step == "train":
-        from benchmarks import train
-
         precision = "bfloat16" if args.dtype == "bfloat16" else "none"
         size = (args.variant, args.image_size, args.batch_size, args.num_layers)
         config = train.finetune_config(*size, mixed_precision=precision)
