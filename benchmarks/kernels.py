@@ -28,7 +28,7 @@ import sys
 import time
 
 # contestants first: it imports PyTorch before anything imports TensorFlow (harness does).
-from benchmarks import contestants, flops, harness, inference, train
+from benchmarks import contestants, flops, harness, inference, shared, train
 
 FRAMEWORKS = {"tf": "keras_vit TF", "torch": "timm eager"}
 _BEGIN, _END = "benchmark-kernels: begin", "benchmark-kernels: end"
@@ -140,7 +140,7 @@ def child(args):
 
 def _build(args, shape):
     if args.step == "train":
-        config = train.finetune_config(
+        config = shared.finetune_config(
             args.variant,
             args.image_size,
             args.batch_size,
@@ -148,8 +148,8 @@ def _build(args, shape):
             mixed_precision=args.mixed_precision,
         )
         if args.child == "tf":
-            return train.trainer_step(config, 1)
-        dtype = train.trainer_mode(config)[1]
+            return shared.trainer_step(config, 1)
+        dtype = shared.trainer_mode(config)[1]
         return train.timm_step(shape, args.image_size, args.batch_size, 1, compiled=False, dtype=dtype)
     dtype = args.inference_dtype
     if args.child == "tf":

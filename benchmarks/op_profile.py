@@ -23,7 +23,7 @@ import time
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from benchmarks import flops, harness, inference, train  # noqa: E402
+from benchmarks import flops, harness, inference, shared  # noqa: E402
 
 # Operation types (as TF's profiler names them, oneDNN's _Mkl prefix dropped) by group.
 MATMULS = {
@@ -109,9 +109,9 @@ def main(argv=None):
     if args.step == "train":
         precision = "bfloat16" if args.dtype == "bfloat16" else "none"
         size = (args.variant, args.image_size, args.batch_size, args.num_layers)
-        config = train.finetune_config(*size, mixed_precision=precision)
-        name = train.trainer_name(config)
-        step = train.trainer_step(config, 1)
+        config = shared.finetune_config(*size, mixed_precision=precision)
+        name = shared.trainer_name(config)
+        step = shared.trainer_step(config, 1)
     else:
         name = inference.contestant_name("keras_vit", args.dtype)
         step = inference.keras_step("keras_vit", shape, args.image_size, args.batch_size, args.dtype)
