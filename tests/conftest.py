@@ -43,6 +43,9 @@ from fixtures import (  # noqa: E402, F401
     shared_fake_tfds,
 )
 
+# The library on JAX without TensorFlow: one child per test run for the three files that check it.
+from jax_without_tensorflow import jax_without_tensorflow  # noqa: E402, F401
+
 
 @pytest.fixture(scope="session")
 def cifar10_data_dir(tmp_path_factory):
