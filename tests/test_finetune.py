@@ -157,6 +157,7 @@ def test_kill_after_a_checkpoint_then_resume_gives_the_same_results(data_dir, re
     _assert_same_results(read_results(workdir), read_results(reference[0]), rel=1e-6)
 
 
+@pytest.mark.slow  # 15 s: a child imports TensorFlow and trains
 def test_sigterm_saves_a_checkpoint_and_exits_zero(data_dir, tmp_path):
     workdir = str(tmp_path / "run")
     args = RUN + [
