@@ -27,7 +27,7 @@ from trainer_cli import (
 RUN = CIFAR_RUN
 
 
-# The data and the reference run are tests/conftest.py's, shared with test_checkpoint_faults.py.
+# The data and the reference run are tests/session_data.py's, shared with test_checkpoint_faults.py.
 @pytest.fixture(scope="module")
 def data_dir(cifar10_data_dir):
     return cifar10_data_dir
