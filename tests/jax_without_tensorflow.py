@@ -1,7 +1,8 @@
 """The library on Keras' JAX backend in a process where TensorFlow is not installed: one child per
-test run, shared by the tests of tests/test_fileio.py, tests/test_packaging.py and
-tests/test_predict.py (the backend is chosen at start-up, and TensorFlow's absence is the
-process's; the three checks need the same process, not one each).
+test run, shared by the tests of tests/test_fileio.py, tests/test_packaging.py,
+tests/test_predict.py, tests/test_preprocessing.py and tests/test_fused_attention.py (the backend
+is chosen at start-up, and TensorFlow's absence is the process's; the checks need such a
+process, not one each).
 
 The child makes TensorFlow, TFDS, TensorBoard, scikit-learn and ml_collections (what only the
 trainers and the tests need) impossible to import, as in an environment that installed the
@@ -24,7 +25,8 @@ from synthetic_checkpoints import TI16, vit_jax_params
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Parts: "fileio" (tests/test_fileio.py), "library" (tests/test_packaging.py), "classify"
-# (tests/test_predict.py). Argument: the folder with classify's inputs and the results' file.
+# (tests/test_predict.py), "preprocessing" (tests/test_preprocessing.py), "fused_attention"
+# (tests/test_fused_attention.py). Argument: the folder with classify's inputs and the results.
 _PROGRAM = textwrap.dedent("""
     import importlib.abc
     import json
@@ -102,8 +104,79 @@ _PROGRAM = textwrap.dedent("""
         return {"top": predict.classify(model, inputs["paths"])}
 
 
+    def preprocessing_part():
+        # preprocess_input's check of already-scaled pixels, on JAX: silent under jax.jit (traced
+        # values), a DoubleScalingWarning for a model called eagerly on them.
+        import warnings
+
+        import jax
+        import numpy as np
+
+        import keras_vit
+        from keras_vit.preprocessing import DoubleScalingWarning, preprocess_input
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DoubleScalingWarning)
+            scaled = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
+            jax.jit(preprocess_input)(scaled)  # traced: no value to check, no error
+            model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+                                  mlp_dim=8, num_classes=3)
+            try:
+                model(jax.numpy.asarray(scaled))
+            except DoubleScalingWarning:
+                return {"warned": True}
+        return {"warned": False}
+
+
+    def fused_attention_part():
+        import jax, jax.numpy as jnp, numpy as np
+        from keras_vit import fused_attention
+
+        rng = np.random.default_rng(0)
+        q, k, v = (jnp.asarray(rng.normal(size=(2, 5, 3, 8)), "float32") for _ in range(3))
+        # Under jax.jit, as inside a model's compiled step: eagerly, every op (and, for the gradients,
+        # every op of the backward pass) would be compiled on its own, a few seconds on 2 cores.
+        plain = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation="xla"))
+        padded = jax.jit(lambda q, k, v: fused_attention.padded_attention(q, k, v, implementation="xla"))
+        out = padded(q, k, v)
+        assert out.shape == (2, 5, 3, 8), out.shape
+        np.testing.assert_allclose(out, plain(q, k, v), atol=1e-6)
+        # Gradients too: the padded token must get no weight and pass nothing back.
+        weights = jnp.asarray(rng.normal(size=out.shape), "float32")
+        grad = lambda f: jax.jit(jax.grad(lambda *a: jnp.sum(f(*a) * weights), argnums=(0, 1, 2)))(q, k, v)
+        for a, b in zip(grad(padded), grad(plain)):
+            np.testing.assert_allclose(a, b, atol=1e-6)
+
+        # Odd length in bfloat16 asks for the padded path only on a GPU; with the device check forced,
+        # a CPU's missing cuDNN sends it back to Keras' attention, with the same numbers.
+        qb, kb, vb = (x.astype("bfloat16") for x in (q, k, v))
+        assert not fused_attention.needs_padding_for_flash(qb, kb)
+        on_gpu = fused_attention._on_gpu
+        fused_attention._on_gpu = lambda: True
+        try:
+            assert fused_attention.needs_padding_for_flash(qb, kb)
+            assert not fused_attention.needs_padding_for_flash(q, k)  # float32: no flash kernel
+            # even: Keras' path works
+            assert not fused_attention.needs_padding_for_flash(qb[:, :4], kb[:, :4])
+            np.testing.assert_allclose(
+                fused_attention.dot_product_attention(qb, kb, vb).astype("float32"),
+                plain(qb, kb, vb).astype("float32"),
+                atol=1e-2,
+            )
+        finally:
+            fused_attention._on_gpu = on_gpu
+        return {}
+
+
+    PARTS = (
+        ("fileio", fileio_part),
+        ("library", library_part),
+        ("classify", classify_part),
+        ("preprocessing", preprocessing_part),
+        ("fused_attention", fused_attention_part),
+    )
     results = {}
-    for name, part in (("fileio", fileio_part), ("library", library_part), ("classify", classify_part)):
+    for name, part in PARTS:
         try:
             results[name] = {"ok": True, **part()}
         except BaseException:
