@@ -421,6 +421,16 @@ def section(title, columns, rows):
     return {"title": title, "columns": [list(c) for c in columns], "rows": rows}
 
 
+def limit_line(data):
+    """The machine a run measured and its matmul peak per framework and dtype: what each row's
+    "of matmul peak" divides the row's FLOP/s by (its own framework's peak in its dtype)."""
+    m = data["machine"]
+    where = f"one {m['accelerator']}" if m.get("accelerator") else f"{m['cpu']} ({m['cores']} cores)"
+    peaks = data["matmul_peak_flops"]
+    rates = ", ".join(f"{k} {peaks[k] / 1e9:.0f} GFLOP/s" for k in sorted(peaks) if k != "seconds")
+    return f"matmul peak of {where}, measured in this run: {rates}"
+
+
 def finish(data, path, start):
     """Prints the tables and notes, writes the JSON (with the run's wall time)."""
     data["wall_s"] = round(time.perf_counter() - start, 1)
@@ -428,5 +438,7 @@ def finish(data, path, start):
         print(f"\n{part['title']}\n{text_table(part)}")
     for note in data["notes"]:
         print(f"note: {note}")
+    if data.get("matmul_peak_flops"):
+        print(limit_line(data))
     write_json(path, data)
     print(f"wrote {path} ({data['wall_s']:.0f} s)")

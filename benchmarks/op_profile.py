@@ -1,12 +1,15 @@
-"""Where keras_vit's inference time goes on TensorFlow: self time per operation type, from TF's profiler.
+"""Where keras_vit's inference or training time goes on TensorFlow: self time per operation type.
 
 The model runs as the inference benchmark runs it (one tf.function; XLA in float32, TensorFlow's
-own kernels in bfloat16), a few calls are traced, and the trace's per-op statistics are summed
+own kernels in bfloat16), or with --step=train as the trainers' training step (benchmarks.train:
+the `python -m trainers.finetune` defaults with --mixed_precision=bfloat16, or =none for
+--dtype=float32); a few calls are traced, and the trace's per-op statistics are summed
 by operation type and grouped: matrix products, casts, and the other element-wise ops. Self
 times are summed over the CPU's threads, so they add up to more than the wall time of a call.
 
     python -m benchmarks.op_profile --dtype=bfloat16
     python -m benchmarks.op_profile --variant=ViT-Ti_16 --batch_size=8 --dtype=float32
+    python -m benchmarks.op_profile --step=train --variant=ViT-Ti_16 --batch_size=16
 """
 
 import collections
@@ -20,7 +23,7 @@ import time
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from benchmarks import flops, harness, inference  # noqa: E402
+from benchmarks import flops, harness, inference, shared  # noqa: E402
 
 # Operation types (as TF's profiler names them, oneDNN's _Mkl prefix dropped) by group.
 MATMULS = {
@@ -31,6 +34,8 @@ MATMULS = {
     "NativeFusedMatMul",
     "NativeFusedConv2D",
     "Conv2D",
+    "NativeConv2DBackpropFilter",
+    "Conv2DBackpropFilter",
 }
 CASTS = {"Cast"}
 COLUMNS = (
@@ -97,18 +102,27 @@ def main(argv=None):
     p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     p.add_argument("--num_layers", type=int, default=0, help="override the variant's depth (0: its own)")
     p.add_argument("--calls", type=int, default=3, help="traced calls (after two untraced)")
+    p.add_argument("--step", default="inference", choices=("inference", "train"))
     args = p.parse_args(argv)
     inference.check_variant(args.variant)
     shape = flops.shape(args.variant, num_layers=args.num_layers)
-    step = inference.keras_step("keras_vit", shape, args.image_size, args.batch_size, args.dtype)
+    if args.step == "train":
+        precision = "bfloat16" if args.dtype == "bfloat16" else "none"
+        size = (args.variant, args.image_size, args.batch_size, args.num_layers)
+        config = shared.finetune_config(*size, mixed_precision=precision)
+        name = shared.trainer_name(config)
+        step = shared.trainer_step(config, 1)
+    else:
+        name = inference.contestant_name("keras_vit", args.dtype)
+        step = inference.keras_step("keras_vit", shape, args.image_size, args.batch_size, args.dtype)
     step(), step()  # compile and warm up outside the trace
     with tempfile.TemporaryDirectory() as logdir:
         totals = op_stats(step, args.calls, logdir)
     rows, groups = rows_of(totals, args.calls)
-    settings = {k: getattr(args, k) for k in ("variant", "image_size", "batch_size", "dtype", "calls")}
+    fields = ("step", "variant", "image_size", "batch_size", "dtype", "calls")
+    settings = {k: getattr(args, k) for k in fields}
     data = harness.result("op_profile", argv, settings)
     data["groups"] = groups
-    name = inference.contestant_name("keras_vit", args.dtype)
     data["tables"].append(harness.section(f"Self time by operation type, {name}", COLUMNS, rows))
     data["notes"].append("groups: " + ", ".join(f"{g} {share:.0%}" for g, share in sorted(groups.items())))
     harness.finish(data, args.out, start)

@@ -30,8 +30,8 @@ from trainer_cli import (
     kill_one_of_two,
     limit_file_size,
     read_results,
+    read_weights,
     run_child,
-    run_cli,
     sigterm_at_each,
     sigterm_to_the_second_at_each,
     start_cli,
@@ -109,8 +109,7 @@ def reference(tmp_path_factory, jax_env):
 
 
 def _weights(workdir):
-    with np.load(os.path.join(workdir, "model.npz")) as npz:
-        return {name: npz[name] for name in npz.files}
+    return read_weights(workdir)
 
 
 def _assert_identical(workdir, reference):
@@ -191,7 +190,7 @@ def test_sigterm_at_every_moment_of_a_run_then_the_reruns_end_bit_for_bit_as_an_
     assert TOTAL // 2 <= step < TOTAL
     assert stopped_at_the_end(last_call, TOTAL), last_call[-2000:]
     assert "Resumed from" in results and os.path.exists(os.path.join(workdir, "results.json"))
-    proc = run_cli("finetune", args, env=jax_env)
+    proc = run_child("finetune", args, env=jax_env)
     assert (
         proc.returncode == 0
         and f"Resumed from {workdir}/checkpoints/ckpt-{TOTAL} at step {TOTAL}." in proc.stdout

@@ -154,6 +154,29 @@ def test_the_mlp_gives_every_token_its_own_output_in_inference_and_training_alik
     assert traced(_inputs((2, 7, 8))).shape == (2, 7, 8)
 
 
+def test_attention_projects_the_flattened_tokens_in_inference_as_its_einsums_do():
+    # Inference runs the query/key/value/output projections as 2-D matmuls of the layer's own
+    # kernels (keras_vit.flat_tokens), training as EinsumDense: the same numbers to float
+    # rounding. Random biases and a head count that does not divide into a square make a
+    # transposed kernel reshape or a dropped bias visible; tokens known only at run time too.
+    layer = layers.MultiHeadSelfAttention(3)
+    x = _inputs((2, 5, 12))
+    layer.build(x.shape)
+    for i, weight in enumerate(layer.weights):
+        weight.assign(_inputs(weight.shape, seed=i + 1) * 0.3)
+    np.testing.assert_allclose(layer(x, training=False), layer(x, training=True), atol=1e-5)
+    traced = tf.function(lambda t: layer(t), input_signature=[tf.TensorSpec((None, None, 12))])
+    np.testing.assert_allclose(traced(x), layer(x, training=True), atol=1e-5)
+    assert traced(_inputs((3, 7, 12))).shape == (3, 7, 12)
+    # Under mixed_bfloat16 the products run in bfloat16 both ways.
+    mixed = layers.MultiHeadSelfAttention(3, dtype="mixed_bfloat16")
+    mixed.build(x.shape)
+    mixed.set_weights(layer.get_weights())
+    flat, einsum = mixed(x, training=False), mixed(x, training=True)
+    assert flat.dtype == einsum.dtype == "bfloat16"
+    np.testing.assert_allclose(np.float32(flat), np.float32(einsum), atol=3e-2)
+
+
 def test_stochastic_depth_drops_whole_examples_only_in_training():
     block = layers.EncoderBlock(2, 8, stochastic_depth_rate=0.5)
     x = _inputs((64, 3, 8))

@@ -4,10 +4,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import trainer_cli
 
 import keras_vit
 from configs import finetune
-from keras_vit import weights as weights_lib
 from trainers import memory, plan_pieces, training
 from trainers.errors import UsageError
 from trainers.flags import parse_accum_steps
@@ -79,8 +79,8 @@ def test_auto_splits_a_batch_that_does_not_fit_and_makes_the_same_update(tmp_pat
     assert "accum_steps auto: 4" in out
     assert split["train_loss"] == pytest.approx(whole["train_loss"], rel=1e-5)
     assert split["eval"]["test"]["accuracy"] == whole["eval"]["test"]["accuracy"]
-    a = weights_lib.read_params(str(tmp_path / "whole" / "model.npz"))
-    b = weights_lib.read_params(str(tmp_path / "split" / "model.npz"))
+    a = trainer_cli.read_weights(tmp_path / "whole")
+    b = trainer_cli.read_weights(tmp_path / "split")
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=key)

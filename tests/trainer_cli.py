@@ -26,9 +26,11 @@ import traceback
 import warnings
 
 import keras
+import numpy as np
 import tensorflow as tf
 from fixtures import FAKE_TFDS, ROOT, TINY_DIGITS_FLAGS, TINY_FLAGS, make_fake_tfds  # noqa: F401 (used by the tests)
 
+from keras_vit import npz_layout
 from trainers import engine_env
 
 # tests/fixtures.py's tiny ViT, as trainer flags.
@@ -287,6 +289,19 @@ def free_ports(count):
 def read_results(workdir):
     with open(os.path.join(workdir, "results.json")) as f:
         return json.load(f)
+
+
+def read_weights(path):
+    """{name: array} of a model.npz (or of workdir/model.npz): its weights, without the model's
+    config (npz_layout.CONFIG), a JSON string that no weight comparison can take."""
+    path = os.fspath(path)
+    if not path.endswith(".npz"):
+        path = os.path.join(path, "model.npz")
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    config = arrays.pop(npz_layout.CONFIG, None)
+    assert config is None or isinstance(json.loads(str(config)), dict), "model.npz: unreadable config"
+    return arrays
 
 
 def scalar_tags(logdir):
