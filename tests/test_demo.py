@@ -186,6 +186,7 @@ def test_stages_pin_what_varies_by_machine(tmp_path):
             assert (config.mixed_precision, config.jit_compile) == ("none", "false"), name
 
 
+@pytest.mark.slow  # 33 s: a child runs a demo stage
 def test_a_stage_runs_pinned_as_its_command_with_nothing_on_stderr(tmp_path):
     """The demo's last stage as `python -m trainers.finetune` with its config's flags, in the
     environment `python -m trainers.demo` sets: its banner names the pins, stderr stays empty."""

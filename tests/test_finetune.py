@@ -29,7 +29,7 @@ RUN = CIFAR_RUN
 CLIP = float(next(flag.split("=")[1] for flag in RUN if flag.startswith("--grad_norm_clip=")))
 
 
-# The data and the reference run are tests/conftest.py's, shared with test_checkpoint_faults.py.
+# The data and the reference run are tests/session_data.py's, shared with test_checkpoint_faults.py.
 @pytest.fixture(scope="module")
 def data_dir(cifar10_data_dir):
     return cifar10_data_dir
@@ -159,6 +159,7 @@ def test_kill_after_a_checkpoint_then_resume_gives_the_same_results(data_dir, re
     _assert_same_results(read_results(workdir), read_results(reference[0]), rel=1e-6)
 
 
+@pytest.mark.slow  # 15 s: a child imports TensorFlow and trains
 def test_sigterm_saves_a_checkpoint_and_exits_zero(data_dir, tmp_path):
     workdir = str(tmp_path / "run")
     args = RUN + [
