@@ -76,20 +76,21 @@ def trainer_step(config, steps):
 
 def trainer_mode(config):
     """(row name, compute dtype) of the trainers' step for `config` on this machine. The jax
-    engine's is resolved here from the same devices, with XLA on, as that engine always has it."""
+    engine's is resolved here from the same devices, with XLA on, as that engine always has it
+    (its registration's always_xla)."""
     from trainers import distribute, engines, model_builder, plan_pieces, precision
 
     strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
-    # The benchmark's own process runs the tf engine's backend: the jax engine's row is named
-    # from what it fixes itself (XLA always on), without loading JAX here.
-    on_jax = config.get("engine", "tf") == "jax"
-    jit = on_jax or engines.of(strategy).use_jit(config.jit_compile, strategy)
+    # The benchmark's own process runs the tf engine's backend: another engine's row is named
+    # from its registration (an engine whose step is always XLA), without loading its framework.
+    engine = engines.name_of(config)
+    jit = engines.REGISTRY[engine].always_xla or engines.of(strategy).use_jit(config.jit_compile, strategy)
     hidden_size, num_patches = model_builder.encoder_size(plan_pieces.model_settings(config))
     chosen = precision.resolve(
         config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches
     )[0]
     dtype = precision.compute_dtype(chosen)
-    mode = f"{'JAX' if on_jax else 'TF'}{'+XLA' if jit else ''}{'' if dtype == 'float32' else ' ' + dtype}"
+    mode = f"{engine.upper()}{'+XLA' if jit else ''}{'' if dtype == 'float32' else ' ' + dtype}"
     return f"keras_vit Trainer {mode}", dtype
 
 

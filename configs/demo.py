@@ -101,15 +101,6 @@ def repeated_stage(name):
     return name, 0
 
 
-def engine_fields(pinned, engine):
-    """The stages' pinned fields and engine: the jax engine always compiles its step with XLA,
-    so its stages leave --jit_compile at auto."""
-    fields = dict(pinned, engine=engine)
-    if engine == "jax":
-        fields.pop("jit_compile", None)
-    return fields
-
-
 def stage_flags(
     stage,
     workdir,
@@ -124,9 +115,10 @@ def stage_flags(
 ):
     """The fields `stage` gives its trainer's preset for --dataset (among them), as flags would.
     `pinned`: PINNED's fields (default PINNED; the few-shot trainer takes only cpu_threads, it runs
-    in float32). `engine`: what runs the stage (--engine). `few_runs` decides which stages
-    exist (stages()), not their fields."""
-    pinned = engine_fields(PINNED if pinned is None else pinned, engine)
+    in float32), less those the engine decides itself (trainers/demo.py pinned_for). `engine`:
+    what runs the stage (--engine). `few_runs` decides which stages exist (stages()), not their
+    fields."""
+    pinned = dict(PINNED if pinned is None else pinned, engine=engine)
     budget = dict(finetune_steps=finetune_steps, few_finetune_steps=few_finetune_steps)
     own = dict(ARCHITECTURE, workdir=_join(workdir, stage))
     trainer = STAGES[repeated_stage(stage)[0]]

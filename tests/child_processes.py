@@ -4,12 +4,13 @@
     .venv/bin/python tests/child_processes.py /tmp/processes.jsonl
 
 With KERAS_VIT_PROCESS_LOG set, tests/conftest.py calls `install`: every test process (the
-pytest-xdist workers too) notes its own TensorFlow import, every child process started through
-`subprocess` is noted with the test that started it, and a Python child gets
+pytest-xdist workers too) notes its own TensorFlow import when it happens, every child process
+started through `subprocess` is noted with the test that started it, and a Python child gets
 tests/child_site/sitecustomize.py first on its PYTHONPATH, which notes the child's TensorFlow
 import. Run as a script, it prints the counts. Off (the default), nothing is patched.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -43,8 +44,12 @@ def _with_child_site(env, log):
 def install(log):
     """Notes this process's TensorFlow import, and every child it starts from now on."""
     if CHILD_SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-        # Not a child of a counted process (an xdist worker is), whose sitecustomize notes it.
-        _note(log, kind="tensorflow", pid=os.getpid(), test=None)
+        # Not a child of a counted process (an xdist worker is, whose sitecustomize notes it): the
+        # same note, when this process imports TensorFlow (pytest-xdist's controller does not).
+        spec = importlib.util.spec_from_file_location(
+            "_tensorflow_note", os.path.join(CHILD_SITE, "sitecustomize.py")
+        )
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
     original = subprocess.Popen.__init__
 
     def noted(self, args, *rest, **kwargs):

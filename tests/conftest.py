@@ -1,68 +1,62 @@
 """Test-session set-up: the TensorFlow backend and two logical CPU devices.
 
-Splitting the CPU must happen before TensorFlow initialises its devices, so it is done
-here, at import, before any test module imports keras or tensorflow. Multi-replica code is
+Splitting the CPU must happen before TensorFlow initialises its devices, so it is done in
+pytest_configure, before any test module imports keras or tensorflow. Multi-replica code is
 then testable in-process with MirroredStrategy(["/cpu:0", "/cpu:1"]).
+
+Under pytest-xdist (`-n 2`) the controlling process runs no test: it imports neither TensorFlow
+nor the tests' fixtures (an import of TensorFlow costs about 10 s of CPU on 2 cores); its workers
+and a run without -n do.
 """
 
+import importlib
 import os
 import sys
-
-import pytest
+import types
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-# KERAS_VIT_PROCESS_LOG=FILE counts the child processes and TensorFlow imports (tests/child_processes.py).
-if os.environ.get("KERAS_VIT_PROCESS_LOG"):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import child_processes
-
-    child_processes.install(os.environ["KERAS_VIT_PROCESS_LOG"])
-
-import tensorflow as tf  # noqa: E402
-
-_cpus = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(
-    _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
-)
 
 # The repository root, so tests import keras_vit, trainers and configs from the work tree.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+# tests/, for the helper modules (the fixtures below are theirs).
+TESTS = os.path.dirname(os.path.abspath(__file__))
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
 
-# The stand-ins that several tests of the docs' pages use (tests/test_docs_*.py), one per session.
-from docs_standins import default_tfds, registry_cache, tfds_dir  # noqa: E402, F401
+# KERAS_VIT_PROCESS_LOG=FILE counts the child processes and TensorFlow imports (tests/child_processes.py).
+if os.environ.get("KERAS_VIT_PROCESS_LOG"):
+    import child_processes
 
-# The tests' shared models and data (tests/fixtures.py); its pytest fixtures are exposed here.
-from fixtures import (  # noqa: E402, F401
-    fake_tfds_dir,
-    multi_label_tfds_dir,
-    session_artefact,
-    shared_fake_tfds,
-)
-
-
-@pytest.fixture(scope="session")
-def cifar10_data_dir(tmp_path_factory):
-    """fake_tfds_dir's cifar10 (20 train and 10 test images per class), for the trainer tests that
-    read it (each one copies it before changing anything in it)."""
-    return shared_fake_tfds("cifar10", tmp_path_factory)
+    child_processes.install(os.environ["KERAS_VIT_PROCESS_LOG"])
 
 
-@pytest.fixture(scope="session")
-def cifar_reference(cifar10_data_dir, tmp_path_factory):
-    """(workdir, CompletedProcess) of one uninterrupted trainer_cli.CIFAR_RUN on cifar10_data_dir,
-    made once per test run: the results every resumed, recovered or re-distributed run of it must
-    end with. Tests copy the workdir before changing it."""
-    from trainer_cli import CIFAR_RUN, load_process, run_cli, save_process
+def _runs_no_test(config):
+    """pytest-xdist's controlling process: its workers run the tests."""
+    return bool(getattr(config.option, "numprocesses", None)) and "PYTEST_XDIST_WORKER" not in os.environ
 
-    def make(folder):
-        workdir = os.path.join(folder, "run")
-        proc = run_cli("finetune", CIFAR_RUN + [f"--data_dir={cifar10_data_dir}", f"--workdir={workdir}"])
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        save_process(proc, folder)
 
-    folder = session_artefact(tmp_path_factory, "cifar_reference", make)
-    return os.path.join(folder, "run"), load_process(folder)
+def pytest_configure(config):
+    if _runs_no_test(config):
+        return
+    import tensorflow as tf
+
+    cpus = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(
+        cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+    )
+    # The tests' shared fixtures: the shared models and data (tests/fixtures.py), the cifar10 data
+    # and reference run (tests/session_data.py), the library on JAX without TensorFlow
+    # (tests/jax_without_tensorflow.py), the stand-ins of the docs' pages (tests/docs_standins.py).
+    for name in ("fixtures", "session_data", "jax_without_tensorflow"):
+        # Registered under a name of their own: pytest's own fixtures plugin is "fixtures".
+        config.pluginmanager.register(importlib.import_module(name), f"tests_{name}")
+    # Of docs_standins, only its session stand-ins (its autouse fixture is the docs' tests' own).
+    import docs_standins
+
+    standins = types.ModuleType("docs_standins_session")
+    for name in ("default_tfds", "registry_cache", "tfds_dir"):
+        setattr(standins, name, getattr(docs_standins, name))
+    config.pluginmanager.register(standins, "docs_standins_session")

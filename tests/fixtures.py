@@ -2,7 +2,7 @@
 flags, and fake TFDS data_dirs made once per test run (single-label ones by
 ../shared/tools/fake_tfds.py, a multi-label one by tests/multi_label_tfds.py).
 
-What a test run makes once (`session_artefact`: the data_dirs, conftest.py's `cifar_reference`,
+What a test run makes once (`session_artefact`: the data_dirs, session_data.py's `cifar_reference`,
 finetuned_runs.py's `digits_workdir`) is made once whatever the number of pytest-xdist workers:
 the first worker that asks makes it under a file lock, the others wait for it and read it.
 

@@ -5,9 +5,11 @@ told in one line."""
 import subprocess
 import sys
 
+import pytest
 from trainer_cli import ROOT, TINY_DIGITS_FLAGS, run_child
 
 
+@pytest.mark.slow  # 13 s: a child on JAX trains
 def test_a_trainer_runs_under_keras_backend_jax(tmp_path):
     args = [
         "--dataset=digits",

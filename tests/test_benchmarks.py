@@ -490,6 +490,7 @@ def test_bad_flags_are_one_line_errors(capsys):
         inference.main(["--cases=ViT-Ti_16:32", "--peers=none", "--runtimes=tflite"])
 
 
+@pytest.mark.slow  # 19 s: a child on PyTorch
 def test_keras_vit_on_pytorch_runs_in_a_child_that_times_its_rounds():
     """The PyTorch-backend contestant from this (TensorFlow) process: its steps are built, run
     and timed in the child that serves them, one child for every case."""

@@ -30,7 +30,7 @@ DATA = "ckpt-{}.data-00000-of-00001"
 INDEX = "ckpt-{}.index"
 
 
-# The data and the uninterrupted run are tests/conftest.py's, shared with test_finetune.py.
+# The data and the uninterrupted run are tests/session_data.py's, shared with test_finetune.py.
 @pytest.fixture(scope="module")
 def data_dir(cifar10_data_dir):
     return cifar10_data_dir

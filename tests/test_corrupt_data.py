@@ -27,7 +27,7 @@ RUN = TINY_MODEL + [
 
 @pytest.fixture(scope="module")
 def good_data_dir(cifar10_data_dir):
-    return cifar10_data_dir  # tests/conftest.py's, shared; _copy() below before any damage
+    return cifar10_data_dir  # tests/session_data.py's, shared; _copy() below before any damage
 
 
 def _copy(good_data_dir, tmp_path):

@@ -63,6 +63,7 @@ except distribute.StrategyError as e:
 """
 
 
+@pytest.mark.slow  # 16 s: a child imports TensorFlow
 def test_cpu_threads_are_set_before_the_runtime_starts_and_checked_after():
     proc = subprocess.run(
         [sys.executable, "-c", CPU_THREADS_SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120

@@ -25,6 +25,7 @@ from readme_blocks import ROOT, split_command
 from trainer_cli import free_ports, read_results
 
 
+@pytest.mark.slow  # 17 s: the block's training runs
 def test_tfds_block(tfds_dir, tmp_path, capsys):
     replacements = {"/data/tfds": tfds_dir, "/tmp/pets": str(tmp_path / "pets")}
     _, prepare, finetune = block("tfds").commands  # the pip install: test_pip_installs_name_real_extras

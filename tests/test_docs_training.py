@@ -117,6 +117,7 @@ def test_finetune_from_own_npz(default_tfds, tmp_path, capsys):
     assert read_results(workdir)["steps"] == 2
 
 
+@pytest.mark.slow  # 14 s: the block's pre-training run
 def test_masked_patch_command(tmp_path, capsys):
     (command,) = block("masked-patch").commands
     workdir = tmp_path / "digits_mpp"
@@ -128,6 +129,7 @@ def test_masked_patch_command(tmp_path, capsys):
     assert "masked_patch_accuracy" in out
 
 
+@pytest.mark.slow  # 15 s: a training run, then TensorBoard's process
 def test_tensorboard_command(tmp_path):
     import tensorflow as tf
 
@@ -165,6 +167,7 @@ def test_trainer_error_samples(tmp_path, capsys, monkeypatch):
     assert str(err.value).replace(str(empty), "/data/tfds") == sample
 
 
+@pytest.mark.slow  # 15 s: the block's training run
 def test_config_described_run(tmp_path, capsys):
     (command,) = block("config-described").commands
     config = trainer_config(command)

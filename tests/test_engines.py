@@ -241,6 +241,8 @@ def test_every_registered_engine_has_every_member_of_the_interface():
         methods = {m for m in _members(interface.Trainer) if m not in interface.Trainer.__annotations__}
         assert sorted(m for m in methods if not hasattr(trainers[name], m)) == [], name
         assert set(engine.fixed_fields) <= set(FIELDS), name
+        if engines.REGISTRY[name].always_xla:  # what its registration says without loading it
+            assert engine.use_jit("auto", None) and "jit_compile" in engine.fixed_fields, name
 
 
 def test_backend_follows_the_command_line():
@@ -306,3 +308,38 @@ def test_every_engine_keeps_the_contract_of_a_run(runs, engine):
     assert sorted(whole) == sorted(rerun)
     for name in whole:
         np.testing.assert_array_equal(rerun[name], whole[name], err_msg=name)
+
+
+def _engine_tests(path):
+    """(line, source) of each comparison in a module of `path` between something named like an
+    engine or a strategy and a registered engine's name: a question of which engine runs."""
+    import ast
+
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        names = {s.value for s in sides if isinstance(s, ast.Constant)} & set(engines.REGISTRY)
+        text = ast.get_source_segment(source, node)
+        if names and ("engine" in text or "strategy" in text):
+            found.append((node.lineno, text))
+    return found
+
+
+def test_nothing_outside_the_engines_package_asks_which_engine_runs():
+    """What differs between engines is the Engine's (a member such as fixed_fields, kernels());
+    code elsewhere that compares the engine's name to "jax" is a seam bypassed. It caught
+    configs/demo.py dropping --jit_compile for `engine == "jax"`."""
+    root = trainer_cli.ROOT
+    asked = {}
+    for package in ("trainers", "configs", "keras_vit", "benchmarks"):
+        for folder, _, files in os.walk(os.path.join(root, package)):
+            if os.path.join("trainers", "engines") in folder:
+                continue
+            for name in files:
+                if name.endswith(".py") and (found := _engine_tests(os.path.join(folder, name))):
+                    asked[os.path.relpath(os.path.join(folder, name), root)] = found
+    assert asked == {}

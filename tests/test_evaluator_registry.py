@@ -179,6 +179,7 @@ def test_a_user_type_registers_from_its_own_module(types_copy):
         registry.register("constant")(lambda name, context: None)
 
 
+@pytest.mark.slow  # 16 s: a training run with two evaluators
 def test_a_run_with_two_evaluators_and_pp_strings_writes_both_tags(tmp_path, capsys):
     workdir = tmp_path / "run"
     evals = {

@@ -107,6 +107,7 @@ def test_onnx_runs_in_onnxruntime_like_keras(tmp_path, model, photos):
     np.testing.assert_allclose(probs, model.predict(pixels, verbose=0), atol=1e-4)
 
 
+@pytest.mark.slow  # 15 s: two LiteRT conversions
 def test_litert_float_and_int8_with_accuracy_on_a_labelled_folder(tmp_path, model, photos):
     from ai_edge_litert.interpreter import Interpreter
 

@@ -109,6 +109,7 @@ evaluator.run(fewshot.PIXELS)
 """
 
 
+@pytest.mark.slow  # 21 s: a child imports TensorFlow and probes five times
 def test_probing_several_models_in_one_process_keeps_stderr_clean():
     """Each model's features need a compiled step of their own; the raw pixels need none. Once a
     process has compiled the same code five times in a few calls, TensorFlow warns on stderr

@@ -281,6 +281,7 @@ def test_mixed_float16_argument_gets_loss_scaling_from_compile():
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
 
 
+@pytest.mark.slow  # 16 s: fits until it learns
 def test_compile_and_fit_learns_a_small_problem():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 64)

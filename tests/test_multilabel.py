@@ -230,6 +230,7 @@ def test_multi_label_stream_resumes_exactly_and_ignores_replica_count(multi_labe
     assert_same_batches(global_batches(input_fn(), 6, 2, 4), fresh)
 
 
+@pytest.mark.slow  # 19 s: a training run
 def test_multi_label_folder_trains_with_sigmoid_and_reports_prec_at_1(multi_label_folder, tmp_path, capsys):
     workdir = tmp_path / "run"
     argv = [

@@ -16,7 +16,6 @@ import re
 import runpy
 import subprocess
 import sys
-import textwrap
 from unittest import mock
 
 import pytest
@@ -325,67 +324,15 @@ def test_make_install_is_the_first_hour_and_the_tests_add_their_extras():
 
 # --- the library without TensorFlow -------------------------------------------------------
 
-_WITHOUT_TENSORFLOW = textwrap.dedent("""
-    import importlib.abc
-    import sys
 
-    BLOCKED = {"tensorflow", "tensorflow_datasets", "tensorboard", "sklearn", "ml_collections"}
-
-
-    class NotInstalled(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] in BLOCKED:
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-
-    assert not BLOCKED & set(sys.modules)
-    sys.meta_path.insert(0, NotInstalled())
-
-    import keras
-    import numpy as np
-
-    import keras_vit
-
-    assert keras.backend.backend() == "jax", keras.backend.backend()
-    for name in ("weights", "checkpoints", "fileio", "initializers"):
-        assert hasattr(keras_vit, name), name
-    path = sys.argv[1]
-    images = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
-
-    model = keras_vit.ViT_Ti16(input_shape=(32, 32, 3), classes=5, classifier_activation=None)
-    head = model.get_layer("head")  # zero at initialisation: give the logits something to show
-    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape))
-    logits = np.asarray(model(images))
-    keras_vit.weights.save_npz(model, path)
-
-    other = keras_vit.ViT_Ti16(input_shape=(32, 32, 3), classes=5, classifier_activation=None)
-    assert not np.allclose(np.asarray(other(images)), logits)
-    keras_vit.weights.load_weights(other, path)
-    np.testing.assert_array_equal(np.asarray(other(images)), logits)
-    built = keras_vit.ViT_Ti16(weights=path, classifier_activation=None)  # size, classes from the file
-    np.testing.assert_array_equal(np.asarray(built(images)), logits)
-
-    info = keras_vit.weights.describe(path)
-    assert info == dict(image_size=(32, 32), num_classes=5, representation_size=None,
-                        classifier="token"), info
-    assert not BLOCKED & {name.partition(".")[0] for name in sys.modules}
-    print("ok")
-""")
-
-
-def test_the_library_works_on_jax_with_no_tensorflow_installed(tmp_path):
-    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-    proc = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_TENSORFLOW, str(tmp_path / "model.npz")],
-        env=env,
-        cwd=str(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "ok"
+def test_the_library_works_on_jax_with_no_tensorflow_installed(jax_without_tensorflow):
+    """On JAX, with TensorFlow, TFDS, TensorBoard, scikit-learn and ml_collections impossible to
+    import (an environment that installed the library alone): a ViT builds, saves its weights,
+    loads them into another model and builds from the file alone with the same logits, and
+    `weights.describe` reads the file; none of those packages is imported on the way. Catches a
+    dependency of the library on a trainer or test package. (The child, tests/
+    jax_without_tensorflow.py, is shared with test_fileio and test_predict.)"""
+    jax_without_tensorflow.part("library")
 
 
 # --- a fresh environment: the library, then each backend's extra -------------------------------

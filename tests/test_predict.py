@@ -6,8 +6,6 @@ grayscale files. The resize is held against tf.image.resize and the trainers' ev
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import PIL.Image
@@ -221,39 +219,15 @@ def test_command_line_text_output_with_labels(capsys, photos, imagenet_weights, 
     assert all(line.startswith("  ") and "%  thing " in line and "(class " in line for line in lines[1:6])
 
 
-_WITHOUT_TENSORFLOW = """
-import importlib.abc, sys
-
-class NotInstalled(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] == "tensorflow":
-            raise ModuleNotFoundError(name)
-
-sys.meta_path.insert(0, NotInstalled())
-import json
-import keras_vit
-from keras_vit import predict
-
-model = keras_vit.create_model("ViT-Ti_16", weights=sys.argv[1])
-print(json.dumps(predict.classify(model, sys.argv[2:])))
-"""
-
-
-@pytest.mark.slow
-def test_classify_works_on_jax_without_tensorflow(photos, imagenet_weights):
-    paths = [photos["jpeg"], photos["png"]]
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-    proc = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_TENSORFLOW, imagenet_weights, *paths],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    on_jax = json.loads(proc.stdout.strip().splitlines()[-1])
-    on_tensorflow = predict.classify(keras_vit.create_model("ViT-Ti_16", weights=imagenet_weights), paths)
+def test_classify_works_on_jax_without_tensorflow(jax_without_tensorflow):
+    """predict.classify on JAX where TensorFlow is not installed gives the classes and
+    probabilities it gives on TensorFlow, for a JPEG and a PNG: catches an
+    image path that needs tf.io, or a resize or normalisation that differs between the backends.
+    (The child, tests/jax_without_tensorflow.py, is shared with test_fileio and test_packaging.)"""
+    on_jax = jax_without_tensorflow.part("classify")["top"]
+    weights, paths = jax_without_tensorflow.inputs["weights"], jax_without_tensorflow.inputs["paths"]
+    on_tensorflow = predict.classify(keras_vit.create_model("ViT-Ti_16", weights=weights), paths)
+    assert len(on_jax) == len(on_tensorflow) == 2
     for jax_top, tf_top in zip(on_jax, on_tensorflow):
         assert [i for i, _, _ in jax_top] == [i for i, _, _ in tf_top]
         np.testing.assert_allclose([p for *_, p in jax_top], [p for *_, p in tf_top], atol=1e-5)

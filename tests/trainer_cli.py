@@ -48,7 +48,7 @@ CIFAR_RUN = TINY_MODEL + [
     "--steps_per_loop=5",
     "--eval_every=10",
     "--checkpoint_every=10",
-    "--grad_norm_clip=0.5",
+    "--grad_norm_clip=0.25",
     "--seed=1",
 ]
 

@@ -41,7 +41,7 @@ from configs.demo import (
     DEFAULT_ENGINE,
     FEW_PER_CLASS,
     FULL,
-    PINNED,  # noqa: F401  (the stages' pins, what run(pinned=...) replaces)
+    PINNED,
     REPEATED,
     SHOTS,
     SMALL,
@@ -69,18 +69,27 @@ def stage_configs(
 ):
     """{stage name: (trainer module name, config)} in the order they run: the stages' presets
     (configs/demo.py) for these settings. `pinned`: PINNED's fields (default PINNED); `engine`:
-    what runs every stage (--engine)."""
+    what runs every stage (--engine), which leaves out of `pinned` what it decides itself."""
     settings = dict(
         pretrain_steps=pretrain_steps,
         finetune_steps=finetune_steps,
         few_finetune_steps=few_finetune_steps,
         seeds=seeds,
-        pinned=pinned,
+        pinned=pinned_for(engine, pinned),
         engine=engine,
     )
     return {
         name: (trainer, demo_config.get_config(name, workdir, **settings))
         for name, trainer in demo_config.stages(few_runs).items()
+    }
+
+
+def pinned_for(engine, pinned=None):
+    """The pinned fields (default PINNED) that `engine` takes: a field the engine decides itself
+    (Engine.fixed_fields: the jax engine always compiles its step with XLA) stays at its default."""
+    fixed = engines.get(engine).fixed_fields if engine in ENGINES else ()
+    return {
+        name: value for name, value in (PINNED if pinned is None else pinned).items() if name not in fixed
     }
 
 

@@ -51,6 +51,9 @@ def top1_hits(labels, logits):
     return ops.cast(ops.equal(top, ops.cast(labels, "int32")), "float32")
 
 
+# The global norm itself stays each engine's (tf.linalg.global_norm, and a sum in jax_loop): written
+# once in keras.ops, it sums the squares of a real model's ~150 gradients in another order than
+# tf.linalg.global_norm does, which moves the tf engine's clipped updates in their last bits.
 def clip_factor(norm, clip):
     """What the gradients are multiplied by to clip their global `norm` at `clip` (1 below it):
     tf.clip_by_global_norm's factor."""

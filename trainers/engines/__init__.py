@@ -29,6 +29,9 @@ class Registration:
     backend: str  # the Keras backend it runs on (KERAS_BACKEND, set before Keras loads)
     # XLA_FLAGS that show N CPU devices to the backend (with N in it), set before it loads; "": none
     cpu_devices_xla_flag: str = ""
+    # Its step is one XLA program whatever --jit_compile says (then a field it fixes itself), for
+    # what names a run of it without loading its module (benchmarks/shared.py).
+    always_xla: bool = False
 
 
 # --engine's values, the first the default. A new engine: its module, and a line here.
@@ -38,6 +41,7 @@ REGISTRY = {
         "trainers.engines.jax",
         backend="jax",
         cpu_devices_xla_flag="--xla_force_host_platform_device_count={}",
+        always_xla=True,
     ),
 }
 ENGINES = tuple(REGISTRY)
