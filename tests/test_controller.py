@@ -3,6 +3,7 @@
 import os
 import signal
 import time
+import types
 
 import pytest
 
@@ -23,6 +24,10 @@ class FakeTrainer:
         self.step += num_steps
         finite = self.diverge_at is None or self.step < self.diverge_at
         return {"loss": 1.0 if finite else float("nan"), "grad_norm": 1.0, "finite": finite}
+
+    @property
+    def last_loss(self):
+        return types.SimpleNamespace(numpy=lambda: 0.5)
 
 
 class FakeCheckpoints:
@@ -49,6 +54,12 @@ class Evaluation:
         self.log.append((self.name, step))
         return {f"{self.name}/step": float(step)}
 
+    def results(self, tags):
+        return dict(tags)
+
+    def final_lines(self, section):
+        return []
+
 
 class Record:
     def __init__(self, every, log):
@@ -58,7 +69,7 @@ class Record:
         self.log.append((self.every, step))
 
 
-def _controller(trainer, actions, total=12, steps_per_loop=5, logged=None, evaluations=(), finish=None):
+def _controller(trainer, actions, total=12, steps_per_loop=5, logged=None, evaluations=(), export=None):
     return Controller(
         trainer=trainer,
         strategy=distribute.create_strategy("cpu"),
@@ -68,7 +79,8 @@ def _controller(trainer, actions, total=12, steps_per_loop=5, logged=None, evalu
         actions=actions,
         evaluations=evaluations,
         checkpoints=FakeCheckpoints(),
-        finish=finish or (lambda step, tags: {"steps": step, **tags}),
+        record={"dataset": "d"},
+        export=export or (lambda results: None),
     )
 
 
@@ -106,25 +118,53 @@ def test_console_text_of_evaluations():
     )
 
 
-def test_run_trains_saves_then_evaluates_everything_once_at_the_end_and_finishes():
-    ran = []
+def test_run_trains_saves_then_evaluates_everything_once_at_the_end_and_exports():
+    ran, exported = [], []
     evaluations = [Evaluation(4, "periodic", ran), Evaluation(0, "final_only", ran)]
-    controller = _controller(FakeTrainer(), [], logged=[], evaluations=evaluations)
+    controller = _controller(FakeTrainer(), [], logged=[], evaluations=evaluations, export=exported.append)
     results = controller.run(iterator=None, step=0)
+    assert exported == [results]  # what the export wrote is what the run returns
     # During training only the evaluation that has an `every`; at the end every one, in order.
     assert ran == [("periodic", 4), ("periodic", 8), ("periodic", 12), ("final_only", 12)]
-    assert results == {"steps": 12, "periodic/step": 12.0, "final_only/step": 12.0}
+    assert dict(results).pop("wall_time_s") >= 0
+    del results["wall_time_s"]
+    assert results == {
+        "dataset": "d",
+        "steps": 12,
+        "train_loss": 0.5,
+        "periodic/step": 12.0,
+        "final_only/step": 12.0,
+    }
     assert controller.checkpoints.saved == ["final"]  # saved before the final evaluation
 
 
-def test_a_preempted_run_neither_evaluates_nor_finishes(monkeypatch):
+class Classifier(Evaluation):
+    """An evaluation with a section of its own, shared with other classifiers, and final lines."""
+
+    def results(self, tags):
+        return {"eval": {self.name: tags[f"{self.name}/step"]}}
+
+    def final_lines(self, section):
+        return [f"final {self.name}"]
+
+
+def test_each_evaluation_writes_its_own_section_and_sections_of_one_name_merge(capsys):
+    # An evaluator named like a classifier's split keeps its tags (they used to be left out).
+    evaluations = [Classifier(0, "minival", []), Evaluation(0, "test", []), Classifier(0, "test", [])]
+    controller = _controller(FakeTrainer(), [], logged=[], evaluations=evaluations)
+    results = controller.run(iterator=None, step=0)
+    assert results["eval"] == {"minival": 12.0, "test": 12.0} and results["test/step"] == 12.0
+    assert capsys.readouterr().out.splitlines()[-2:] == ["final minival", "final test"]
+
+
+def test_a_preempted_run_neither_evaluates_nor_exports(monkeypatch):
     ran, finished = [], []
     controller = _controller(
         FakeTrainer(),
         [],
         logged=[],
         evaluations=[Evaluation(0, "final_only", ran)],
-        finish=lambda step, tags: finished.append(step),
+        export=finished.append,
     )
     monkeypatch.setattr(controller, "train", lambda iterator, step, preempted=None: (5, True))
     assert controller.run(iterator=None, step=0) == {"preempted": True, "steps": 5}
@@ -136,9 +176,11 @@ def test_evaluate_only_needs_no_trainer():
     controller = Controller(
         strategy=distribute.create_strategy("cpu"),
         evaluations=[Evaluation(0, "probe", ran)],
-        finish=lambda step, tags: {"at": step, **tags},
+        record={"dataset": "d"},
+        export=lambda results: None,
     )
-    assert controller.evaluate_only() == {"at": 0, "probe/step": 0.0}
+    results = controller.evaluate_only()
+    assert results.pop("wall_time_s") >= 0 and results == {"dataset": "d", "probe/step": 0.0}
     assert ran == [("probe", 0)]
 
 
@@ -158,7 +200,7 @@ def test_sigterm_during_the_final_evaluation_stops_after_it_with_the_final_check
         [],
         logged=[],
         evaluations=[Signalled(0, "final_only", ran)],
-        finish=lambda step, tags: finished.append(step),
+        export=finished.append,
     )
     assert controller.run(iterator=None, step=0) == {"preempted": True, "steps": 12}
     assert ran == [("final_only", 12)] and finished == [] and controller.checkpoints.saved == ["final"]
@@ -169,13 +211,12 @@ def test_sigterm_during_the_final_evaluation_stops_after_it_with_the_final_check
 
 
 def test_sigterm_during_the_export_lets_it_end_and_says_so(capsys):
-    def finish(step, tags):
+    def export(results):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)
-        return {"steps": step}
 
-    controller = _controller(FakeTrainer(), [], logged=[], finish=finish)
-    assert controller.run(iterator=None, step=0) == {"steps": 12}
+    controller = _controller(FakeTrainer(), [], logged=[], export=export)
+    assert controller.run(iterator=None, step=0)["steps"] == 12
     assert capsys.readouterr().out.splitlines()[-1] == (
         "preempted (SIGTERM) as the run ended: it finished and wrote its results first."
     )

@@ -304,3 +304,16 @@ def test_memory_benchmark_table():
         ), case
         assert float(estimated) >= float(measured), case  # an upper bound, as the guide says
         assert float(ratio) == pytest.approx(float(estimated) / float(measured), abs=0.011), case
+
+
+def test_the_story_of_a_run_is_training_py_as_written():
+    # Each line of the page's outline (its code, without the comments) is a line of _run, in order.
+    source = open(os.path.join(ROOT, "trainers", "training.py"), encoding="utf-8").read()
+    body = [line.strip() for line in source.split("def _run(", 1)[1].splitlines()]
+    at = 0
+    for line in block("training-story").text.strip().splitlines()[1:]:
+        code = line.split("  #", 1)[0].strip()
+        if code in ("", "..."):
+            continue
+        assert code in body[at:], f"not in trainers/training.py's _run (in order): {code}"
+        at = body.index(code, at) + 1

@@ -2,8 +2,9 @@
 --engine=tf take the same steps to float32 rounding (the loss and gradient norm of every step,
 every weight after the run), on 1 and on 2 devices, with micro-batch accumulation, with the
 gradient clip binding and idle, with SGD and AdamW. Also every registered engine against the
-Engine interface (trainers/engines/interface.py), the engines' refusals and
-trainers/engine_env.py's choice of backend.
+Engine interface (trainers/engines/interface.py) and the contract of a run (a short run, an
+evaluation, features, resume), the engines' refusals and trainers/engine_env.py's choice of
+backend.
 
 Each engine runs every case in one child process (tests/engine_runs.py), the two side by side.
 """
@@ -56,6 +57,17 @@ FROM_SCRATCH = {
     "from_scratch": ["finetune", "--weights=none", "--seed=3"],
     "from_scratch_masked_patch": ["pretrain", "--objective=masked_patch", "--pre_logits=false", "--seed=3"],
 }
+# The contract every registered engine keeps on its own (besides the Engine interface's members):
+# a short run that evaluates while it trains (step 3) and at its end, few-shot probes on the
+# engine's feature step, and a resume from the checkpoint of step 3 that ends as the whole run.
+CONTRACT = [
+    "--cpu_devices=1",
+    "--eval_every=3",
+    "--checkpoint_every=3",
+    "--keep_checkpoints=5",
+    "--fewshot_datasets=digits",
+    "--fewshot_shots=1,2",
+]
 CLIPS = {
     "one_device_accumulated_clipped": 0.5,
     "two_devices_accumulated_clipped": 0.5,
@@ -86,7 +98,10 @@ def runs(tmp_path_factory):
     start = root / "start.npz"
     _initial_weights(start)
     workdirs = {
-        engine: {case: root / engine / case for case in {**CASES, **FROM_SCRATCH}} for engine in ("tf", "jax")
+        engine: {
+            case: root / engine / case for case in [*CASES, *FROM_SCRATCH, "contract", "contract_resumed"]
+        }
+        for engine in engine_env.BACKENDS
     }
     children = []
     for engine, backend in engine_env.BACKENDS.items():  # every registered engine
@@ -111,6 +126,13 @@ def runs(tmp_path_factory):
                 *extra,
             ]
             for case, (command, *extra) in FROM_SCRATCH.items()
+        ]
+        contract = [f"--engine={engine}", f"--weights={start}", *_without(COMMON, CONTRACT), *CONTRACT]
+        full, resumed = workdirs[engine]["contract"], workdirs[engine]["contract_resumed"]
+        argvs += [
+            ["finetune", f"--workdir={full}", *contract],
+            ["rewind", str(full), str(resumed), "3"],
+            ["finetune", f"--workdir={resumed}", *contract],
         ]
         env = trainer_cli._env(
             {"KERAS_BACKEND": backend, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
@@ -138,6 +160,12 @@ def runs(tmp_path_factory):
         log.close()
         assert status == 0, (root / f"{engine}.log").read_text()[-3000:]
     return workdirs
+
+
+def _without(flags, overrides):
+    """`flags` less those `overrides` gives another value."""
+    names = {flag.split("=")[0] for flag in overrides}
+    return [flag for flag in flags if flag.split("=")[0] not in names]
 
 
 def _train_scalars(workdir, tag):
@@ -256,6 +284,30 @@ def test_engine_refusals():
         engines.check(config(engine="jax"))
     with pytest.raises(UsageError, match="unknown --engine='nope': use one of tf, jax"):
         engines.check(config(engine="nope"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", sorted(engines.REGISTRY))
+def test_every_engine_keeps_the_contract_of_a_run(runs, engine):
+    full, resumed = runs[engine]["contract"], runs[engine]["contract_resumed"]
+    results = trainer_cli.read_results(full)
+    # A short run: six steps, evaluated while it trains and at its end.
+    assert results["steps"] == 6 and results["eval"]["test"]["examples"] == 360
+    evaluated = trainer_cli.scalar_tags(full / "eval")["test/accuracy"]
+    assert sorted(step for step, _ in evaluated) == [3, 6]
+    # Features: the few-shot probes ran on the engine's feature step, on every shot count.
+    for k in (1, 2):
+        assert 0.0 <= results[f"fewshot/digits/{k}shot_accuracy"] <= 1.0
+    # Resume: the rerun starts from the checkpoint of step 3 and ends as the whole run did.
+    log = (full.parent.parent / f"{engine}.log").read_text()
+    assert f"Resumed from {resumed}/checkpoints/ckpt-3 at step 3." in log
+    again = trainer_cli.read_results(resumed)
+    del results["wall_time_s"], again["wall_time_s"]
+    assert again == results
+    whole, rerun = trainer_cli.read_weights(full), trainer_cli.read_weights(resumed)
+    assert sorted(whole) == sorted(rerun)
+    for name in whole:
+        np.testing.assert_array_equal(rerun[name], whole[name], err_msg=name)
 
 
 def _engine_tests(path):

@@ -83,7 +83,6 @@ def test_the_default_config_gives_the_evaluators_of_the_flags():
     assert (evaluator.name, evaluator.every) == ("eval", 7)
     assert list(evaluator.datasets) == list(parse_eval_splits(config.eval_splits))
     assert requested == ["train[90%:]", "test"]
-    assert classification.combined([evaluator], context.trainer) is evaluator
 
 
 def test_fewshot_flags_add_the_fewshot_evaluator_they_always_did():

@@ -16,6 +16,7 @@ from trainer_cli import _env as cli_env
 import keras_vit
 from keras_vit import weights as weights_lib
 from trainers import data, distribute, errors, features, fewshot, linear_probe
+from trainers import plan as plan_lib
 
 # The digits' own 8 px in 4 px patches, width 16: the accuracies below are this model's.
 SHAPE = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32)
@@ -223,7 +224,7 @@ def test_probes_build_no_head_and_report_none(tmp_path, caplog):
         config[name] = type(config[name])(value)
     config.update(weights=path, pre_logits=False)
     with caplog.at_level("INFO", logger="keras_vit"):
-        probe = fewshot.build_feature_model(config, 10)
+        probe = fewshot.build_feature_model(plan_lib.resolve_probes(config, tf.distribute.get_strategy()), 10)
     assert "head" not in caplog.text, caplog.text
     assert "head" not in [layer.name for layer in probe.layers]
     images = np.random.default_rng(0).uniform(-1, 1, (2, 8, 8, 3)).astype("float32")

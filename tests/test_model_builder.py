@@ -16,10 +16,10 @@ def test_weights_file_without_model_is_read_once(tmp_path, monkeypatch):
     read_params = weights_lib.read_params
     monkeypatch.setattr(weights_lib, "read_params", lambda p, *a: reads.append(p) or read_params(p, *a))
     # No --model: the file tells the shape (one read), and the same contents are loaded.
-    config = trainer_flags.parse_flags(
+    config, params = trainer_flags.parse_command(
         ["finetune", "--dataset=digits", f"--weights={path}", "--image_size=16"], finetune.get_config
     )
-    model = model_builder.build_model(plan_pieces.model_settings(config), num_classes=10)
+    model = model_builder.build_model(plan_pieces.model_settings(config), num_classes=10, params=params)
     assert reads == [path]
     assert (model.hidden_size, model.num_layers, model.patch_size) == (32, 1, 8)
     np.testing.assert_array_equal(

@@ -14,7 +14,7 @@ from fixtures import tiny_vit
 from configs import finetune as finetune_config
 from configs.fields import DEFAULTS
 from keras_vit import weights as weights_lib
-from trainers import finetune, model_builder, training
+from trainers import finetune, training
 from trainers import flags as trainer_flags
 from trainers import plan as plan_lib
 from trainers.data import ops
@@ -85,13 +85,12 @@ def test_the_weights_file_is_read_once_from_the_command_line_to_the_model(tmp_pa
     reads = []
     read_params = weights_lib.read_params
     monkeypatch.setattr(weights_lib, "read_params", lambda p, *a: reads.append(p) or read_params(p, *a))
-    config = trainer_flags.parse_flags(
+    config, weights_params = trainer_flags.parse_command(
         ["finetune", "--dataset=digits", f"--weights={path}", "--image_size=32", "--batch_size=8"],
         finetune.get_config,
     )
-    plan = plan_lib.resolve(config, ONE)
-    assert reads == [path] and plan.params is not None
-    assert model_builder.params_read(plan.model.weights) is None  # handed to the plan, not left behind
+    plan = plan_lib.resolve(config, ONE, weights_params)
+    assert reads == [path] and plan.params is weights_params
     built = training.build_trainer(config, ONE, type("Spec", (), {"num_classes": 10}), plan)
     assert reads == [path]  # the model was loaded from the plan's parameters
     loaded = built.trainer.model.get_layer("embedding").kernel.numpy()

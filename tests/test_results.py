@@ -28,7 +28,8 @@ def test_a_write_that_fails_leaves_the_old_file_whole(tmp_path):
 def test_every_command_writes_through_it():
     # The trainers that end with results.json name this module, and none writes the file itself.
     root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "trainers")
-    for name in ("actions.py", "fewshot.py", "sweep.py", "demo.py"):
+    # (trainers.fewshot ends through actions.Export, as the training runs do.)
+    for name in ("actions.py", "sweep.py", "demo.py"):
         with open(os.path.join(root, name), encoding="utf-8") as f:
             source = f.read()
         assert "results_lib.write(" in source, name

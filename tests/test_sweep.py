@@ -273,3 +273,15 @@ def test_base_lr_is_a_number_or_sweep_in_flags_and_in_python():
     assert sweep.parse_sweep_lrs(config.sweep_lrs) == [0.001, 0.003, 0.01, 0.03]
     with pytest.raises(errors.UsageError, match="number or 'sweep'"):
         trainer_flags.parse_base_lr("fast")
+
+
+def test_a_sub_runs_config_stays_locked_so_a_misspelt_field_is_still_an_error():
+    # Each sub-run (and every plain fine-tune: trainers/finetune.py) gets a changed copy of the
+    # parsed config; an unlocked copy would take a misspelt field as a new one.
+    parsed = trainer_flags.parse_flags(
+        ["finetune", "--dataset=digits", "--base_lr=sweep"], finetune.get_config
+    )
+    sub = sweep.with_changes(parsed, base_lr=0.003, workdir="/tmp/unused/lr_0.003")
+    assert (sub.base_lr, sub.workdir, parsed.base_lr) == (0.003, "/tmp/unused/lr_0.003", "sweep")
+    with pytest.raises(AttributeError, match="locked"):
+        sub.bse_lr = 0.01

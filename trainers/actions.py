@@ -3,7 +3,8 @@
 `LogTraining` runs after every loop call. Each other action has `every` (steps between its runs;
 0 = none during training) and is called as `action(step, out, seconds)` after a loop call that
 ended at a multiple of `every`, before the end of training (the final step has its own,
-unconditional, end-of-run work in trainers/training.py).
+unconditional, end-of-run work in trainers/controller.py: every evaluation once more, then
+`Export`).
 The controller also stops its loop calls at every action's steps, so a resumed run splits its
 steps into the same calls as an uninterrupted one.
 """
@@ -92,7 +93,8 @@ class SaveCheckpoint:
 
 
 class Evaluate:
-    """Runs an evaluator, writes its tags to WORKDIR/eval and prints them; returns the tags."""
+    """Runs an evaluator, writes its tags to WORKDIR/eval and prints them; returns the tags. At the
+    end of a run, the evaluator's `results` and `final_lines` (trainers/evaluators/__init__.py)."""
 
     def __init__(self, evaluator, model, summaries, strategy, console=None, quiet=False, tag_of=None):
         """quiet: no console line (for a command that prints a summary of its own).
@@ -119,19 +121,36 @@ class Evaluate:
             self.console.print(f"step {step}  {describe(self.evaluator.name, tags)}")
         return tags
 
+    def results(self, tags):
+        return self.evaluator.results(tags)
+
+    def final_lines(self, section):
+        return self.evaluator.final_lines(section)
+
 
 class Export:
-    """The end of a run, on the chief: WORKDIR/model.npz (official layout), WORKDIR/results.json
-    and WORKDIR/class_names.json (what keras_vit.run_dir reads to classify and export)."""
+    """The end of a run, on the chief: WORKDIR/model.npz (official layout; none for model=None),
+    WORKDIR/results.json and WORKDIR/class_names.json (what keras_vit.run_dir reads to classify
+    and export); WORKDIR/config.json where `config_json` is given (a command that writes it only
+    at its end); then the TensorBoard `summaries` flushed, on every process."""
 
-    def __init__(self, model, workdir, chief, class_names=()):
+    def __init__(self, model, workdir, chief, class_names=(), *, config_json=None, summaries=None):
         self.model, self.workdir, self.chief = model, workdir, chief
         self.class_names = list(class_names)
+        self.config_json, self.summaries = config_json, summaries
 
     def __call__(self, results):
-        if not self.chief:
-            return
-        weights_lib.save_npz(self.model, fileio.join(self.workdir, "model.npz"))
+        if self.chief:
+            self._write(results)
+        if self.summaries is not None:
+            self.summaries.flush()
+
+    def _write(self, results):
+        if self.config_json is not None:
+            fileio.makedirs(self.workdir)
+            fileio.write_atomic(fileio.join(self.workdir, "config.json"), self.config_json + "\n")
+        if self.model is not None:
+            weights_lib.save_npz(self.model, fileio.join(self.workdir, "model.npz"))
         if self.class_names:
             fileio.write_atomic(
                 fileio.join(self.workdir, run_dir.CLASS_NAMES_FILE),

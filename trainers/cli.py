@@ -11,11 +11,13 @@ import sys
 from trainers import preemption
 from trainers.console import show_library_messages
 from trainers.errors import TrainerError, one_line
-from trainers.flags import parse_flags, program_name, read_argv
+from trainers.flags import parse_command, program_name, read_argv
 
 
 def main(run, get_config, argv=None, help_overrides=None, about=None):
-    """The trainer's command line: `about` (its docstring) opens `--help` (trainers/flags.py)."""
+    """The trainer's command line: `run(config, weights_params=...)` on the parsed flags (the
+    --weights file's parameters where reading its shape read them: trainers/flags.py); `about`
+    (its docstring) opens `--help`."""
     # The process's own command line: its signals are watched until the process ends.
     whole_process = argv is None
     argv = sys.argv if argv is None else argv
@@ -25,7 +27,8 @@ def main(run, get_config, argv=None, help_overrides=None, about=None):
         # SIGTERM and Ctrl-C from here on: a run stops at its next safe point, anything else
         # at once, each with one line (trainers/preemption.py).
         with preemption.watching(reads=False, whole_process=whole_process):
-            run(parse_flags(argv, get_config, help_overrides, about))
+            config, weights_params = parse_command(argv, get_config, help_overrides, about)
+            run(config, weights_params=weights_params)
     except TrainerError as e:
         print(f"{program}: error: {one_line(e)}", file=sys.stderr)
         return e.exit_code

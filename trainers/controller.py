@@ -2,8 +2,10 @@
 whole run around it.
 
 `run` trains, saves the final checkpoint, runs every evaluation once more at the last step and
-hands their tags to `finish` (the run's results and export). `evaluate_only` is the same end
-without training: trainers.fewshot probes a frozen model through it.
+ends the run: results.json is the run's `record`, its steps and last training loss, and each
+evaluation's own section (trainers/evaluators/__init__.py: `results`), and `export` writes it
+with the model (trainers/actions.py: Export). `evaluate_only` is the same end without training:
+trainers.fewshot probes a frozen model through it.
 
 `train` calls `Trainer.train` for as many steps as there are until the next step at which an
 action is due (trainers/actions.py: log, checkpoint, evaluate), runs the due actions, and stops
@@ -17,6 +19,7 @@ uninterrupted one, which is what makes resume exact.
 import time
 
 from trainers import preemption
+from trainers.console import Console
 from trainers.errors import TrainingError
 
 FIRST_CALL_STEPS = 1
@@ -24,14 +27,18 @@ FIRST_CALL_STEPS = 1
 
 class Controller:
     """`evaluations`: actions.Evaluate-like callables, run when due during training (with `every`)
-    and all of them at the end. `finish(step, tags)` -> the run's results: called once, with the
-    end's evaluation tags. `actions`: the rest of what runs between loop calls (checkpoints)."""
+    and all of them at the end, each with `results(tags)` (its section of results.json) and
+    `final_lines(section)`. `record`: what results.json says of the run before its evaluations
+    (dataset, model, ...). `export(results)`: writes the end's files (actions.Export). `actions`:
+    the rest of what runs between loop calls (checkpoints). `started`: the run's start
+    (time.time(); results.json's wall_time_s counts from it)."""
 
     def __init__(
         self,
         *,
         strategy,
-        finish,
+        export,
+        record=(),
         evaluations=(),
         trainer=None,
         total_steps=0,
@@ -39,6 +46,8 @@ class Controller:
         log=None,
         actions=(),
         checkpoints=None,
+        console=None,
+        started=None,
     ):
         self.trainer, self.strategy = trainer, strategy
         self.total_steps, self.steps_per_loop = total_steps, steps_per_loop
@@ -46,7 +55,9 @@ class Controller:
         self.evaluations = list(evaluations)
         self.actions = [*actions, *self.evaluations]
         self.checkpoints = checkpoints
-        self.finish = finish
+        self.record, self.export = dict(record), export
+        self.console = console or Console()
+        self.started = time.time() if started is None else started
 
     def run(self, iterator, step):
         """Trains from `step` to the end, then evaluates and finishes: the run's results, or
@@ -63,10 +74,10 @@ class Controller:
             self.checkpoints.save_if_new()
             if preempted.saved_checkpoint():  # after the final checkpoint
                 return self._stopped(preempted, step, _FINISH)
-            tags = self.evaluate(step)
+            tags = self._evaluate_each(step)
             if preempted.saved_checkpoint():  # after the final evaluations, before the export
                 return self._stopped(preempted, step, _FINISH)
-            results = self.finish(step, tags)
+            results = self._finish(step, tags)
             if preempted.signalled:  # during the export: written to the end, then said
                 _say(preempted, " as the run ended: it finished and wrote its results first.")
             return results
@@ -87,15 +98,33 @@ class Controller:
         return {"preempted": True, "steps": step}
 
     def evaluate_only(self, step=0):
-        """Every evaluation once at `step`, and the results `finish` makes of their tags."""
-        return self.finish(step, self.evaluate(step))
+        """Every evaluation once at `step`, then the end of the run: its results (exported)."""
+        return self._finish(step, self._evaluate_each(step))
 
-    def evaluate(self, step):
-        """Runs every evaluation at `step`; their tags, merged."""
-        tags = {}
-        for evaluation in self.evaluations:
-            tags.update(evaluation(step))
-        return tags
+    def _evaluate_each(self, step):
+        """Runs every evaluation at `step`; the tags of each, in order."""
+        return [evaluation(step) for evaluation in self.evaluations]
+
+    def _finish(self, step, tags):
+        """results.json's dict (returned): the record, the training's end and every evaluation's
+        section; the evaluations' final lines; then the export."""
+        results = dict(self.record)
+        if self.trainer is not None:
+            results["steps"] = step
+            results["train_loss"] = float(self.trainer.last_loss.numpy())
+        sections = [evaluation.results(t) for evaluation, t in zip(self.evaluations, tags)]
+        for section in sections:
+            for key, value in section.items():
+                if isinstance(value, dict) and isinstance(results.get(key), dict):
+                    results[key] = {**results[key], **value}
+                else:
+                    results[key] = value
+        results["wall_time_s"] = round(time.time() - self.started, 2)
+        for evaluation, section in zip(self.evaluations, sections):
+            for line in evaluation.final_lines(section):
+                self.console.print(line)
+        self.export(results)
+        return results
 
     def next_boundary(self, step):
         """The next step at which the host must act."""

@@ -20,15 +20,16 @@ def get_config(dataset="oxford_iiit_pet"):
     return finetune_config.get_config(dataset)
 
 
-def run(config):
+def run(config, weights_params=None):
     """Fine-tunes per `config` (configs.finetune.get_config(...) with changes); returns results.
 
     With config.base_lr = "sweep": the learning-rate sweep, and its summary as the results.
+    `weights_params`: the --weights file's parameters where the command line read them.
     """
     base_lr = parse_base_lr(config.base_lr)
     if base_lr == "sweep":
-        return sweep.run(config)
-    return training.run(sweep.with_changes(config, base_lr=base_lr))
+        return sweep.run(config, weights_params=weights_params)
+    return training.run(sweep.with_changes(config, base_lr=base_lr), weights_params=weights_params)
 
 
 def main(argv=None):

@@ -6,6 +6,7 @@ its declaration. Flags default to "not given"; the preset is chosen by the given
 overrides it, and the result is locked: a misspelt field is an error, not a new field.
 """
 
+import collections
 import difflib
 import inspect
 import json
@@ -27,8 +28,20 @@ def program_name(argv):
     return os.path.basename(argv[0]).replace(".py", "") if argv else "trainer"
 
 
+# A parsed command line: the resolved, locked ConfigDict, and the parameters of the --weights file
+# it read to learn the model's shape (None where it read none), which the run's plan carries on
+# to the model builder, so that a large (or remote) file is read once.
+Command = collections.namedtuple("Command", "config weights_params")
+
+
 def parse_flags(argv, get_config, help_overrides=None, about=None):
-    """argv -> the resolved, locked ConfigDict: the preset, then every given flag.
+    """argv -> the resolved, locked ConfigDict: the preset, then every given flag (parse_command's)."""
+    return parse_command(argv, get_config, help_overrides, about).config
+
+
+def parse_command(argv, get_config, help_overrides=None, about=None):
+    """argv -> Command: the resolved, locked ConfigDict (the preset, then every given flag) and the
+    --weights file's parameters where it was read.
 
     `help_overrides` replaces the declared help of fields whose meaning differs in one trainer;
     `about` is the trainer's docstring, whose first line and first two example commands open
@@ -54,16 +67,18 @@ def parse_flags(argv, get_config, help_overrides=None, about=None):
             if name in config:
                 config[name] = 0
     weights = values["weights"].value if "weights" in defaults else None
+    weights_params = None
     if values["model"].value is None and describes_itself(weights):
         # --weights=FILE alone: the file says what it is (its shape), so no shape flags are needed.
-        for name, value in architecture_from_weights(weights).items():
+        fields, weights_params = architecture_from_weights(weights)
+        for name, value in fields.items():
             if name in config:
                 config[name] = value
     for name in defaults:
         if values[name].value is not None:
             config[name] = values[name].value
     config.lock()
-    return config
+    return Command(config, weights_params)
 
 
 def read_argv(values, argv, usage, help_text=None):

@@ -88,6 +88,12 @@ class Pictures:
                 tf.summary.image(f"pictures/{tag}", rendered(figure))
         return {}
 
+    def results(self, tags):
+        return {}  # pictures only: nothing for results.json
+
+    def final_lines(self, section):
+        return []
+
 
 def accuracy_by_shots(tags, rename=None):
     """({name: {shots: accuracy}}, {name: {shots: std}}) from few-shot tags
@@ -122,3 +128,9 @@ class FewShotPlot:
         with self.writer.as_default():
             log_accuracy_by_shots(tags, step)
         return tags
+
+    def results(self, tags):
+        return self.evaluate.results(tags)
+
+    def final_lines(self, section):
+        return self.evaluate.final_lines(section)

@@ -17,8 +17,6 @@ from trainers.errors import UsageError, first_line
 # big_vision's init_head_bias for sigmoid runs: a new head predicts sigmoid(-10) ~ 4.5e-5 for
 # every class, so the first steps do not spend their gradient pushing thousands of negatives down.
 SIGMOID_HEAD_BIAS = -10.0
-# {path: params} of the one --weights file architecture_from_weights read, until build_model loads it.
-_PARAMS_READ = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,20 +51,19 @@ def encoder_size(settings):
 
 
 def architecture_from_weights(path):
-    """The shape fields a local weights file decides: {"model": ..., "patch_size": ..., ...}.
+    """(the shape fields a local weights file decides: {"model": ..., "patch_size": ..., ...},
+    the file's parameters).
 
     A file of our own pre-training (or an official one) says what it is; building the model from
     it needs no shape flags. Hybrids take the official variant with the file's ResNet stem;
-    everything else is an override of the config's variant.
+    everything else is an override of the config's variant. The parameters travel on to the
+    run's plan, so that build_model loads them without reading a large (or remote) file again.
     """
     try:
         # read_checkpoint: a Hub name, folder or .safetensors file is converted to vit_jax keys.
         params = weights_lib.read_checkpoint(path)[1]
     except (ValueError, OSError) as e:
         raise UsageError(f"--weights {path!r}: {first_line(e)}") from None
-    # Kept for build_model, which loads them: a large (or remote) file is read once.
-    _PARAMS_READ.clear()
-    _PARAMS_READ[path] = params
     found = npz_layout.architecture(params)
     fields = {
         name: found[name] for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
@@ -76,7 +73,7 @@ def architecture_from_weights(path):
     fields["posemb"] = found["posemb"]
     if found["resnet_layers"] is not None:
         fields["model"] = _hybrid_with_stem(path, tuple(found["resnet_layers"]))
-    return {name: value for name, value in fields.items() if value is not None}
+    return {name: value for name, value in fields.items() if value is not None}, params
 
 
 def _hybrid_with_stem(path, resnet_layers):
@@ -109,13 +106,6 @@ def weights_arg(weights):
     return None if weights.lower() in ("", "none") else weights
 
 
-def params_read(weights):
-    """The parameters of the `weights` file (weights_arg's) if they were read already (the command
-    line reads a file to learn the model's shape from it), else None: create_model then reads the
-    file itself."""
-    return _PARAMS_READ.pop(weights, None) if weights else None
-
-
 def build_model(settings, num_classes, pre_logits_from_weights=False, include_top=True, params=None):
     """The model of `settings` (ModelSettings) with a head of `num_classes`.
 
@@ -124,7 +114,8 @@ def build_model(settings, num_classes, pre_logits_from_weights=False, include_to
     --pre_logits does (fine-tuning drops the checkpoint's, as vit_jax does).
     include_top: False builds no head (a frozen feature model): its output is the pooled
     representation, and loading says nothing about a head.
-    params: the weights file's parameters, read once already (trainers/plan.py).
+    params: the weights file's parameters, read once already (the plan's); None: create_model
+    reads the file itself.
     """
     weights = settings.weights
     if is_weights_file(weights) and not fileio.exists(weights):
@@ -143,7 +134,6 @@ def build_model(settings, num_classes, pre_logits_from_weights=False, include_to
     if not include_top:
         kwargs.update(include_top=False, pooling=kwargs["classifier"])
     try:
-        params = params_read(weights) if params is None else params
         model = keras_vit.create_model(settings.variant, weights=weights, params=params, **kwargs)
     except (ValueError, OSError) as e:
         raise UsageError(

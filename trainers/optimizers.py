@@ -10,6 +10,7 @@
   reduces and clips the gradients itself (see trainers/loop.py).
 """
 
+import dataclasses
 import math
 
 import keras
@@ -19,6 +20,34 @@ from keras import ops
 OPTIMIZERS = ("sgd", "adam")
 DECAY_TYPES = ("cosine", "linear")
 MOMENTUM_DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSettings:
+    """The update a run asks for, resolved from its config once (trainers/plan_pieces.py)."""
+
+    optimizer: str  # --optimizer: one of OPTIMIZERS
+    base_lr: float
+    total_steps: int  # the schedule's length
+    warmup_steps: int
+    decay_type: str  # one of DECAY_TYPES
+    momentum_dtype: str  # one of MOMENTUM_DTYPES
+    weight_decay: float
+    grad_norm_clip: float  # the global norm the Trainer clips the gradients to (0: no clipping)
+
+    def schedule(self):
+        """The WarmupDecay of these settings."""
+        return WarmupDecay(self.base_lr, self.total_steps, self.warmup_steps, self.decay_type)
+
+    def make_optimizer(self, schedule, loss_scaling=False):
+        """make_optimizer's optimizer of these settings, at `schedule`'s learning rate."""
+        return make_optimizer(
+            self.optimizer,
+            schedule,
+            momentum_dtype=self.momentum_dtype,
+            weight_decay=self.weight_decay,
+            loss_scaling=loss_scaling,
+        )
 
 
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):

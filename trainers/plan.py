@@ -12,7 +12,17 @@ the memory estimate, the banner and the evaluators each take a piece of it
 import dataclasses
 import types
 
-from trainers import banner, engines, memory, model_builder, objectives, plan_pieces, precision
+from trainers import (
+    banner,
+    engines,
+    features,
+    memory,
+    model_builder,
+    objectives,
+    optimizers,
+    plan_pieces,
+    precision,
+)
 from trainers.data import pp
 from trainers.errors import UsageError
 from trainers.flags import parse_accum_steps, parse_eval_splits
@@ -35,12 +45,17 @@ class Plan:
     jit: bool  # XLA for the step
     precision: str  # "none", "bfloat16" or "float16": "auto" decided for this device
     precision_note: str  # the banner's reason for that precision
-    params: object  # the --weights file's parameters, read once; None: nothing read yet
+    params: object  # the --weights file's parameters the command line read; None: the builder reads it
     objective: str  # what the run optimises (trainers/objectives.py OBJECTIVES)
     masked_target: str  # masked patch prediction's target (keras_vit.masked_patches.TARGETS)
+    loss: str  # classification's loss: "softmax" or "sigmoid" (trainers/numerics.py)
 
     # The pieces the parts of a run are handed in place of the config (trainers/plan_pieces.py).
+    data: plan_pieces.DataSettings  # the dataset and where it is
     model: model_builder.ModelSettings  # variant, create_model arguments, weights, head
+    optimizer: optimizers.OptimizerSettings  # the optimizer, its schedule and the clipping
+    loop: plan_pieces.LoopSettings  # the steps, and when to evaluate and save
+    output: plan_pieces.OutputSettings  # the workdir and what is recorded in it
     memory: memory.MemorySettings  # what sizes the step against the device's memory
     banner: banner.BannerSettings  # the config's values the start banner shows
     evals: types.MappingProxyType  # name -> evaluators.registry.Entry, the flags' values filled in
@@ -51,8 +66,9 @@ class Plan:
         return _mixes(self.batch_ops)
 
 
-def resolve(config, strategy):
-    """The Plan of a validated training `config` under `strategy`."""
+def resolve(config, strategy, weights_params=None):
+    """The Plan of a validated training `config` under `strategy`. `weights_params`: the --weights
+    file's parameters where the command line read them (trainers/flags.py parse_command)."""
     accum_steps = parse_accum_steps(config.accum_steps)
     eval_splits = parse_eval_splits(config.eval_splits)
     if not eval_splits:
@@ -84,13 +100,52 @@ def resolve(config, strategy):
         jit=jit,
         precision=mixed_precision,
         precision_note=precision_note,
-        params=model_builder.params_read(model.weights),
+        params=weights_params if model.weights else None,
         objective=objective,
         masked_target=plan_pieces.field_value(config, "masked_target"),
+        loss=config.loss,
+        data=plan_pieces.data_settings(config),
         model=model,
+        optimizer=plan_pieces.optimizer_settings(config),
+        loop=plan_pieces.loop_settings(config),
+        output=plan_pieces.output_settings(config),
         memory=plan_pieces.memory_settings(config),
         banner=plan_pieces.banner_settings(config),
         evals=plan_pieces.eval_entries(config),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbePlan:
+    """What `python -m trainers.fewshot` runs on: an evaluate-only plan, made by `resolve_probes`."""
+
+    seed: int
+    data: plan_pieces.DataSettings  # the probed dataset and where it is
+    model: object  # model_builder.ModelSettings of the frozen model; None: raw pixels (--model=pixels)
+    pre_logits_from_weights: bool  # the weights file decides the pre-logits layer (not --pre_logits)
+    params: object  # the --weights file's parameters the command line read; None: the builder reads it
+    probes: plan_pieces.ProbeSettings
+    output: plan_pieces.OutputSettings
+    record: types.MappingProxyType  # what results.json says was probed: dataset, model, weights
+
+
+def resolve_probes(config, strategy, weights_params=None):
+    """The ProbePlan of a validated few-shot `config` under `strategy`."""
+    replicas = strategy.num_replicas_in_sync
+    if config.batch_size % replicas:
+        raise UsageError(f"--batch_size {config.batch_size} is not divisible by {replicas} replicas.")
+    model = None if config.model == features.PIXELS else plan_pieces.model_settings(config)
+    return ProbePlan(
+        seed=config.seed,
+        data=plan_pieces.data_settings(config),
+        model=model,
+        pre_logits_from_weights=not config.pre_logits,
+        params=weights_params if model is not None and model.weights else None,
+        probes=plan_pieces.probe_settings(config),
+        output=plan_pieces.output_settings(config),
+        record=types.MappingProxyType(
+            {"dataset": config.dataset, "model": config.model, "weights": config.weights}
+        ),
     )
 
 
@@ -107,7 +162,7 @@ def _with_masked_patch_draw(config, batch_ops, objective, patch):
                 "pre-train with --objective=masked_patch"
             )
         return batch_ops
-    if not config.get("pp_train"):
+    if not config.pp_train:
         return [*batch_ops, (draw, {"patch_size": patch})]
     if not named:
         raise UsageError(

@@ -1,17 +1,20 @@
-"""The pieces of a run's plan: what the model builder, the memory estimate, the banner and the
-evaluators are handed, each read from the config here, once (trainers/plan.py puts them in the Plan).
+"""The pieces of a run's plan: what the model builder, the optimizer, the loop, the workdir, the
+memory estimate, the banner and the evaluators are handed, each read from the config here, once
+(trainers/plan.py puts them in the Plan).
 
 These functions are the one place below validation where those fields are read; a field a
 trainer's config does not have (the few-shot command has no --loss, only fine-tuning has
 --new_head) is decided here too, so the modules that take the pieces never look at a config.
 """
 
+import dataclasses
 import types
 
 from configs.fields import DEFAULTS
 from keras_vit.variants import VARIANTS
-from trainers import banner, memory, model_builder
+from trainers import banner, memory, model_builder, optimizers
 from trainers.evaluators import from_config
+from trainers.flags import config_to_json
 
 # The shape fields that override the variant's where they are set (0: the variant's).
 SHAPE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
@@ -46,6 +49,103 @@ def model_settings(config):
         # Only fine-tuning has --new_head: a pre-training run's --weights keep the head they have.
         new_head="new_head" in config and bool(config.new_head),
         sigmoid_head=field_value(config, "loss") == "sigmoid",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+    """Where a run's dataset comes from (trainers/data's get_spec)."""
+
+    dataset: str  # --dataset: a registry name, or NAME:CLASSES
+    data_dir: object  # --data_dir; None: TFDS's default
+    manual_dir: object  # --manual_dir; None: TFDS's default
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+    """When the controller acts: the steps of a run and the intervals of its actions."""
+
+    total_steps: int
+    steps_per_loop: int  # steps per call of the compiled loop, at most
+    eval_every: int  # steps between evaluations (0: at the end only)
+    checkpoint_every: int  # steps between checkpoints (0: at the end only)
+    keep_checkpoints: int  # checkpoints kept in WORKDIR/checkpoints
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSettings:
+    """What a run writes, and where."""
+
+    workdir: str
+    config_json: str  # WORKDIR/config.json's text: the whole config, as a rerun checks it
+    hparams: types.MappingProxyType  # TensorBoard's hyperparameters: the config's scalar fields
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeSettings:
+    """The few-shot command's probes: FewShotEvaluator's arguments (trainers/evaluators/fewshot.py)."""
+
+    image_size: int  # the features' input size (the images are resized to it)
+    batch_size: int  # the global batch of the feature extraction
+    shots: object  # --shots, as FewShotEvaluator parses it
+    seeds: int  # draws of each k-shot set
+    l2_reg: object  # --l2_reg: a number, or "sweep"
+    train_split: str  # where the k-shot sets are drawn from
+    test_split: str  # what the probes are scored on
+
+
+def probe_settings(config):
+    """The ProbeSettings of a few-shot config."""
+    return ProbeSettings(
+        image_size=config.image_size,
+        batch_size=config.batch_size,
+        shots=config.shots,
+        seeds=config.seeds,
+        l2_reg=config.l2_reg,
+        train_split=config.train_split,
+        test_split=config.test_split,
+    )
+
+
+def data_settings(config):
+    """The DataSettings of a config of any trainer."""
+    return DataSettings(
+        dataset=config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None
+    )
+
+
+def optimizer_settings(config):
+    """The OptimizerSettings of a training config."""
+    return optimizers.OptimizerSettings(
+        optimizer=config.optimizer,
+        base_lr=config.base_lr,
+        total_steps=config.total_steps,
+        warmup_steps=config.warmup_steps,
+        decay_type=config.decay_type,
+        momentum_dtype=config.momentum_dtype,
+        weight_decay=config.weight_decay,
+        grad_norm_clip=config.grad_norm_clip,
+    )
+
+
+def loop_settings(config):
+    """The LoopSettings of a training config."""
+    return LoopSettings(
+        total_steps=config.total_steps,
+        steps_per_loop=config.steps_per_loop,
+        eval_every=config.eval_every,
+        checkpoint_every=config.checkpoint_every,
+        keep_checkpoints=config.keep_checkpoints,
+    )
+
+
+def output_settings(config):
+    """The OutputSettings of a config of any trainer."""
+    hparams = {k: v for k, v in config.items() if isinstance(v, (bool, int, float, str))}
+    return OutputSettings(
+        workdir=config.workdir,
+        config_json=config_to_json(config),
+        hparams=types.MappingProxyType(hparams),
     )
 
 

@@ -19,9 +19,10 @@ def get_config(dataset="imagenet2012", recipe=None, model=None):
     return pretrain_config.get_config(dataset, recipe=recipe, model=model)
 
 
-def run(config):
-    """Pre-trains per `config` (configs.pretrain.get_config(...) with changes); returns results."""
-    return training.run(config)
+def run(config, weights_params=None):
+    """Pre-trains per `config` (configs.pretrain.get_config(...) with changes); returns results.
+    `weights_params`: the --weights file's parameters where the command line read them."""
+    return training.run(config, weights_params=weights_params)
 
 
 def main(argv=None):

@@ -15,7 +15,6 @@ import json
 import math
 import os
 
-import ml_collections
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
@@ -63,16 +62,21 @@ def choose_rate(minival_accuracy):
 
 
 def with_changes(config, **changes):
-    """A new ConfigDict with `config`'s values and `changes` (base_lr may go from "sweep" to a float)."""
-    fields = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-    fields.update(changes)
-    return ml_collections.ConfigDict(fields)
+    """A copy of `config` with `changes`, locked as `config` is: a misspelt field stays an error
+    (base_lr may go from "sweep" to a float)."""
+    changed = config.copy_and_resolve_references()
+    with changed.ignore_type():
+        for name, value in changes.items():
+            changed[name] = value
+    return changed
 
 
-def run(config):
+def run(config, weights_params=None):
     """The sweep per `config` (base_lr "sweep"); returns the summary, also in WORKDIR/results.json.
 
     If a sub-run is stopped by SIGTERM, returns {"preempted": True, ...} and writes no summary.
+    `weights_params`: the --weights file's parameters where the command line read them (every
+    sub-run starts from them).
     """
     rates = parse_sweep_lrs(config.sweep_lrs)
     splits = parse_eval_splits(config.eval_splits)
@@ -101,7 +105,7 @@ def run(config):
         sub = with_changes(config, base_lr=rate, workdir=fileio.join(workdir, f"lr_{rate!r}"))
         workdirs[repr(rate)] = sub.workdir
         try:
-            results = _run_or_reuse(sub, f"base_lr {rate!r}")
+            results = _run_or_reuse(sub, f"base_lr {rate!r}", weights_params)
         except TrainingError as e:
             print(f"sweep: base_lr {rate!r} diverged, left out of the choice: {e}", flush=True)
             minival_accuracy[rate] = None
@@ -119,7 +123,7 @@ def run(config):
         eval_splits=",".join(f"{name}={split}" for name, split in reported.items()),
     )
     workdirs[FINAL] = final.workdir
-    results = _run_or_reuse(final, f"final (base_lr {chosen!r})")
+    results = _run_or_reuse(final, f"final (base_lr {chosen!r})", weights_params)
     if results.get("preempted"):
         return _preempted(final)
     test_split = "test" if "test" in reported else next(iter(reported))
@@ -142,7 +146,7 @@ def run(config):
     return summary
 
 
-def _run_or_reuse(config, label):
+def _run_or_reuse(config, label, weights_params):
     """A sub-run's results: read back if it finished before, else trained (resumed if begun)."""
     _check_same_settings(config)
     finished = results_lib.read(config.workdir)
@@ -150,7 +154,7 @@ def _run_or_reuse(config, label):
         print(f"sweep: {label}: reusing the finished run in {config.workdir}", flush=True)
         return finished
     print(f"sweep: {label}: fine-tuning in {config.workdir}", flush=True)
-    return training.run(config)
+    return training.run(config, weights_params=weights_params)
 
 
 def _check_same_settings(config):

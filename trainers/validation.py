@@ -10,6 +10,7 @@ import keras_vit
 from keras_vit import fileio
 from trainers import data
 from trainers.errors import UsageError, first_line
+from trainers.evaluators.fewshot import parse_l2_reg, parse_shots
 from trainers.fields import FIELDS, GROUPS
 from trainers.flags import ARCHITECTURE_OVERRIDES, check_known_fields, config_to_json
 
@@ -36,6 +37,28 @@ def validate_common(config, *, models=tuple(keras_vit.VARIANTS), known_fields=No
                 raise UsageError(f"--{name} must be one of {', '.join(field.choices)}, got {config[name]!r}.")
         for check in common.get(group, []) + (checks or {}).get(group, []):
             check(config)
+
+
+def validate_fewshot(config, *, models, known_fields):
+    """validate_common, with the few-shot command's batch and probes in their topics' places."""
+    validate_common(
+        config,
+        models=models,
+        known_fields=known_fields,
+        checks={"optimization": [_check_fewshot_batch], "evaluation": [_check_probes]},
+    )
+
+
+def _check_fewshot_batch(config):
+    if config.batch_size <= 0:
+        raise UsageError(f"--batch_size must be positive, got {config.batch_size}.")
+
+
+def _check_probes(config):
+    if config.seeds <= 0:
+        raise UsageError(f"--seeds must be positive, got {config.seeds}.")
+    parse_shots(config.shots)
+    parse_l2_reg(config.l2_reg)
 
 
 def validate_training(config):
@@ -204,14 +227,14 @@ def check_rerun(config):
         with fileio.open(path) as f:
             recorded = json.load(f)
     except (OSError, ValueError) as e:
-        if config.get("allow_config_change", _default("allow_config_change")):
+        if config.allow_config_change:
             return
         raise UsageError(
             f"{path} is not a readable config.json ({first_line(e)}): use another --workdir, or add "
             "--allow_config_change to resume and write it anew"
         ) from None
     _check_engine(config, recorded)
-    if config.get("allow_config_change", _default("allow_config_change")):
+    if config.allow_config_change:
         return
     changes = [f"--{name}: {old!r} -> {new!r}" for name, old, new in config_changes(config, recorded)]
     if changes:
@@ -224,7 +247,7 @@ def check_rerun(config):
 def _check_engine(config, recorded):
     """Not even --allow_config_change moves a run to the other engine: their checkpoints hold the
     state in different layouts (trainers/loop.py, trainers/jax_loop.py)."""
-    engine = config.get("engine", _default("engine"))
+    engine = config.engine
     before = recorded.get("engine", _default("engine")) if isinstance(recorded, dict) else engine
     if before != engine:
         raise UsageError(

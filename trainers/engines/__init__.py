@@ -62,8 +62,8 @@ def of(strategy):
 
 
 def name_of(config):
-    """The engine a config asks for (--engine; a config made before the field existed: the default)."""
-    return config.get("engine", DEFAULT)
+    """The engine a config asks for (--engine)."""
+    return config.engine
 
 
 def check(config):
@@ -92,5 +92,5 @@ def strategy_of(config):
         config.strategy,
         tpu=config.tpu or None,
         cpu_devices=config.cpu_devices or 1,
-        cpu_threads=config.get("cpu_threads", 0),
+        cpu_threads=config.cpu_threads,
     )

@@ -41,6 +41,19 @@ class ClassificationEvaluator(Evaluator):
                 splits.setdefault(name, {})[key] = value
         return splits
 
+    def results(self, tags):
+        """results.json's "eval" section: {split name: {metric, "loss", "examples"}}."""
+        splits = self.by_split(tags)
+        return {"eval": {name: {**m, "examples": int(m["examples"])} for name, m in splits.items()}}
+
+    def final_lines(self, section):
+        """'final test: accuracy 0.9000  loss 0.3000  (360 images)', a line per split."""
+        metric = self.metric
+        return [
+            f"final {name}: {metric} {m[metric]:.4f}  loss {m['loss']:.4f}  ({m['examples']} images)"
+            for name, m in section["eval"].items()
+        ]
+
 
 @registry.register("classification", flags={"every": "eval_every"})
 def create(name, context, *, split=None, every):
@@ -63,12 +76,7 @@ def create(name, context, *, split=None, every):
     )
 
 
-def combined(evaluators, trainer):
-    """The run's classification evaluators as one for reading results: its `by_split` gives
-    results.json's "eval" (every classification split; the one evaluator itself when there is one)."""
+def splits_of(evaluators):
+    """{name: split} of every split the run's classification evaluators read (the start banner's)."""
     found = [e for e in evaluators if isinstance(e, ClassificationEvaluator)]
-    if len(found) == 1:
-        return found[0]
-    datasets = {key: value for e in found for key, value in e.datasets.items()}
-    splits = {key: value for e in found for key, value in e.splits.items()}
-    return ClassificationEvaluator(trainer, datasets, every=0, splits=splits)
+    return {key: value for e in found for key, value in e.splits.items()}
