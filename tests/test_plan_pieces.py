@@ -147,3 +147,20 @@ def test_the_tripwire_catches_a_config_read():
         with pytest.raises(AssertionError, match="read below the plan"):
             config.get("eval_every")
     assert config.eval_every == finetune_config.get_config("digits").eval_every  # undone afterwards
+
+
+def test_a_piece_reads_each_field_from_the_config_field_of_its_name():
+    """plan_pieces.same_named: a field read from a neighbour (total_steps from warmup_steps) or
+    a field the config lacks would give a wrong plan or none."""
+    from trainers import plan_pieces
+
+    config = finetune_config.get_config("digits")
+    config.unlock()
+    config.update(total_steps=123, warmup_steps=7, steps_per_loop=5, eval_every=11, keep_checkpoints=2)
+    loop = plan_pieces.loop_settings(config)
+    assert (loop.total_steps, loop.steps_per_loop, loop.eval_every, loop.keep_checkpoints) == (123, 5, 11, 2)
+    assert plan_pieces.optimizer_settings(config).warmup_steps == 7
+    assert plan_pieces.memory_settings(config).variant == config.model  # the one renamed field
+    del config["keep_checkpoints"]
+    with pytest.raises(KeyError, match="keep_checkpoints"):
+        plan_pieces.loop_settings(config)

@@ -25,6 +25,13 @@ def field_value(config, name):
     return config[name] if name in config else DEFAULTS[name]
 
 
+def same_named(piece, config, **given):
+    """`piece`, a settings dataclass, with each field the config's field of the same name, but
+    those in `given`: a piece states its fields once, and a field renamed in the config fails here."""
+    read = {field.name: config[field.name] for field in dataclasses.fields(piece) if field.name not in given}
+    return piece(**read, **given)
+
+
 def model_settings(config):
     """The ModelSettings of a config of any trainer (fine-tuning, pre-training, few-shot)."""
     kwargs = dict(
@@ -96,15 +103,7 @@ class ProbeSettings:
 
 def probe_settings(config):
     """The ProbeSettings of a few-shot config."""
-    return ProbeSettings(
-        image_size=config.image_size,
-        batch_size=config.batch_size,
-        shots=config.shots,
-        seeds=config.seeds,
-        l2_reg=config.l2_reg,
-        train_split=config.train_split,
-        test_split=config.test_split,
-    )
+    return same_named(ProbeSettings, config)
 
 
 def data_settings(config):
@@ -116,27 +115,12 @@ def data_settings(config):
 
 def optimizer_settings(config):
     """The OptimizerSettings of a training config."""
-    return optimizers.OptimizerSettings(
-        optimizer=config.optimizer,
-        base_lr=config.base_lr,
-        total_steps=config.total_steps,
-        warmup_steps=config.warmup_steps,
-        decay_type=config.decay_type,
-        momentum_dtype=config.momentum_dtype,
-        weight_decay=config.weight_decay,
-        grad_norm_clip=config.grad_norm_clip,
-    )
+    return same_named(optimizers.OptimizerSettings, config)
 
 
 def loop_settings(config):
     """The LoopSettings of a training config."""
-    return LoopSettings(
-        total_steps=config.total_steps,
-        steps_per_loop=config.steps_per_loop,
-        eval_every=config.eval_every,
-        checkpoint_every=config.checkpoint_every,
-        keep_checkpoints=config.keep_checkpoints,
-    )
+    return same_named(LoopSettings, config)
 
 
 def output_settings(config):
@@ -151,32 +135,12 @@ def output_settings(config):
 
 def memory_settings(config):
     """The MemorySettings of a training config."""
-    return memory.MemorySettings(
-        variant=config.model,
-        image_size=config.image_size,
-        batch_size=config.batch_size,
-        optimizer=config.optimizer,
-        momentum_dtype=config.momentum_dtype,
-        device_memory_gb=config.device_memory_gb,
-    )
+    return same_named(memory.MemorySettings, config, variant=config.model)
 
 
 def banner_settings(config):
     """The BannerSettings of a training config."""
-    return banner.BannerSettings(
-        image_size=config.image_size,
-        weights=model_builder.weights_arg(config.weights),
-        train_split=config.train_split,
-        batch_size=config.batch_size,
-        total_steps=config.total_steps,
-        warmup_steps=config.warmup_steps,
-        optimizer=config.optimizer,
-        base_lr=config.base_lr,
-        eval_every=config.eval_every,
-        checkpoint_every=config.checkpoint_every,
-        workdir=config.workdir,
-        cpu_threads=config.cpu_threads,
-    )
+    return same_named(banner.BannerSettings, config, weights=model_builder.weights_arg(config.weights))
 
 
 def eval_entries(config):
