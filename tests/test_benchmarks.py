@@ -19,14 +19,10 @@ from fixtures import shared_fake_tfds
 os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
 
 from benchmarks import (  # noqa: E402
-    accelerator,
-    export_memory,
     flops,
     harness,
     inference,
     input_pipeline,
-    jax_trainer,
-    kernels,
     op_profile,
     report,
     scaling,
@@ -275,98 +271,6 @@ def test_op_profile_splits_the_time_into_matmuls_casts_and_the_rest(results):
     assert all(r["ms_per_call"] > 0 for r in rows)
 
 
-def test_op_types_fall_into_their_groups():
-    assert op_profile.group("_MklMatMul") == "matmul"
-    assert op_profile.group("_MklBatchMatMulV2") == "matmul"
-    assert op_profile.group("Cast") == "cast"
-    assert op_profile.group("Tanh") == "element-wise and other"
-    assert op_profile.group("_MklNativeConv2DBackpropFilter") == "matmul"  # the patch embedding's gradient
-
-
-# Lines as TensorFlow's oneDNN (v1, "src:bf16") and PyTorch's sgemm ("src_f32") print them.
-_BF16 = "src:bf16::blocked:abc::f0 wei:bf16::blocked:abc::f0 dst:bf16::blocked:abc::f0"
-_F32 = "src:f32::blocked:abcd::f0 dst:f32::blocked:abcd::f0"
-_MATMUL = f"onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx512_core_bf16,undef,{_BF16},,,"
-_SOFTMAX = (
-    f"onednn_verbose,v1,primitive,exec,cpu,softmax,jit:avx512_core_bf16,forward_inference,{_F32},,axis:3,"
-)
-VERBOSE = [
-    "onednn_verbose,v1,info,cpu,isa:Intel AVX-512 with Intel DL Boost and bfloat16 support",
-    _MATMUL + "16x197x192:1x192x192,2.0",
-    "benchmark-kernels: begin",
-    _MATMUL + "16x197x192:1x192x192,3.0",
-    _MATMUL + "16x197x192:1x192x192,1.0",
-    f"onednn_verbose,v1,primitive,exec,cpu,inner_product,x64:gemm:jit,forward_training,{_BF16},,,mb197ic192oc768,1.0",
-    _SOFTMAX + "16x3x197x197,2.0",
-    "onednn_verbose,v1,primitive,exec,cpu,gemm_api,,undef,src_f32::blocked:ab:f0 wei_f32::blocked:ab:f0,,,"
-    + "16x37:37x192,1.0",
-    "benchmark-kernels: end",
-    _SOFTMAX + "16x3x197x197,9.0",
-]
-
-
-def test_kernel_lines_are_summed_per_kernel_and_matmul_shape_between_the_markers():
-    rows, matmuls, isa = kernels.parse(VERBOSE, steps=2)
-    assert isa == "Intel AVX-512 with Intel DL Boost and bfloat16 support"
-    # Only the lines between the markers (the warm-up's and the later softmax are left out).
-    first = rows[0]
-    assert (first["primitive"], first["implementation"], first["dtype"]) == (
-        "matmul",
-        "brg_matmul:avx512_core_bf16",
-        "bf16",
-    )
-    assert first["calls"] == 1 and first["ms"] == 2 and first["share"] == pytest.approx(4 / 8)
-    softmax = next(r for r in rows if r["primitive"] == "softmax")
-    assert softmax["dtype"] == "f32" and softmax["ms"] == 1
-    sgemm = next(r for r in rows if r["primitive"] == "gemm_api")
-    assert sgemm["implementation"] == "(gemm)" and sgemm["dtype"] == "f32"
-    by_shape = {m["shapes"]: m for m in matmuls}
-    # 2 x 16 x 197 x 192 x 192 FLOPs per call (the weights broadcast over the batch), 2 calls in 4 ms.
-    assert by_shape["16x197x192:1x192x192"]["gflops_per_s"] == pytest.approx(
-        2 * 2 * 16 * 197 * 192 * 192 / 4e-3 / 1e9
-    )
-    assert kernels.matmul_flops("mb197ic192oc768") == 2 * 197 * 192 * 768
-    assert by_shape["mb197ic192oc768"]["share"] == pytest.approx(1 / 6)
-
-
-@pytest.mark.slow
-def test_kernels_and_the_training_op_profile_run_keras_vits_step(tmp_path):
-    kernels.main(
-        [
-            "--frameworks=tf",
-            "--image_size=32",
-            "--batch_size=2",
-            "--num_layers=1",
-            "--steps=1",
-            "--mixed_precision=bfloat16",
-            f"--out={tmp_path}/kernels.json",
-        ]
-    )
-    data = _read(tmp_path / "kernels.json")
-    rows = _rows(data)
-    assert all(r["contestant"] == "keras_vit TF" for r in rows)
-    # The trainer's bfloat16 step runs its products on oneDNN in bfloat16, the attention's
-    # softmax in float32 (Keras computes it so).
-    assert {"bf16"} <= {r["dtype"] for r in rows if r["primitive"] in ("matmul", "inner_product")}
-    assert sum(r["share"] for r in rows) == pytest.approx(1)
-    assert all(r["gflops_per_s"] > 0 for r in _rows(data, 1))
-    op_profile.main(
-        [
-            "--step=train",
-            "--variant=ViT-Ti_16",
-            "--image_size=32",
-            "--batch_size=2",
-            "--num_layers=1",
-            "--calls=1",
-            f"--out={tmp_path}/op_profile.json",
-        ]
-    )
-    profile = _read(tmp_path / "op_profile.json")
-    assert profile["tables"][0]["title"] == "Self time by operation type, keras_vit Trainer TF bfloat16"
-    # The backward pass is in the step: gradient ops of the GELU and of the bias adds.
-    assert {"TanhGrad", "BiasAddGrad"} <= {r["op_type"] for r in _rows(profile)}
-
-
 @pytest.mark.slow
 def test_scaling_counts_tokens_and_draws_the_plot(results):
     data = _read(results / "scaling.json")
@@ -445,38 +349,6 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
     for row in _rows(data, 1):
         # Each child's own peak: a process with TensorFlow and PyTorch both loaded holds more.
         assert 0 < row["above_imports_mb"] < row["peak_mb"] < harness.peak_rss_mb() + 2000, row
-
-
-def test_run_watched_sees_a_grandchilds_memory_and_kills_the_tree_above_the_limit():
-    # The child starts a grandchild that holds 300 MB: the export's ONNX conversion is such a
-    # grandchild of the benchmark, and its memory counts in the export's peak.
-    grandchild = "import time; b = bytearray(300_000_000); time.sleep(2)"
-    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {grandchild!r}])"
-    held = harness.run_watched([sys.executable, "-c", child], limit_bytes=4e9)
-    assert held["returncode"] == 0 and not held["killed"]
-    assert 300e6 < held["peak_bytes"] < 600e6
-    killed = harness.run_watched([sys.executable, "-c", child], limit_bytes=200e6)
-    assert killed["killed"] and killed["returncode"] == -9 and killed["seconds"] < 2
-
-
-@pytest.mark.slow
-def test_export_memory_runs_the_export_command_and_reads_its_report(tmp_path):
-    export_memory.main(["--cases=ViT-Ti_16:32", "--formats=saved_model", f"--out={tmp_path}/e.json"])
-    [row] = _rows(_read(tmp_path / "e.json"))
-    assert row["case"] == "ViT-Ti_16:32" and row["format"] == "saved_model" and "error" not in row
-    assert 0.3 < row["peak_gb"] < 4  # TensorFlow's import alone holds about 0.9 GB
-    assert row["max_difference"] <= 1e-4 and row["size_mb"] > row["weights_gb"] * 1000
-    assert "within" not in row  # no bound is set for this model
-
-
-def test_the_deploy_pages_peak_memory_table_is_the_committed_run():
-    data = _read(os.path.join(harness.OUT_DIR, "export_memory.json"))
-    with open(os.path.join(ROOT, "docs", "guides", "deploy.md"), encoding="utf-8") as f:
-        page = " ".join(f.read().split())  # the prose wraps lines
-    assert " ".join(export_memory.markdown(data).split()) in page
-    command = " ".join(arg for arg in data["command"].split() if not arg.startswith("--out="))
-    assert f"`{command}`" in page and f"Measured {data['date']}" in page  # --out: where the JSON went
-    assert {r["case"] for r in _rows(data)} == set(export_memory.TARGET_GB)  # B/16 at 384 px, L/16
 
 
 def test_bad_flags_are_one_line_errors(capsys):
@@ -591,94 +463,3 @@ def test_a_run_prints_its_machine_and_each_frameworks_matmul_peak(tmp_path, caps
     )
     data["machine"]["accelerator"] = "NVIDIA H100 80GB HBM3"
     assert harness.limit_line(data).startswith("matmul peak of one NVIDIA H100 80GB HBM3, measured")
-
-
-# --- the GPU benchmark ------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_accelerator_runs_the_keras_contestants_on_jax(tmp_path):
-    """As a command, on this CPU: keras_vit and keras-hub on Keras' JAX backend (and timm where
-    installed), inference and a training step, in one JSON."""
-    with_timm = all(harness.importlib.util.find_spec(m) is not None for m in ("torch", "timm"))
-    env = {k: v for k, v in os.environ.items() if k != "VIT_BENCHMARK_FRAMEWORK"}
-    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    argv = ["--cases=ViT-Ti_16:32", "--batch_sizes=2", "--dtypes=bfloat16", "--train_cases=ViT-Ti_16:32:4"]
-    argv += [f"--peers=keras-hub{',timm' if with_timm else ''}", "--timm_modes=eager", "--steps_per_call=2"]
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.accelerator", *argv, *TINY, f"--out={tmp_path}/a.json"],
-        check=True,
-        capture_output=True,
-        cwd=ROOT,
-        env=env,
-        timeout=600,
-    )
-    data = _read(tmp_path / "a.json")
-    names = ["keras_vit JAX+XLA", "keras-hub JAX+XLA"] + (["timm eager"] if with_timm else [])
-    assert [part["title"] for part in data["tables"]] == ["Inference", "Training step"]
-    # Training also times the trainer itself (trainers.finetune --engine=jax) beside the bare step.
-    trainer = "keras_vit Trainer JAX+XLA (trainers.finetune --engine=jax)"
-    for part, expected in zip(data["tables"], [names, [names[0], trainer, *names[1:]]]):
-        assert [r["contestant"] for r in part["rows"]] == expected
-        for r in part["rows"]:
-            assert r["images_per_s"] > 0 and r["fraction_of_peak"] > 0, r
-            assert r["mfu"] is None  # no datasheet peak for a CPU
-    assert {"jax float32", "jax bfloat16"} <= set(data["matmul_peak_flops"])
-    # Training FLOPs are 3 forwards of the training shape (37 classes), per image.
-    row = _rows(data, 1)[0]
-    per_image = flops.train_step(32, **flops.shape("ViT-Ti_16", num_layers=1), num_classes=37)
-    assert row["gflops_per_s"] == pytest.approx(per_image * row["images_per_s"] / 1e9)
-
-
-def test_accelerator_flags_and_datasheet():
-    assert accelerator.parse_train_cases("ViT-B_16:224:128,ViT-L_16:384:8") == [
-        ("ViT-B_16", 224, 128),
-        ("ViT-L_16", 384, 8),
-    ]
-    assert accelerator.parse_train_cases("none") == []
-    with pytest.raises(
-        SystemExit, match="--train_cases entry 'ViT-B_16:224': write VARIANT:IMAGE_SIZE:BATCH"
-    ):
-        accelerator.parse_train_cases("ViT-B_16:224")
-    with pytest.raises(SystemExit, match="unknown or hybrid variant 'R50\\+ViT-B_16'"):
-        accelerator.main(["--cases=R50+ViT-B_16:224", "--peers=none"])
-    assert accelerator.datasheet_peak("NVIDIA H100 80GB HBM3")["bfloat16"] == pytest.approx(989.4e12)
-    assert accelerator.datasheet_peak("Intel(R) Xeon(R)") == {}
-
-
-def test_without_tensorflow_the_trainer_row_is_a_note(monkeypatch):
-    """A GPU machine with JAX only: the bare step is measured, the trainer (which tf.data feeds)
-    is left out, and the note says why."""
-    find_spec = jax_trainer.importlib.util.find_spec
-    absent = lambda name: None if name == "tensorflow" else find_spec(name)  # noqa: E731
-    monkeypatch.setattr(jax_trainer.importlib.util, "find_spec", absent)
-    assert "needs TensorFlow and JAX (tensorflow missing here" in jax_trainer.missing()
-    kinds = ["keras_vit", "keras-hub"]
-    assert accelerator.training_kinds(kinds) == kinds
-    monkeypatch.undo()
-    assert accelerator.training_kinds(kinds) == ["keras_vit", "keras_vit-trainer", "keras-hub"]
-
-
-def test_gpu_targets_judge_each_table_at_its_worst_case():
-    def rows(case_ratios):
-        found = []
-        for case, ours, peer in case_ratios:
-            found += [
-                {"case": case, "contestant": "keras_vit JAX+XLA", "ours": True, "images_per_s": ours},
-                {"case": case, "contestant": "timm torch.compile", "ours": False, "images_per_s": peer},
-            ]
-        return found
-
-    data = {
-        "machine": {"accelerator": "NVIDIA H100 80GB HBM3", "cpu": "x", "cores": 16, "python": "3.12"},
-        "tables": [
-            {"title": "Inference", "rows": rows([("a", 300, 100), ("b", 90, 100)])},
-            {"title": "Training step", "rows": rows([("c", 101, 100)])},
-        ],
-    }
-    trainer = {"case": "c", "contestant": "keras_vit Trainer JAX+XLA", "ours": False, "images_per_s": 50}
-    data["tables"][1]["rows"].append(trainer)  # the trainer's own step: not a peer to beat
-    inference_line, train_line = report._gpu_lines("GPU, bfloat16", data)
-    assert "on NVIDIA H100 80GB HBM3" in inference_line
-    assert "**not met** (keras_vit / peer at worst: timm torch.compile 0.90x)" in inference_line
-    assert "**met** (keras_vit / peer at worst: timm torch.compile 1.01x)" in train_line

@@ -1,0 +1,114 @@
+"""Where a step's time goes: benchmarks/kernels.py (the oneDNN kernels a step runs, parsed from
+ONEDNN_VERBOSE lines) and benchmarks/op_profile.py (TensorFlow's profiler by operation type), on
+the trainers' own step at a tiny size."""
+
+import json
+import os
+
+import pytest
+
+# This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
+os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
+
+from benchmarks import kernels, op_profile  # noqa: E402
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _rows(data, index=0):
+    return data["tables"][index]["rows"]
+
+
+def test_op_types_fall_into_their_groups():
+    assert op_profile.group("_MklMatMul") == "matmul"
+    assert op_profile.group("_MklBatchMatMulV2") == "matmul"
+    assert op_profile.group("Cast") == "cast"
+    assert op_profile.group("Tanh") == "element-wise and other"
+    assert op_profile.group("_MklNativeConv2DBackpropFilter") == "matmul"  # the patch embedding's gradient
+
+
+# Lines as TensorFlow's oneDNN (v1, "src:bf16") and PyTorch's sgemm ("src_f32") print them.
+_BF16 = "src:bf16::blocked:abc::f0 wei:bf16::blocked:abc::f0 dst:bf16::blocked:abc::f0"
+_F32 = "src:f32::blocked:abcd::f0 dst:f32::blocked:abcd::f0"
+_MATMUL = f"onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx512_core_bf16,undef,{_BF16},,,"
+_SOFTMAX = (
+    f"onednn_verbose,v1,primitive,exec,cpu,softmax,jit:avx512_core_bf16,forward_inference,{_F32},,axis:3,"
+)
+VERBOSE = [
+    "onednn_verbose,v1,info,cpu,isa:Intel AVX-512 with Intel DL Boost and bfloat16 support",
+    _MATMUL + "16x197x192:1x192x192,2.0",
+    "benchmark-kernels: begin",
+    _MATMUL + "16x197x192:1x192x192,3.0",
+    _MATMUL + "16x197x192:1x192x192,1.0",
+    f"onednn_verbose,v1,primitive,exec,cpu,inner_product,x64:gemm:jit,forward_training,{_BF16},,,mb197ic192oc768,1.0",
+    _SOFTMAX + "16x3x197x197,2.0",
+    "onednn_verbose,v1,primitive,exec,cpu,gemm_api,,undef,src_f32::blocked:ab:f0 wei_f32::blocked:ab:f0,,,"
+    + "16x37:37x192,1.0",
+    "benchmark-kernels: end",
+    _SOFTMAX + "16x3x197x197,9.0",
+]
+
+
+def test_kernel_lines_are_summed_per_kernel_and_matmul_shape_between_the_markers():
+    rows, matmuls, isa = kernels.parse(VERBOSE, steps=2)
+    assert isa == "Intel AVX-512 with Intel DL Boost and bfloat16 support"
+    # Only the lines between the markers (the warm-up's and the later softmax are left out).
+    first = rows[0]
+    assert (first["primitive"], first["implementation"], first["dtype"]) == (
+        "matmul",
+        "brg_matmul:avx512_core_bf16",
+        "bf16",
+    )
+    assert first["calls"] == 1 and first["ms"] == 2 and first["share"] == pytest.approx(4 / 8)
+    softmax = next(r for r in rows if r["primitive"] == "softmax")
+    assert softmax["dtype"] == "f32" and softmax["ms"] == 1
+    sgemm = next(r for r in rows if r["primitive"] == "gemm_api")
+    assert sgemm["implementation"] == "(gemm)" and sgemm["dtype"] == "f32"
+    by_shape = {m["shapes"]: m for m in matmuls}
+    # 2 x 16 x 197 x 192 x 192 FLOPs per call (the weights broadcast over the batch), 2 calls in 4 ms.
+    assert by_shape["16x197x192:1x192x192"]["gflops_per_s"] == pytest.approx(
+        2 * 2 * 16 * 197 * 192 * 192 / 4e-3 / 1e9
+    )
+    assert kernels.matmul_flops("mb197ic192oc768") == 2 * 197 * 192 * 768
+    assert by_shape["mb197ic192oc768"]["share"] == pytest.approx(1 / 6)
+
+
+@pytest.mark.slow
+def test_kernels_and_the_training_op_profile_run_keras_vits_step(tmp_path):
+    kernels.main(
+        [
+            "--frameworks=tf",
+            "--image_size=32",
+            "--batch_size=2",
+            "--num_layers=1",
+            "--steps=1",
+            "--mixed_precision=bfloat16",
+            f"--out={tmp_path}/kernels.json",
+        ]
+    )
+    data = _read(tmp_path / "kernels.json")
+    rows = _rows(data)
+    assert all(r["contestant"] == "keras_vit TF" for r in rows)
+    # The trainer's bfloat16 step runs its products on oneDNN in bfloat16, the attention's
+    # softmax in float32 (Keras computes it so).
+    assert {"bf16"} <= {r["dtype"] for r in rows if r["primitive"] in ("matmul", "inner_product")}
+    assert sum(r["share"] for r in rows) == pytest.approx(1)
+    assert all(r["gflops_per_s"] > 0 for r in _rows(data, 1))
+    op_profile.main(
+        [
+            "--step=train",
+            "--variant=ViT-Ti_16",
+            "--image_size=32",
+            "--batch_size=2",
+            "--num_layers=1",
+            "--calls=1",
+            f"--out={tmp_path}/op_profile.json",
+        ]
+    )
+    profile = _read(tmp_path / "op_profile.json")
+    assert profile["tables"][0]["title"] == "Self time by operation type, keras_vit Trainer TF bfloat16"
+    # The backward pass is in the step: gradient ops of the GELU and of the bias adds.
+    assert {"TanhGrad", "BiasAddGrad"} <= {r["op_type"] for r in _rows(profile)}
