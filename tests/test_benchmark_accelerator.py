@@ -1,12 +1,12 @@
 """The GPU benchmark (benchmarks/accelerator.py) run as a command on this CPU at a tiny size, its
 flags, the trainer's row where TensorFlow is missing, and the GPU targets' verdicts."""
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
+from benchmark_json import TINY, read_json, table_rows
 
 # This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
 os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
@@ -14,16 +14,6 @@ os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
 from benchmarks import accelerator, flops, harness, jax_trainer, report  # noqa: E402
 
 ROOT = harness.ROOT
-TINY = ["--num_layers=1", "--repeats=1", "--min_seconds=0.01", "--matmul_size=64"]
-
-
-def _read(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _rows(data, index=0):
-    return data["tables"][index]["rows"]
 
 
 # --- the GPU benchmark ------------------------------------------------------------------------
@@ -46,7 +36,7 @@ def test_accelerator_runs_the_keras_contestants_on_jax(tmp_path):
         env=env,
         timeout=600,
     )
-    data = _read(tmp_path / "a.json")
+    data = read_json(tmp_path / "a.json")
     names = ["keras_vit JAX+XLA", "keras-hub JAX+XLA"] + (["timm eager"] if with_timm else [])
     assert [part["title"] for part in data["tables"]] == ["Inference", "Training step"]
     # Training also times the trainer itself (trainers.finetune --engine=jax) beside the bare step.
@@ -58,7 +48,7 @@ def test_accelerator_runs_the_keras_contestants_on_jax(tmp_path):
             assert r["mfu"] is None  # no datasheet peak for a CPU
     assert {"jax float32", "jax bfloat16"} <= set(data["matmul_peak_flops"])
     # Training FLOPs are 3 forwards of the training shape (37 classes), per image.
-    row = _rows(data, 1)[0]
+    row = table_rows(data, 1)[0]
     per_image = flops.train_step(32, **flops.shape("ViT-Ti_16", num_layers=1), num_classes=37)
     assert row["gflops_per_s"] == pytest.approx(per_image * row["images_per_s"] / 1e9)
 
@@ -93,7 +83,7 @@ def test_without_tensorflow_the_trainer_row_is_a_note(monkeypatch):
 
 
 def test_gpu_targets_judge_each_table_at_its_worst_case():
-    def rows(case_ratios):
+    def table_rows(case_ratios):
         found = []
         for case, ours, peer in case_ratios:
             found += [
@@ -105,8 +95,8 @@ def test_gpu_targets_judge_each_table_at_its_worst_case():
     data = {
         "machine": {"accelerator": "NVIDIA H100 80GB HBM3", "cpu": "x", "cores": 16, "python": "3.12"},
         "tables": [
-            {"title": "Inference", "rows": rows([("a", 300, 100), ("b", 90, 100)])},
-            {"title": "Training step", "rows": rows([("c", 101, 100)])},
+            {"title": "Inference", "rows": table_rows([("a", 300, 100), ("b", 90, 100)])},
+            {"title": "Training step", "rows": table_rows([("c", 101, 100)])},
         ],
     }
     trainer = {"case": "c", "contestant": "keras_vit Trainer JAX+XLA", "ours": False, "images_per_s": 50}

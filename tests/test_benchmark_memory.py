@@ -1,11 +1,11 @@
 """Memory as the benchmarks measure it: a process tree's peak (harness.run_watched) and the export's
 peak memory per format (benchmarks/export_memory.py), with the deploy page's table."""
 
-import json
 import os
 import sys
 
 import pytest
+from benchmark_json import read_json, table_rows
 
 # This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
 os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
@@ -13,15 +13,6 @@ os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
 from benchmarks import export_memory, harness  # noqa: E402
 
 ROOT = harness.ROOT
-
-
-def _read(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _rows(data, index=0):
-    return data["tables"][index]["rows"]
 
 
 def test_run_watched_sees_a_grandchilds_memory_and_kills_the_tree_above_the_limit():
@@ -39,7 +30,7 @@ def test_run_watched_sees_a_grandchilds_memory_and_kills_the_tree_above_the_limi
 @pytest.mark.slow
 def test_export_memory_runs_the_export_command_and_reads_its_report(tmp_path):
     export_memory.main(["--cases=ViT-Ti_16:32", "--formats=saved_model", f"--out={tmp_path}/e.json"])
-    [row] = _rows(_read(tmp_path / "e.json"))
+    [row] = table_rows(read_json(tmp_path / "e.json"))
     assert row["case"] == "ViT-Ti_16:32" and row["format"] == "saved_model" and "error" not in row
     assert 0.3 < row["peak_gb"] < 4  # TensorFlow's import alone holds about 0.9 GB
     assert row["max_difference"] <= 1e-4 and row["size_mb"] > row["weights_gb"] * 1000
@@ -47,10 +38,10 @@ def test_export_memory_runs_the_export_command_and_reads_its_report(tmp_path):
 
 
 def test_the_deploy_pages_peak_memory_table_is_the_committed_run():
-    data = _read(os.path.join(harness.OUT_DIR, "export_memory.json"))
+    data = read_json(os.path.join(harness.OUT_DIR, "export_memory.json"))
     with open(os.path.join(ROOT, "docs", "guides", "deploy.md"), encoding="utf-8") as f:
         page = " ".join(f.read().split())  # the prose wraps lines
     assert " ".join(export_memory.markdown(data).split()) in page
     command = " ".join(arg for arg in data["command"].split() if not arg.startswith("--out="))
     assert f"`{command}`" in page and f"Measured {data['date']}" in page  # --out: where the JSON went
-    assert {r["case"] for r in _rows(data)} == set(export_memory.TARGET_GB)  # B/16 at 384 px, L/16
+    assert {r["case"] for r in table_rows(data)} == set(export_memory.TARGET_GB)  # B/16 at 384 px, L/16

@@ -2,24 +2,15 @@
 ONEDNN_VERBOSE lines) and benchmarks/op_profile.py (TensorFlow's profiler by operation type), on
 the trainers' own step at a tiny size."""
 
-import json
 import os
 
 import pytest
+from benchmark_json import read_json, table_rows
 
 # This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
 os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
 
 from benchmarks import kernels, op_profile  # noqa: E402
-
-
-def _read(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _rows(data, index=0):
-    return data["tables"][index]["rows"]
 
 
 def test_op_types_fall_into_their_groups():
@@ -89,14 +80,14 @@ def test_kernels_and_the_training_op_profile_run_keras_vits_step(tmp_path):
             f"--out={tmp_path}/kernels.json",
         ]
     )
-    data = _read(tmp_path / "kernels.json")
-    rows = _rows(data)
+    data = read_json(tmp_path / "kernels.json")
+    rows = table_rows(data)
     assert all(r["contestant"] == "keras_vit TF" for r in rows)
     # The trainer's bfloat16 step runs its products on oneDNN in bfloat16, the attention's
     # softmax in float32 (Keras computes it so).
     assert {"bf16"} <= {r["dtype"] for r in rows if r["primitive"] in ("matmul", "inner_product")}
     assert sum(r["share"] for r in rows) == pytest.approx(1)
-    assert all(r["gflops_per_s"] > 0 for r in _rows(data, 1))
+    assert all(r["gflops_per_s"] > 0 for r in table_rows(data, 1))
     op_profile.main(
         [
             "--step=train",
@@ -108,7 +99,7 @@ def test_kernels_and_the_training_op_profile_run_keras_vits_step(tmp_path):
             f"--out={tmp_path}/op_profile.json",
         ]
     )
-    profile = _read(tmp_path / "op_profile.json")
+    profile = read_json(tmp_path / "op_profile.json")
     assert profile["tables"][0]["title"] == "Self time by operation type, keras_vit Trainer TF bfloat16"
     # The backward pass is in the step: gradient ops of the GELU and of the bias adds.
-    assert {"TanhGrad", "BiasAddGrad"} <= {r["op_type"] for r in _rows(profile)}
+    assert {"TanhGrad", "BiasAddGrad"} <= {r["op_type"] for r in table_rows(profile)}

@@ -6,13 +6,13 @@ on Keras' PyTorch backend run in child processes, where PyTorch can load before 
 (benchmarks/contestants.py).
 """
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 
 import pytest
+from benchmark_json import TINY, read_json, table_rows
 from fixtures import shared_fake_tfds
 
 # This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
@@ -30,16 +30,6 @@ from benchmarks import (  # noqa: E402
 )
 
 ROOT = harness.ROOT
-TINY = ["--num_layers=1", "--repeats=1", "--min_seconds=0.01", "--matmul_size=64"]
-
-
-def _read(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _rows(data, index=0):
-    return data["tables"][index]["rows"]
 
 
 # --- FLOPs ------------------------------------------------------------------------------------
@@ -163,8 +153,8 @@ def results(tmp_path_factory):
 
 @pytest.mark.slow
 def test_inference_measures_ours_and_keras_hub_in_bfloat16(results):
-    data = _read(results / "inference.json")
-    rows = _rows(data)
+    data = read_json(results / "inference.json")
+    rows = table_rows(data)
     assert [(r["contestant"], r["dtype"]) for r in rows] == [
         # bfloat16 runs on TensorFlow's own kernels (XLA's CPU backend has no fast bfloat16 matmul).
         ("keras_vit TF", "bfloat16"),
@@ -184,7 +174,7 @@ def test_inference_measures_ours_and_keras_hub_in_bfloat16(results):
 def test_train_uses_the_finetune_defaults_and_names_their_mode(results):
     from trainers import distribute, engines, finetune
 
-    rows = _rows(_read(results / "train.json"))
+    rows = table_rows(read_json(results / "train.json"))
     config = finetune.get_config("oxford_iiit_pet")
     strategy = distribute.create_strategy(config.strategy)
     xla = engines.of(strategy).use_jit(config.jit_compile, strategy)
@@ -249,8 +239,8 @@ def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16
 
 @pytest.mark.slow
 def test_input_pipeline_against_the_step_it_feeds(results):
-    data = _read(results / "input_pipeline.json")
-    pipe, step, feed = _rows(data)
+    data = read_json(results / "input_pipeline.json")
+    pipe, step, feed = table_rows(data)
     assert pipe["what"] == "finetune pipeline" and step["what"].startswith("keras_vit Trainer")
     assert data["target"]["measured"] == pytest.approx(pipe["images_per_s"] / step["images_per_s"])
     assert data["target"]["met"] == (data["target"]["measured"] >= 3)
@@ -262,8 +252,8 @@ def test_input_pipeline_against_the_step_it_feeds(results):
 
 @pytest.mark.slow
 def test_op_profile_splits_the_time_into_matmuls_casts_and_the_rest(results):
-    data = _read(results / "op_profile.json")
-    rows = _rows(data)
+    data = read_json(results / "op_profile.json")
+    rows = table_rows(data)
     assert sum(r["share"] for r in rows) == pytest.approx(1)
     assert sum(data["groups"].values()) == pytest.approx(1)
     # bfloat16 under mixed precision: the kernels are cast each call, and the matmuls are there.
@@ -273,8 +263,8 @@ def test_op_profile_splits_the_time_into_matmuls_casts_and_the_rest(results):
 
 @pytest.mark.slow
 def test_scaling_counts_tokens_and_draws_the_plot(results):
-    data = _read(results / "scaling.json")
-    rows = _rows(data)
+    data = read_json(results / "scaling.json")
+    rows = table_rows(data)
     assert [(r["image_size"], r["tokens"]) for r in rows] == [(32, 5), (48, 10)]
     assert rows[1]["tokens_per_s"] == pytest.approx(10 * rows[1]["images_per_s"])
     with open(results / data["plot"], "rb") as f:
@@ -296,8 +286,8 @@ def test_a_missing_peer_is_a_note_and_the_run_goes_on(tmp_path, monkeypatch, cap
             *TINY,
         ]
     )
-    data = _read(tmp_path / "i.json")
-    assert [r["contestant"] for r in _rows(data)] == ["keras_vit TF+XLA"]
+    data = read_json(tmp_path / "i.json")
+    assert [r["contestant"] for r in table_rows(data)] == ["keras_vit TF+XLA"]
     assert data["notes"] == ['keras-hub is not installed (keras_hub missing): pip install -e ".[bench]"']
     assert "note: keras-hub is not installed" in capsys.readouterr().out
 
@@ -325,10 +315,10 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
         env=env,
         timeout=900,
     )
-    data = _read(tmp_path / "i.json")
+    data = read_json(tmp_path / "i.json")
     names = ["keras_vit TF+XLA", "keras_vit PyTorch", "keras_vit ONNX Runtime"]
     names += ["timm eager"] if with_timm else []
-    rows = _rows(data)
+    rows = table_rows(data)
     assert [(r["contestant"], r["dtype"]) for r in rows] == [(name, "float32") for name in names] + [
         ("keras_vit TF", "bfloat16"),
         ("keras_vit PyTorch", "bfloat16"),  # the export is float32 only: said in a note
@@ -345,8 +335,8 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
     assert torch_row["framework"] == "torch" and torch_row["fraction_of_peak"] > 0
     assert onnx_row["fraction_of_peak"] is None
     assert data["settings"]["runtimes"] == ["keras_vit PyTorch", "keras_vit ONNX Runtime"]
-    assert [r["contestant"] for r in _rows(data, 1)] == names
-    for row in _rows(data, 1):
+    assert [r["contestant"] for r in table_rows(data, 1)] == names
+    for row in table_rows(data, 1):
         # Each child's own peak: a process with TensorFlow and PyTorch both loaded holds more.
         assert 0 < row["above_imports_mb"] < row["peak_mb"] < harness.peak_rss_mb() + 2000, row
 
@@ -396,7 +386,7 @@ def test_report_renders_the_json_and_check_catches_a_stale_page(results, tmp_pat
     assert report.main([*argv, "--check"]) == 0
     text = page.read_text(encoding="utf-8")
     assert text.endswith(f"{report.END}\n\nafter\n")
-    inference_json = _read(results / "inference.json")
+    inference_json = read_json(results / "inference.json")
     assert harness.markdown_table(inference_json["tables"][0]) in text
     assert inference_json["command"] in text
     assert "Input pipeline at least 3x the ViT-Ti_16 train step per core: **" in text
@@ -409,7 +399,7 @@ def test_report_renders_the_json_and_check_catches_a_stale_page(results, tmp_pat
 
 def test_the_readme_headline_speed_is_the_committed_gpu_run():
     """The one number the README quotes is the GPU training table's, as the JSON has it."""
-    rows = _read(os.path.join(harness.OUT_DIR, "accelerator_train_bfloat16.json"))["tables"][0]["rows"]
+    rows = read_json(os.path.join(harness.OUT_DIR, "accelerator_train_bfloat16.json"))["tables"][0]["rows"]
     speed = {row["contestant"]: row["images_per_s"] for row in rows}
     ours = speed["keras_vit JAX+XLA"]
     quoted = (
