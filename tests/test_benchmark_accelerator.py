@@ -2,14 +2,12 @@
 flags, the trainer's row where TensorFlow is missing, and the GPU targets' verdicts."""
 
 import os
-import subprocess
-import sys
 
 import pytest
-from benchmark_json import TINY, read_json, table_rows
+from benchmark_runs import FRAMEWORK_VARIABLE, read_json, run_benchmark, table_rows, timm_installed
 
 # This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
-os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
+os.environ[FRAMEWORK_VARIABLE] = "tf"
 
 from benchmarks import accelerator, flops, harness, jax_trainer, report  # noqa: E402
 
@@ -23,18 +21,15 @@ ROOT = harness.ROOT
 def test_accelerator_runs_the_keras_contestants_on_jax(tmp_path):
     """As a command, on this CPU: keras_vit and keras-hub on Keras' JAX backend (and timm where
     installed), inference and a training step, in one JSON."""
-    with_timm = all(harness.importlib.util.find_spec(m) is not None for m in ("torch", "timm"))
-    env = {k: v for k, v in os.environ.items() if k != "VIT_BENCHMARK_FRAMEWORK"}
-    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    with_timm = timm_installed()
     argv = ["--cases=ViT-Ti_16:32", "--batch_sizes=2", "--dtypes=bfloat16", "--train_cases=ViT-Ti_16:32:4"]
     argv += [f"--peers=keras-hub{',timm' if with_timm else ''}", "--timm_modes=eager", "--steps_per_call=2"]
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.accelerator", *argv, *TINY, f"--out={tmp_path}/a.json"],
-        check=True,
-        capture_output=True,
-        cwd=ROOT,
-        env=env,
+    run_benchmark(
+        "accelerator",
+        [*argv, f"--out={tmp_path}/a.json"],
         timeout=600,
+        KERAS_BACKEND="jax",
+        JAX_PLATFORMS="cpu",
     )
     data = read_json(tmp_path / "a.json")
     names = ["keras_vit JAX+XLA", "keras-hub JAX+XLA"] + (["timm eager"] if with_timm else [])

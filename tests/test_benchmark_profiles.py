@@ -5,10 +5,10 @@ the trainers' own step at a tiny size."""
 import os
 
 import pytest
-from benchmark_json import read_json, table_rows
+from benchmark_runs import FRAMEWORK_VARIABLE, read_json, table_rows
 
 # This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
-os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
+os.environ[FRAMEWORK_VARIABLE] = "tf"
 
 from benchmarks import kernels, op_profile  # noqa: E402
 

@@ -8,15 +8,14 @@ on Keras' PyTorch backend run in child processes, where PyTorch can load before 
 
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
-from benchmark_json import TINY, read_json, table_rows
+from benchmark_runs import FRAMEWORK_VARIABLE, TINY, read_json, run_benchmark, table_rows, timm_installed
 from fixtures import shared_fake_tfds
 
 # This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
-os.environ["VIT_BENCHMARK_FRAMEWORK"] = "tf"
+os.environ[FRAMEWORK_VARIABLE] = "tf"
 
 from benchmarks import (  # noqa: E402
     flops,
@@ -297,9 +296,7 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
     """As a command: keras_vit on Keras' PyTorch backend (a child process serving its steps) and
     its ONNX export on ONNX Runtime, and timm eager where installed, beside keras_vit on
     TensorFlow; each one's peak memory measured in a child process of its own."""
-    # Not pytest.importorskip: importing timm into this process, after TensorFlow, crashes it.
-    with_timm = all(harness.importlib.util.find_spec(m) is not None for m in ("torch", "timm"))
-    env = {k: v for k, v in os.environ.items() if k != "VIT_BENCHMARK_FRAMEWORK"}
+    with_timm = timm_installed()
     argv = ["--cases=ViT-Ti_16:32", "--batch_sizes=2", "--dtypes=float32,bfloat16", "--timm_modes=eager"]
     argv += [
         f"--peers={'timm' if with_timm else 'none'}",
@@ -307,14 +304,7 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
         "--memory_case=ViT-Ti_16:32:2",
         f"--out={tmp_path}/i.json",
     ]
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.inference", *argv, *TINY],
-        check=True,
-        capture_output=True,
-        cwd=ROOT,
-        env=env,
-        timeout=900,
-    )
+    run_benchmark("inference", argv, timeout=900)
     data = read_json(tmp_path / "i.json")
     names = ["keras_vit TF+XLA", "keras_vit PyTorch", "keras_vit ONNX Runtime"]
     names += ["timm eager"] if with_timm else []
