@@ -221,14 +221,15 @@ class PeerWatch:
                             pass
             checkpoint = self.newest_checkpoint()
             where = self.cluster.names[index] if self.cluster.names else ""
-            print(
+            # One write with its newline: print() writes the text and the newline apart, so two
+            # threads reporting at once could join their lines into one.
+            sys.stderr.write(
                 f"{program_name(sys.argv)}: error: process {index} of {self.count}"
                 f"{f' ({where})' if where else ''} is gone ({why}); the last checkpoint is "
                 f"{checkpoint or 'none (nothing saved yet)'}. Stopping this process too: rerun the same "
-                "command on every process to resume from it.",
-                file=sys.stderr,
-                flush=True,
+                "command on every process to resume from it.\n"
             )
+            sys.stderr.flush()
             sys.stdout.flush()
             self._stopping.set()
             self.exit(EXIT_CODE)
