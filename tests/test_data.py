@@ -3,7 +3,6 @@ few-shot subsets and every DatasetError (image folders: tests/test_folders.py)."
 
 import hashlib
 import os
-import types
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from fixtures import shared_fake_tfds
 
+from configs.fields import TRAINING, fields
 from trainers import data, distribute
 from trainers.data import ops, pipeline, subsets, tfds_prepare
 
@@ -54,9 +54,9 @@ def eval_image(encoded, size):
 
 
 def train_ops(image_size, crop_min_area=0.05, random_flip=True):
-    return data.train_ops(
-        types.SimpleNamespace(image_size=image_size, crop_min_area=crop_min_area, random_flip=random_flip)
-    )
+    config = fields(TRAINING)  # every training field at its default: no RandAugment
+    config.image_size, config.crop_min_area, config.random_flip = image_size, crop_min_area, random_flip
+    return data.train_ops(config)
 
 
 def assert_same_batches(a, b):

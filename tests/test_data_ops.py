@@ -1,8 +1,6 @@
 """The registered image ops: the lists train_ops and eval_ops build, their seeds, a new op, and
 the one-line DatasetError of every bad list."""
 
-import types
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -52,6 +50,15 @@ def test_the_registered_ops():
     ]
 
 
+def _config(**values):
+    """A training config, every field at its declared default (the paper's augmentation, no
+    RandAugment) but `values`."""
+    config = fields(TRAINING)
+    for name, value in values.items():
+        config[name] = value
+    return config
+
+
 def test_train_ops_follow_the_config():
     config = fields(TRAINING)  # the run's fields at their declared defaults: the paper's augmentation
     config.image_size = 32
@@ -77,8 +84,7 @@ def test_train_ops_follow_the_config():
 
 
 def test_the_kth_random_op_is_seeded_with_fold_in_k():
-    config = types.SimpleNamespace(image_size=16, crop_min_area=0.3, random_flip=True)
-    got = ops.Chain(ops.train_ops(config))(_png(), SEED)
+    got = ops.Chain(ops.train_ops(_config(image_size=16, crop_min_area=0.3)))(_png(), SEED)
     image = ops.decode_image(_png())
     image = ops.inception_crop(0.3)(image, tf.random.experimental.stateless_fold_in(SEED, 1, alg="philox"))
     image = tf.image.resize(tf.cast(image, tf.float32), [16, 16], method="bilinear")
@@ -169,7 +175,7 @@ def test_evaluation_takes_neither_random_ops_nor_images_of_several_sizes(digits)
             "test",
             global_batch_size=4,
             training=False,
-            ops=data.train_ops(types.SimpleNamespace(image_size=8, crop_min_area=0.05, random_flip=True)),
+            ops=data.train_ops(_config(image_size=8)),
         )
     )
     assert "random inception_crop, flip_lr" in message

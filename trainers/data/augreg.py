@@ -33,7 +33,6 @@ import dataclasses
 
 import tensorflow as tf
 
-from configs.fields import DEFAULTS
 from trainers.errors import UsageError
 
 SEED_ALG = "philox"
@@ -63,21 +62,16 @@ class AugReg:
     mixup: float
 
 
-def _field(config, name):
-    # Configs built in Python before these fields existed (and test namespaces) read the default.
-    return getattr(config, name, DEFAULTS[name])
-
-
 def resolve(config):
     """The AugReg of a config: its --augreg level, then --randaug / --mixup where not "level"."""
-    level = _field(config, "augreg")
+    level = config.augreg
     if level not in LEVELS:
         raise UsageError(f"--augreg must be one of {', '.join(LEVELS)}, got {level!r}.")
     randaug, mixup = LEVELS[level]
-    randaug_flag = str(_field(config, "randaug")).strip().lower()
+    randaug_flag = str(config.randaug).strip().lower()
     if randaug_flag != FROM_LEVEL:
         randaug = parse_randaug(randaug_flag)
-    mixup_flag = _field(config, "mixup")
+    mixup_flag = config.mixup
     if str(mixup_flag).strip().lower() != FROM_LEVEL:
         mixup = parse_mixup(mixup_flag)
     return AugReg(randaug, mixup)

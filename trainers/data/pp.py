@@ -48,7 +48,7 @@ def split_batch_ops(parsed, field):
 
 def train_pipeline(config):
     """(image ops, batch ops) of training: --pp_train's, or the ones the augmentation flags build."""
-    pp = getattr(config, "pp_train", "")
+    pp = config.pp_train
     if not pp:
         mixup = augreg.resolve(config).mixup
         return ops.train_ops(config), [("mixup", {"p": mixup})] if mixup else []
@@ -63,7 +63,7 @@ def train_pipeline(config):
 
 def eval_pipeline(config):
     """The image ops of evaluation: --pp_eval's, or resize to --image_size."""
-    pp = getattr(config, "pp_eval", "")
+    pp = config.pp_eval
     if not pp:
         return ops.eval_ops(config.image_size)
     image_ops, batch_ops = split_batch_ops(parse(pp, "pp_eval"), "pp_eval")
@@ -80,7 +80,7 @@ def check(train_ops, batch_ops, eval_ops):
 
 
 def _given(config, name):
-    return str(getattr(config, name, DEFAULTS[name])) != str(DEFAULTS[name])
+    return str(config[name]) != str(DEFAULTS[name])
 
 
 def _op(item, field):
