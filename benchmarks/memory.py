@@ -46,7 +46,7 @@ def measure(variant, image_size, batch):
             classifier_activation=None,
         )
         optimizer = optimizers.make_optimizer("sgd", 0.01)
-        trainer = loop.Trainer(
+        trainer = loop.TensorFlowTrainer(
             strategy=strategy, model=model, optimizer=optimizer, global_batch_size=batch, grad_norm_clip=1.0
         )
     images = tf.random.uniform([batch, image_size, image_size, 3], -1, 1, seed=0)

@@ -1,6 +1,6 @@
 """Training images/s of the trainers' own step against keras-hub's model.fit and timm, same run.
 
-keras_vit: `trainers.loop.Trainer` built by trainers.training for the configuration
+keras_vit: `trainers.loop.TensorFlowTrainer` built by trainers.training for the configuration
 `python -m trainers.finetune` picks (its defaults: optimizer, clipping, --mixed_precision=auto,
 --jit_compile=auto, accumulation), with only the model, image size and batch set here, so a
 change of a default shows here; further rows force XLA on, and float32 where the defaults chose

@@ -14,7 +14,7 @@ from trainers.errors import TrainingError
 
 
 class FakeTrainer:
-    """Counts steps like trainers.loop.Trainer; `diverge_at` makes one loop call non-finite."""
+    """Counts steps like trainers.loop.TensorFlowTrainer; `diverge_at` makes one loop call non-finite."""
 
     def __init__(self, diverge_at=None):
         self.calls, self.step, self.diverge_at = [], 0, diverge_at

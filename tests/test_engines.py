@@ -9,6 +9,7 @@ backend.
 Each engine runs every case in one child process (tests/engine_runs.py), the two side by side.
 """
 
+import ast
 import json
 import os
 import subprocess
@@ -231,7 +232,7 @@ def _members(protocol):
 def test_every_registered_engine_has_every_member_of_the_interface():
     from trainers import jax_loop, loop
 
-    trainers = {"tf": loop.Trainer, "jax": jax_loop.Trainer}
+    trainers = {"tf": loop.TensorFlowTrainer, "jax": jax_loop.JaxTrainer}
     assert set(trainers) == set(engines.REGISTRY) == set(engine_env.BACKENDS)
     for name in engines.REGISTRY:
         engine = engines.get(name)
@@ -279,7 +280,14 @@ def test_engine_refusals():
             {"engine": "tf", "mixed_precision": "auto", "jit_compile": "auto", **values}
         )
 
-    engines.check(config())  # this process runs TensorFlow's Keras: the tf engine's
+    engines.check(config(), training=True)  # this process runs TensorFlow's Keras: the tf engine's
+    engines.check(config(mixed_precision="float16", jit_compile="false"), training=True)
+    jax = engines.get("jax")  # its refusals of training flags, whatever the backend of this process
+    with pytest.raises(UsageError, match=r"^--mixed_precision=float16 \(loss scaling\) is for --engine=tf"):
+        jax.check_training(config(mixed_precision="float16"))
+    with pytest.raises(UsageError, match="^--engine=jax always compiles the step with XLA"):
+        jax.check_training(config(jit_compile="false"))
+    jax.check_training(config(mixed_precision="bfloat16"))
     with pytest.raises(UsageError, match="--engine=jax runs Keras on its jax backend.*KERAS_BACKEND=jax"):
         engines.check(config(engine="jax"))
     with pytest.raises(UsageError, match="unknown --engine='nope': use one of tf, jax"):
@@ -343,3 +351,36 @@ def test_nothing_outside_the_engines_package_asks_which_engine_runs():
                 if name.endswith(".py") and (found := _engine_tests(os.path.join(folder, name))):
                     asked[os.path.relpath(os.path.join(folder, name), root)] = found
     assert asked == {}
+
+
+def _own_modules(engine):
+    """The trainers/ modules only `engine` imports (trainers/engines/NAME.py's own imports that no
+    other engine shares), and that module itself."""
+
+    def imported(name):
+        tree = ast.parse(open(os.path.join(trainer_cli.ROOT, "trainers", "engines", f"{name}.py")).read())
+        return {
+            alias.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.module == "trainers"
+            for alias in node.names
+        }
+
+    others = set().union(*(imported(other) for other in engines.REGISTRY if other != engine))
+    own = [os.path.join("trainers", f"{module}.py") for module in sorted(imported(engine) - others)]
+    return [*own, os.path.join("trainers", "engines", f"{engine}.py")]
+
+
+def test_no_function_is_written_once_per_engine():
+    """The math is written once (trainers/numerics.py, trainers/objectives.py): a class or function
+    of the same name in two engines' own modules is one algorithm written twice, as
+    per_example_loss, top1_hits and masked patch prediction once were (tf.* and jnp.* copies)."""
+    defined = {}
+    for engine in engines.REGISTRY:
+        for path in _own_modules(engine):
+            tree = ast.parse(open(os.path.join(trainer_cli.ROOT, path)).read())
+            for node in tree.body:
+                if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                    defined.setdefault(node.name, set()).add(engine)
+    assert sorted(name for name, where in defined.items() if len(where) > 1) == []
+    assert "trainers/jax_loop.py" in _own_modules("jax") and "trainers/loop.py" in _own_modules("tf")

@@ -43,7 +43,7 @@ out = {
     "train": [np.asarray(b[0])[:, 0].tolist() for b in train],
 }
 try:
-    jax_distribute.create_strategy("cpu", cpu_devices=3)
+    jax_distribute.create_jax_strategy("cpu", cpu_devices=3)
 except Exception as e:
     out["refusal"] = str(e)
 print(json.dumps(out))

@@ -46,7 +46,7 @@ def _run(
             opt = optimizers.make_optimizer(
                 optimizer, schedule, weight_decay=weight_decay, loss_scaling=precision == "mixed_float16"
             )
-            trainer = loop.Trainer(
+            trainer = loop.TensorFlowTrainer(
                 strategy=strategy,
                 model=model,
                 optimizer=opt,
@@ -114,7 +114,7 @@ def test_unknown_loss_is_refused():
     with strategy.scope():
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
         with pytest.raises(ValueError, match="loss must be one of softmax, sigmoid"):
-            loop.Trainer(
+            loop.TensorFlowTrainer(
                 strategy=strategy,
                 model=model,
                 optimizer=optimizers.make_optimizer("sgd", 0.1),
@@ -168,4 +168,6 @@ def test_batch_not_divisible_is_refused():
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
         opt = optimizers.make_optimizer("sgd", 0.1)
         with pytest.raises(ValueError, match="not divisible"):
-            loop.Trainer(strategy=strategy, model=model, optimizer=opt, global_batch_size=6, accum_steps=2)
+            loop.TensorFlowTrainer(
+                strategy=strategy, model=model, optimizer=opt, global_batch_size=6, accum_steps=2
+            )

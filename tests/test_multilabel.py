@@ -70,7 +70,7 @@ def test_sigmoid_trainer_reports_prec_at_1_over_real_examples_on_two_replicas():
         model = keras.Sequential(
             [keras.Input((3,)), keras.layers.Dense(3, use_bias=False, kernel_initializer="identity")]
         )
-        trainer = loop.Trainer(
+        trainer = loop.TensorFlowTrainer(
             strategy=strategy,
             model=model,
             global_batch_size=4,

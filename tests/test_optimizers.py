@@ -73,7 +73,7 @@ def _train(replicas, x, y, *, schedule, clip, momentum_dtype="float32", calls=No
         model = keras.Sequential([keras.Input((FEATURES,)), dense])
         w0, b0 = (v.copy() for v in model.get_weights())
         optimizer = optimizers.make_optimizer("sgd", schedule, momentum_dtype=momentum_dtype)
-        trainer = loop.Trainer(
+        trainer = loop.TensorFlowTrainer(
             strategy=strategy, model=model, optimizer=optimizer, global_batch_size=BATCH, grad_norm_clip=clip
         )
     data = tf.data.Dataset.from_tensor_slices((x.astype("float32"), y.astype("int32")))

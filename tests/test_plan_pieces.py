@@ -26,7 +26,6 @@ BELOW_THE_PLAN = [
     "trainers/memory.py",
     "trainers/banner.py",
     "trainers/objectives.py",
-    "trainers/jax_objectives.py",
     "trainers/data/mask_patches.py",
 ] + sorted(
     os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, "trainers", "evaluators", "*.py"))

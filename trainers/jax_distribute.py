@@ -48,7 +48,7 @@ BATCH_AXIS = "batch"
 PREFETCH = 2
 
 
-def create_strategy(strategy="auto", tpu=None, cpu_devices=1):
+def create_jax_strategy(strategy="auto", tpu=None, cpu_devices=1):
     """The mesh for --strategy on the devices JAX sees (tpu, gpu, cpu, or auto: the first of those)."""
     if strategy not in STRATEGIES:
         raise StrategyError(f"unknown --strategy={strategy!r}: use one of {', '.join(STRATEGIES)}")

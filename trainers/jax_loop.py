@@ -1,4 +1,5 @@
-"""The JAX engine's training and evaluation steps, with trainers.loop.Trainer's interface.
+"""The JAX engine's training and evaluation steps: `JaxTrainer`, with the interface of
+trainers.loop.TensorFlowTrainer (trainers/engines/interface.py's Trainer).
 
 The whole step is one jit-compiled XLA program over the mesh of trainers/jax_distribute.py:
 the micro-batches of an accumulating step (a `lax.scan`, one micro-batch's activations in
@@ -30,7 +31,7 @@ from trainers.numerics import clip_factor, micro_batches
 _CHECKPOINT_DTYPES = {"uint32": tf.int64}
 
 
-class Trainer:
+class JaxTrainer:
     """Compiled train and eval steps for a classifier on a JaxStrategy's mesh."""
 
     def __init__(
@@ -53,9 +54,9 @@ class Trainer:
         # Host-side counters, as the tf engine's (the controller and the checkpoints read them).
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.last_loss = tf.Variable(float("nan"), dtype=tf.float32, trainable=False, name="last_train_loss")
+        self._trained = list(self.objective.trained_variables(model))
         if not optimizer.built:
-            optimizer.build(self.trained_variables)
-        self._trained = list(self.trained_variables)
+            optimizer.build(self._trained)
         trained_ids = {id(v) for v in self._trained}
         everything = list(model.variables) + list(self.objective.variables)
         self._others = _unique(v for v in everything if id(v) not in trained_ids)
@@ -72,10 +73,6 @@ class Trainer:
     @property
     def micro_batch_size(self):
         return self.global_batch_size // self.accum_steps
-
-    @property
-    def trained_variables(self):
-        return self.objective.trained_variables(self.model)
 
     # -- the state --------------------------------------------------------------------------------
     def _device_state(self):

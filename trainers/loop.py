@@ -1,6 +1,6 @@
 """The training loop: compiled distributed steps, schedules, checkpoints and evaluation.
 
-One call of `Trainer.train` runs `num_steps` optimizer steps inside a single `tf.function`
+One call of `TensorFlowTrainer.train` runs `num_steps` optimizer steps inside a single `tf.function`
 (`strategy.run` per step), which is what keeps a TPU busy. Each step:
 
 * splits the per-replica batch into `accum_steps` micro-batches and sums their gradients;
@@ -47,7 +47,7 @@ def set_common(
         )
 
 
-class Trainer:
+class TensorFlowTrainer:
     """Compiled train and eval loops for a classifier under a tf.distribute strategy.
 
     Build it (and the model and optimizer) inside `strategy.scope()`.
@@ -92,6 +92,19 @@ class Trainer:
             generator.state
             for layer in model._flatten_layers()
             for generator in getattr(layer, "_seed_generators", [])
+        ]
+        # The objective's train-side metric (masked-patch accuracy): hits and count summed over
+        # the replicas when read, since the last train() call.
+        self._train_sums = [
+            tf.Variable(
+                0.0,
+                trainable=False,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.SUM,
+                name=name,
+            )
+            for name in ("objective_train_hits", "objective_train_count")
+            if self.objective.train_metric
         ]
         if not optimizer.built:
             optimizer.build(self.trained_variables)
@@ -149,7 +162,10 @@ class Trainer:
             losses, accuracy = self.objective.per_example(images, labels, training=True)
             loss = tf.reduce_sum(losses) / self.global_batch_size
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
-        self.objective.record_train(accuracy)
+        if self.objective.train_metric:
+            hits, count = self._train_sums
+            hits.assign_add(tf.reduce_sum(accuracy))
+            count.assign_add(tf.cast(tf.size(accuracy), tf.float32))
         return loss, tape.gradient(scaled, variables)
 
     def _replica_step(self, images, labels):
@@ -212,8 +228,17 @@ class Trainer:
             "grad_norm": float(out["grad_norm"]),
             "finite": bool(out["finite"]),
             # The objective's train-side metrics over these steps (masked-patch accuracy).
-            "metrics": self.objective.train_metrics(),
+            "metrics": self._train_metrics(),
         }
+
+    def _train_metrics(self):
+        """{metric_name: train accuracy} since the last call ({} for an objective without one)."""
+        if not self.objective.train_metric:
+            return {}
+        hits, count = (float(v.read_value()) for v in self._train_sums)
+        for variable in self._train_sums:
+            variable.assign(0.0)
+        return {self.metric_name: hits / count} if count else {}
 
     # -- evaluation ---------------------------------------------------------------------
     def _replica_eval(self, images, labels, weights):

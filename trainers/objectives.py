@@ -1,24 +1,25 @@
 """What a pre-training run optimises besides classification: masked patch prediction.
 
-The Trainer (trainers/loop.py) classifies unless it is given an objective. An objective has
-`metric_name` (its evaluation metric), `trained_variables(model)` (what the optimizer updates),
-`checkpoint_objects()` (what the run's checkpoints must hold besides the model),
-`per_example(images, labels, training)` -> (loss (b,), accuracy (b,)), `record_train(accuracy)`
-and `train_metrics()` (the train-side metric since the last call, for the console and
-TensorBoard).
+An objective is what a Trainer (trainers/loop.py, trainers/jax_loop.py) optimises: `metric_name`
+(its evaluation metric), `train_metric` (whether the console and TensorBoard show its train-side
+metric, which the Trainer keeps), `variables` (its own Keras variables), `trained_variables(model)`
+(what the optimizer updates), `checkpoint_objects()` (what the run's checkpoints must hold
+besides the model) and `per_example(images, labels, training)` -> (loss (b,), accuracy (b,)).
+They are written in keras.ops, so one class serves every engine.
+
+Classification (--objective=classification) is --loss's loss of the labels and the top-1 hits.
 
 MaskedPatch (--objective=masked_patch, keras_vit/masked_patches.py): what comes in the labels'
 place is the batch op mask_patches' draw (trainers/data/mask_patches.py), uniform numbers
 (b, 2, N) of (--seed, step, replica) that choose which patches are corrupted and by which other
-patch of the micro-batch the replaced ones are replaced; a resumed run, an unbroken one and the
-jax engine corrupt the same patches. Evaluation batches carry one fixed draw. Loss and accuracy of an image
-are means over its corrupted patches (every image has the same number of them): cross-entropy and
-top-1 hits of the 512-colour class for mean_color; the same averaged over the 16 cells for
+patch of the micro-batch the replaced ones are replaced; a resumed run, an unbroken one and either
+engine corrupt the same patches. Evaluation batches carry one fixed draw. Loss and accuracy of an
+image are means over its corrupted patches (every image has the same number of them): cross-entropy
+and top-1 hits of the 512-colour class for mean_color; the same averaged over the 16 cells for
 downsampled; for l2 the mean squared error over the patch's pixel values (in [-1, 1]), and as
 accuracy whether the prediction's mean colour falls in the target's 3-bit colour class.
 """
 
-import tensorflow as tf
 from keras import ops
 
 from keras_vit import masked_patches
@@ -53,34 +54,23 @@ class Classification:
         logits = ops.cast(self.model(images, training=training), "float32")
         return numerics.per_example_loss(self.loss, labels, logits), numerics.top1_hits(labels, logits)
 
-    def record_train(self, accuracy):
-        """No train-side metric."""
-        # A statement besides the docstring: AutoGraph cannot convert a body it strips to nothing.
-        del accuracy
-
-    def train_metrics(self):
-        return {}
-
 
 class MaskedPatch:
     metric_name = "masked_patch_accuracy"
     train_metric = True  # its train accuracy, logged beside the loss
 
-    def __init__(self, model, target):
-        """Build it inside the strategy's scope, like the model (its variables are trained)."""
+    def __init__(self, model, target, replicas=1):
+        """Build it inside the strategy's scope, like the model (its variables are trained).
+        `replicas`: how many replicas' rows one call of per_example sees, one after the other (a
+        tf replica runs the step on its own rows: 1; the jax engine's step holds them all)."""
         self.predictor = masked_patches.MaskedPatchPredictor(model, target)
         self.target = target
-        # Summed over the replicas when read: the train accuracy since the last train_metrics().
-        self._train_sums = [
-            tf.Variable(
-                0.0,
-                trainable=False,
-                synchronization=tf.VariableSynchronization.ON_READ,
-                aggregation=tf.VariableAggregation.SUM,
-                name=name,
-            )
-            for name in ("masked_patch_train_hits", "masked_patch_train_count")
-        ]
+        self.replicas = int(replicas)
+
+    @property
+    def variables(self):
+        """Its own: the mask embedding and the prediction head (the step carries them as state)."""
+        return [*self.predictor.corruption.variables, *self.predictor.head.variables]
 
     def trained_variables(self, model):
         """The encoder's variables (not the model's classification head or pre-logits, which this
@@ -94,24 +84,13 @@ class MaskedPatch:
 
     def per_example(self, images, noise, training):
         """(loss (b,), accuracy (b,)), float32, of the batch corrupted as its draw `noise`
-        (b, 2, N) says (row 0 chooses the corrupted patches, row 1 the replacements)."""
-        images = tf.convert_to_tensor(images)
+        (b, 2, N) says (row 0 chooses the corrupted patches, row 1 the replacements, each
+        replica's rows among that replica's own)."""
+        images = ops.convert_to_tensor(images)
         check_draw(noise.shape[-1], images.shape, self.predictor.patch_size)
-        # One replica's rows: a tf replica runs the step on its own.
-        return numerics.masked_patch_per_example(self.predictor, self.target, images, noise, training)
-
-    def record_train(self, accuracy):
-        """Adds a replica's per-example train accuracies (b,) to the train metric."""
-        hits, count = self._train_sums
-        hits.assign_add(tf.reduce_sum(accuracy))
-        count.assign_add(tf.cast(tf.size(accuracy), tf.float32))
-
-    def train_metrics(self):
-        """{metric_name: train accuracy} since the last call (empty before any step); resets it."""
-        hits, count = (float(v.read_value()) for v in self._train_sums)
-        for variable in self._train_sums:
-            variable.assign(0.0)
-        return {self.metric_name: hits / count} if count else {}
+        return numerics.masked_patch_per_example(
+            self.predictor, self.target, images, noise, training, replicas=self.replicas
+        )
 
 
 def check_draw(drawn_patches, image_shape, patch_size):
@@ -129,11 +108,11 @@ def _layer_weights(model, name):
     return next((layer.weights for layer in model.layers if layer.name == name), [])
 
 
-def make_objective(name, target, model):
-    """The tf engine's objective `name` (--objective) for `model`, or None for classification (the
-    Trainer's own); the jax engine has its own (trainers/engines/jax.py)."""
+def make_objective(name, target, model, replicas=1):
+    """The objective `name` (--objective) for `model`, or None for classification (the Trainer's
+    own); `replicas` as MaskedPatch takes it."""
     if name == "classification":
         return None
     if name == "masked_patch":
-        return MaskedPatch(model, target)
+        return MaskedPatch(model, target, replicas)
     raise ValueError(f"unknown objective {name!r}")

@@ -36,7 +36,7 @@ def _run(config, weights_params):
     if hasattr(config, "copy_and_resolve_references"):
         config = config.copy_and_resolve_references()
     validation.validate_training(config)
-    engine = engines.check(config)
+    engine = engines.check(config, training=True)
     strategy = engines.strategy_of(config)
     # From here on the run reads the plan's parsed and decided values (trainers/plan.py).
     plan = plan_lib.resolve(config, strategy, weights_params)

@@ -66,9 +66,10 @@ def name_of(config):
     return config.engine
 
 
-def check(config):
+def check(config, training=False):
     """The engine a config asks for, after its own refusals (trainers.errors.UsageError): an
-    unknown name, a backend this process did not start Keras on, flags it does not take."""
+    unknown name, a backend this process did not start Keras on, and for a `training` config the
+    flags it does not take."""
     name = name_of(config)
     if name not in REGISTRY:
         # Here only: the errors module loads the library (and Keras), which this module must not.
@@ -77,6 +78,8 @@ def check(config):
         raise UsageError(f"unknown --engine={name!r}: use one of {', '.join(ENGINES)}")
     engine = get(name)
     engine.check(config)
+    if training:
+        engine.check_training(config)
     return engine
 
 

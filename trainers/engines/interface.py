@@ -62,7 +62,11 @@ class Engine(Protocol):
 
     # -- its configuration ----------------------------------------------------------------------
     def check(self, config) -> None:
-        """UsageError where the engine cannot run in this process or with these flags."""
+        """UsageError where the engine cannot run in this process (any command's config)."""
+
+    def check_training(self, config) -> None:
+        """UsageError for a training config's flags it does not take (--mixed_precision,
+        --jit_compile), before anything starts."""
 
     # -- the distribution and its facts ---------------------------------------------------------
     def create_strategy(self, strategy, *, tpu, cpu_devices, cpu_threads):

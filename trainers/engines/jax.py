@@ -2,7 +2,7 @@
 
 A data-parallel mesh over every device of every process (trainers/jax_distribute.py), fed by the
 same tf.data pipelines; the Trainer of trainers/jax_loop.py (`jax.jit` of the whole step, the
-micro-batches in a `lax.scan`); masked patch prediction of trainers/jax_objectives.py; several
+micro-batches in a `lax.scan`); the objectives of trainers/objectives.py; several
 processes agree on a SIGTERM's stop with one all-gathered flag per loop boundary. Its module
 imports JAX: it loads only for a run on this engine (trainers/engines/__init__.py).
 """
@@ -10,7 +10,7 @@ imports JAX: it loads only for a run on this engine (trainers/engines/__init__.p
 import jax
 import jax.numpy as jnp
 
-from trainers import distribute, jax_distribute, jax_loop, jax_objectives, objectives
+from trainers import distribute, jax_distribute, jax_loop, objectives
 from trainers.engines import common
 from trainers.errors import UsageError
 
@@ -25,17 +25,19 @@ class JaxEngine:
 
     def check(self, config):
         common.check_backend(self.name)
-        if config.get("mixed_precision") == "float16":
+
+    def check_training(self, config):
+        if config.mixed_precision == "float16":
             raise UsageError(
                 "--mixed_precision=float16 (loss scaling) is for --engine=tf; the jax engine's reduced "
                 "precision is bfloat16: use --mixed_precision=bfloat16 or auto"
             )
-        if config.get("jit_compile", "auto") == "false":
+        if config.jit_compile == "false":
             raise UsageError("--engine=jax always compiles the step with XLA: leave --jit_compile at auto")
 
     def create_strategy(self, strategy, *, tpu=None, cpu_devices=1, cpu_threads=0):
         distribute.set_cpu_threads(cpu_threads)  # tf.data's CPU kernels
-        return jax_distribute.create_strategy(strategy, tpu=tpu, cpu_devices=cpu_devices)
+        return jax_distribute.create_jax_strategy(strategy, tpu=tpu, cpu_devices=cpu_devices)
 
     def describe(self, strategy):
         return strategy.describe()
@@ -66,16 +68,15 @@ class JaxEngine:
         return "not pinned (the jax engine's step runs XLA's CPU code)"
 
     def trainer(self, **settings):
-        return jax_loop.Trainer(**settings)
+        return jax_loop.JaxTrainer(**settings)
 
     def objective(self, name, target, model, strategy):
-        if name == "masked_patch":
-            # The step holds every replica's rows: the objective keeps each replica's replacements apart.
-            return jax_objectives.MaskedPatch(model, target, strategy.num_replicas_in_sync)
-        return objectives.make_objective(name, target, model)
+        # The step holds every replica's rows: masked patch prediction keeps each replica's
+        # replacements apart.
+        return objectives.make_objective(name, target, model, strategy.num_replicas_in_sync)
 
     def feature_step(self, represent, strategy):
-        return _Features(represent, strategy)
+        return _JaxFeatureStep(represent, strategy)
 
 
 class _Processes:
@@ -94,7 +95,7 @@ class _Processes:
         return True
 
 
-class _Features:
+class _JaxFeatureStep:
     """The jax engine's feature step: the representation as one compiled program over the mesh's
     batches (trainers/jax_distribute.py Feed), the weights replicated on its devices; each part
     fetched whole to every host, as the tf path's gather does."""

@@ -23,6 +23,9 @@ class TfEngine:
     def check(self, config):
         common.check_backend(self.name)
 
+    def check_training(self, config):
+        """It trains with every precision and XLA setting."""
+
     def create_strategy(self, strategy, *, tpu=None, cpu_devices=1, cpu_threads=0):
         return distribute.create_strategy(strategy, tpu=tpu, cpu_devices=cpu_devices, cpu_threads=cpu_threads)
 
@@ -56,7 +59,7 @@ class TfEngine:
 
     def use_jit(self, setting, strategy):
         """XLA for the per-replica step. "auto": on GPUs only. TPUStrategy compiles the whole step
-        with XLA anyway. On CPU, "true" works for any number of replicas (loop.Trainer), but the
+        with XLA anyway. On CPU, "true" works for any number of replicas (loop.TensorFlowTrainer), but the
         step measured slower under XLA than without (docs/guides/benchmarks.md), so "auto" leaves
         it off there."""
         if setting != "auto":
@@ -69,13 +72,13 @@ class TfEngine:
         return reproducible.describe()
 
     def trainer(self, **settings):
-        return loop.Trainer(**settings)
+        return loop.TensorFlowTrainer(**settings)
 
     def objective(self, name, target, model, strategy):
         return objectives.make_objective(name, target, model)
 
     def feature_step(self, represent, strategy):
-        return _Features(represent, strategy)
+        return _TfFeatureStep(represent, strategy)
 
 
 def _worker_count(strategy):
@@ -85,7 +88,7 @@ def _worker_count(strategy):
     return sum(len(jobs.get(job, ())) for job in ("chief", "worker"))
 
 
-class _Features:
+class _TfFeatureStep:
     """The representation per replica in one tf.function, each part gathered to every host (so
     multi-worker and TPU pods agree)."""
 
