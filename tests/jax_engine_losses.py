@@ -5,7 +5,8 @@ numbers, for tests/test_jax_engine_cli.py to compare with TensorFlow's; it runs 
     ("jax_engine_losses", [OUT.npz])   ->   OUT.npz: the inputs and what the jax engine computed
 
 mixup's soft targets, the sigmoid loss on multi-hot and on integer labels, masked patch prediction's
-per-patch loss and hits for each target, and the patches it replaces others by.
+per-patch loss and hits for each target, the patches it replaces others by, and the global norm of
+gradients (tests/test_numerics.py's) with optax's beside it.
 """
 
 import numpy as np
@@ -39,5 +40,14 @@ def main(argv):
     # Masked patch replacements of a step's global batch: 2 replicas of 3 rows, 4 patches each.
     saved["noise"] = rng.uniform(size=(6, 4)).astype("float32")
     saved["sources"] = np.asarray(numerics.replacement_sources(saved["noise"], replicas=2))
+    # The global norm, compiled as the jax engine's step compiles it, and optax's.
+    import jax
+    import optax
+    from test_numerics import gradients
+
+    for seed in range(5):
+        grads = [jax.numpy.asarray(g) for g in gradients(seed)]
+        saved[f"global_norm_{seed}"] = np.asarray(jax.jit(numerics.global_norm)(grads))
+        saved[f"optax_global_norm_{seed}"] = np.asarray(jax.jit(optax.global_norm)(grads))
     np.savez(argv[0], **saved)
     return 0

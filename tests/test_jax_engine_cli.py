@@ -241,3 +241,12 @@ def test_the_jax_engines_losses_match_the_tf_engines(jax_side):
         own = masked_patches.replacement_sources(tf.constant(noise[rows])).numpy() + 12 * replica
         np.testing.assert_array_equal(sources[rows], own)
         assert ((sources[rows] >= 12 * replica) & (sources[rows] < 12 * replica + 12)).all()
+    # The global norm on JAX is optax's, bit for bit (the jax engine's steps equal optax's), and
+    # TensorFlow's to float32 rounding.
+    from test_numerics import gradients
+
+    for seed in range(5):
+        ours = computed[f"global_norm_{seed}"]
+        assert ours == computed[f"optax_global_norm_{seed}"], seed
+        theirs = tf.linalg.global_norm([tf.constant(g) for g in gradients(seed)]).numpy()
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6)

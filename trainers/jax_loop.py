@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainers import loop
-from trainers.numerics import clip_factor, micro_batches
+from trainers.numerics import clip_factor, global_norm, micro_batches
 
 # Checkpoint copies of integer states (the dropout layers' random-number states) are int64:
 # TensorFlow's CPU kernels do not assign every unsigned type.
@@ -133,7 +133,7 @@ class JaxTrainer:
             replicas = self.strategy.num_replicas_in_sync
             batches = tuple(micro_batches(x, self.accum_steps, replicas) for x in (images, labels))
             (grads, loss, hits, others), _ = jax.lax.scan(body, carry, batches)
-        norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in grads))
+        norm = global_norm(grads)
         if self.grad_norm_clip:
             factor = clip_factor(norm, self.grad_norm_clip)
             grads = [g * factor.astype(g.dtype) for g in grads]

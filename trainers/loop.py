@@ -12,15 +12,15 @@ One call of `TensorFlowTrainer.train` runs `num_steps` optimizer steps inside a 
   gradient and then all-reduce again, so the optimizer is told not to aggregate (see
   `trainers.optimizers.make_optimizer`).
 
-The losses, top-1 hits, clip factor and micro-batches are trainers/numerics.py's, shared with
-the jax engine.
+The losses, top-1 hits, global norm, clip factor and micro-batches are trainers/numerics.py's,
+shared with the jax engine.
 """
 
 import keras
 import tensorflow as tf
 
 from trainers import distribute, objectives
-from trainers.numerics import LOSSES, clip_factor, micro_batches
+from trainers.numerics import LOSSES, clip_factor, global_norm, micro_batches
 
 
 def set_common(
@@ -187,7 +187,7 @@ class TensorFlowTrainer:
                 grads = [g + tf.cast(m, g.dtype) for g, m in zip(grads, micro_grads)]
         ctx = tf.distribute.get_replica_context()
         grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-        norm = tf.linalg.global_norm(grads)
+        norm = global_norm(grads)
         if self.loss_scaling:
             norm = norm / tf.cast(self.optimizer.dynamic_scale, norm.dtype)
         if self.grad_norm_clip:

@@ -51,9 +51,18 @@ def top1_hits(labels, logits):
     return ops.cast(ops.equal(top, ops.cast(labels, "int32")), "float32")
 
 
-# The global norm itself stays each engine's (tf.linalg.global_norm, and a sum in jax_loop): written
-# once in keras.ops, it sums the squares of a real model's ~150 gradients in another order than
-# tf.linalg.global_norm does, which moves the tf engine's clipped updates in their last bits.
+def global_norm(grads):
+    """float32 scalar: the L2 norm of all the gradients together, the norm the clip bounds.
+
+    Written as tf.linalg.global_norm computes it (each tensor's half sum of squares, one sum of
+    those, times 2), which on TensorFlow gives its bits; on JAX the same expression gives the bits
+    of optax.global_norm's running sum (halving and doubling are exact for squares above float32's
+    subnormal range, and XLA sums the stacked per-tensor terms in order). So each engine's clipped
+    steps are what they were before it was shared."""
+    halves = ops.stack([ops.sum(ops.square(ops.cast(g, "float32")) * 0.5) for g in grads])
+    return ops.sqrt(ops.sum(halves) * 2.0)
+
+
 def clip_factor(norm, clip):
     """What the gradients are multiplied by to clip their global `norm` at `clip` (1 below it):
     tf.clip_by_global_norm's factor."""
