@@ -63,8 +63,13 @@ def install(log):
 
 def report(log):
     """Test cases that started a child (one that imported TensorFlow), children, TensorFlow imports."""
+    lines, damaged = [], 0
     with open(log) as f:
-        lines = [json.loads(line) for line in f if line.strip()]
+        for text in f:
+            try:
+                lines.append(json.loads(text))
+            except ValueError:  # a note cut short (a process that ended while writing)
+                damaged += 1
     children = [line for line in lines if line["kind"] == "child" and line["test"]]
     imports = [line for line in lines if line["kind"] == "tensorflow"]
     by_test = Counter(line["test"] for line in children)
@@ -74,6 +79,8 @@ def report(log):
     print(f"child processes started by tests: {len(children)}")
     outside = sum(1 for line in imports if not line["test"])
     print(f"TensorFlow imports: {len(imports)} ({outside} by pytest's own processes)")
+    if damaged:
+        print(f"notes that could not be read: {damaged}")
     for test, count in sorted(by_test.items()):
         commands = sorted(
             {" ".join(line["argv"][:3]).replace("\n", " ")[:70] for line in children if line["test"] == test}

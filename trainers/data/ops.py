@@ -175,7 +175,8 @@ def _make(name, kwargs):
 
 
 def train_ops(config):
-    """The training ops from the run's config (a ConfigDict, or any object with the fields read here)."""
+    """The training ops from the run's config (a ConfigDict, or any object with its image_size,
+    crop_min_area, random_flip, augreg, randaug and mixup fields)."""
     ops = [
         ("decode", {}),
         ("inception_crop", {"min_area": config.crop_min_area}),
