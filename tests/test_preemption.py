@@ -307,6 +307,29 @@ def test_sigterm_at_every_moment_of_a_run_stops_it_with_one_line_and_the_reruns_
     _assert_results_equal(workdir, one_process_reference)
 
 
+def test_sigterm_while_a_finished_command_shuts_down_leaves_it_finished(tmp_path):
+    """The last seconds: the command has done its work (here: printed its --help) and the
+    interpreter is unloading TensorFlow. Python puts the signals it handled back to their default
+    action as it shuts down, so SIGTERM there killed the finished command (status -15), as the
+    "final test:" moment above once did; SIGTERM every millisecond until it ends must leave exit 0."""
+    expected_end = run_cli("finetune", ["--help"]).stdout.rstrip().splitlines()[-1]
+    log = tmp_path / "help.log"
+    proc = start_cli("finetune", ["--help"], log_path=str(log))
+    try:
+        deadline = time.time() + 120
+        while expected_end not in log.read_text():  # the help is out: the command's work is done
+            assert proc.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+            time.sleep(0.005)
+        while proc.poll() is None and time.time() < deadline:
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.001)
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert code == 0 and "Traceback" not in log.read_text(), (code, log.read_text()[-3000:])
+
+
 @pytest.mark.slow
 def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path):
     # Loop calls of 1500 steps (seconds): the first Ctrl-C lands inside one, and is acknowledged

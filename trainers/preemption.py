@@ -74,9 +74,10 @@ def watching(reads=True, whole_process=False):
     reads: the block reads the flags at safe points (a run: trainers/training.py), so a signal
     only sets them. Where no block that reads them is under way, SIGTERM raises `Stopped` and
     Ctrl-C KeyboardInterrupt at once, as no handler would, but with the command's own line.
-    whole_process: the command's own process (trainers/cli.py): the handlers stay when the block
-    ends, so a signal during the interpreter's shutdown (seconds, with TensorFlow or JAX loaded)
-    cannot turn a finished command into one killed by SIGTERM (status 143).
+    whole_process: the command's own process (trainers/cli.py): when the block ends the signals
+    are ignored to the process's end, so a signal during the interpreter's shutdown (seconds,
+    with TensorFlow or JAX loaded) cannot turn a finished command into one killed by SIGTERM
+    (status 143).
     """
     state = _SIGNALS
     early = []
@@ -104,8 +105,20 @@ def watching(reads=True, whole_process=False):
         state.readers -= bool(reads)
         if whole_process:
             state.kept = True
+            if state.depth == 0:
+                _ignore_to_the_end(state)
         if state.depth == 0 and not state.kept:
             _restore(state)
+
+
+def _ignore_to_the_end(state):
+    """The command is over: SIGTERM and Ctrl-C are ignored for the rest of the process. Its
+    handlers would not do: as the interpreter shuts down, Python puts the signals it handled back
+    to their default action, which would end a finished command as killed (status 143) in the
+    seconds TensorFlow and JAX take to unload; an ignored signal it leaves ignored."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        if signum in state.previous:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def reclaim_signals():
