@@ -15,8 +15,8 @@ probabilities differ from class to class). One export runs at a time.
     python -m benchmarks.export_memory --growth onnx    # JSON: memory per extra byte of weights
 
 `--markdown [JSON]` prints the table of docs/guides/deploy.md's "Peak memory" from a run's JSON.
-`--growth FORMAT` exports a small model of one block and of 24 blocks in one process and prints
-the export's memory per extra byte of weights (tests/test_export.py bounds it).
+`--growth FORMAT` exports a small model of one block and of 24 blocks, each in a process of its
+own, and prints the export's memory per extra byte of weights (tests/test_export.py bounds it).
 """
 
 import json
@@ -67,19 +67,39 @@ def make_weights(variant, image_size, path):
     return {"path": path, "parameters": model.count_params()}
 
 
-# --growth: a model of GROWTH_LAYERS blocks against one of a single block, same width, in one
-# process; the export's memory above what the process held before it, per extra byte of weights.
+# --growth: a model of GROWTH_LAYERS blocks against one of a single block, same width, each
+# exported in a process of its own; the export's memory above what its process held before it,
+# per extra byte of weights.
 GROWTH_SHAPE = dict(image_size=32, hidden_size=256, num_heads=4, mlp_dim=1024, num_classes=10)
 GROWTH_LAYERS = 24
 
 
-def growth(format, layers=GROWTH_LAYERS, shape=GROWTH_SHAPE):
-    """In this process: {"weights": [bytes, bytes], "overhead": [bytes, bytes], "per_weight_byte"}
-    for exports of one block and of `layers` blocks. The overhead is the peak anonymous resident
-    memory (harness.tree_rss_bytes) of this process and its children during
-    `keras_vit.export.export` less what they held before it.
+def growth(format, layers=GROWTH_LAYERS):
+    """{"weights": [bytes, bytes], "overhead": [bytes, bytes], "per_weight_byte"} for exports of
+    one block and of `layers` blocks, each in a fresh process (growth_overhead), or {"error"}.
+
     A converter that copies all the weights once or a few times costs a few bytes per byte of
-    weights; one that copies them once per block (or per pass over the blocks) costs `layers`."""
+    weights; one that copies them once per block (or per pass over the blocks) costs `layers`.
+    A process each, because a second export in the same process starts from what the first
+    left behind (imported runtimes, caches, memory its allocator frees later), so the
+    difference of two peaks there carried that noise too, up to about 150 MB."""
+    found = {"weights": [], "overhead": []}
+    for depth in (1, layers):
+        argv = ["--growth_depth", format, str(depth)]
+        one = harness.run_child("benchmarks.export_memory", argv, {"KERAS_BACKEND": "tensorflow"})
+        if "error" in one:
+            return {"error": f"the export of {depth} block(s): {one['error']}"}
+        found["weights"].append(one["weights"])
+        found["overhead"].append(one["overhead"])
+    extra = found["weights"][1] - found["weights"][0]
+    found["per_weight_byte"] = (found["overhead"][1] - found["overhead"][0]) / extra
+    return found
+
+
+def growth_overhead(format, depth, shape=GROWTH_SHAPE):
+    """In this process: {"weights", "overhead"} in bytes for the export of a model of `depth`
+    blocks. The overhead is the peak anonymous resident memory (harness.tree_rss_bytes) of this
+    process and its children during `keras_vit.export.export` less what they held before it."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import gc
 
@@ -88,22 +108,14 @@ def growth(format, layers=GROWTH_LAYERS, shape=GROWTH_SHAPE):
     import keras_vit
     from keras_vit import export
 
-    found = {"weights": [], "overhead": []}
+    model = keras_vit.create_model("ViT-Ti_16", num_layers=depth, **shape)
+    head = model.get_layer("head")  # zero at initialisation: the check needs outputs that differ
+    head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32"))
+    gc.collect()
     with tempfile.TemporaryDirectory(prefix="export_growth-") as scratch:
-        out = os.path.join(scratch, OUTPUTS[format])
-        for depth in (1, layers):
-            model = keras_vit.create_model("ViT-Ti_16", num_layers=depth, **shape)
-            head = model.get_layer("head")  # zero at initialisation: the check needs outputs that differ
-            head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32"))
-            gc.collect()
-            with harness.PeakPoller(os.getpid(), anonymous=True) as poller:
-                export.export(model, out, format, overwrite=True)
-            found["weights"].append(model.count_params() * 4)
-            found["overhead"].append(poller.peak_bytes - poller.start_bytes)
-            del model, head
-    extra = found["weights"][1] - found["weights"][0]
-    found["per_weight_byte"] = (found["overhead"][1] - found["overhead"][0]) / extra
-    return found
+        with harness.PeakPoller(os.getpid(), anonymous=True) as poller:
+            export.export(model, os.path.join(scratch, OUTPUTS[format]), format)
+    return {"weights": model.count_params() * 4, "overhead": poller.peak_bytes - poller.start_bytes}
 
 
 def measure(case, format, weights, out_dir, limit_bytes):
@@ -162,6 +174,9 @@ def main(argv=None):
         return 0
     if argv[:1] == ["--growth"]:
         print(json.dumps(growth(argv[1])))
+        return 0
+    if argv[:1] == ["--growth_depth"]:
+        print(json.dumps(growth_overhead(argv[1], int(argv[2]))))
         return 0
     if argv[:1] == ["--make_weights"]:
         variant, size, path = argv[1:]
