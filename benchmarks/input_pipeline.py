@@ -37,22 +37,16 @@ FEED_IMAGE_SIZE = 224
 def make_fake_pets(data_dir, per_class):
     if not os.path.exists(FAKE_TFDS):
         raise SystemExit(f"error: {FAKE_TFDS} not found: give --data_dir with oxford_iiit_pet prepared")
-    subprocess.run(
-        [
-            sys.executable,
-            FAKE_TFDS,
-            "--dataset",
-            "oxford_iiit_pet",
-            "--data_dir",
-            data_dir,
-            "--per_class",
-            str(per_class),
-            "--test_per_class",
-            "1",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    argv = ["--dataset", "oxford_iiit_pet", "--data_dir", data_dir, "--per_class", str(per_class)]
+    # The tool leaves the source files it generates in a new temporary folder: this one.
+    with tempfile.TemporaryDirectory(prefix="fake_oxford_iiit_pet_sources-") as sources:
+        env = dict(os.environ, TMPDIR=sources)
+        subprocess.run(
+            [sys.executable, FAKE_TFDS, *argv, "--test_per_class", "1"],
+            check=True,
+            capture_output=True,
+            env=env,
+        )
 
 
 def _train_input_fn(config, data_dir, batch):

@@ -25,11 +25,14 @@ names them:
 
 import contextlib
 import fcntl
+import functools
 import importlib.util
 import io
 import os
 import shutil
 import sys
+import tempfile
+import types
 
 import pytest
 
@@ -107,8 +110,13 @@ def make_fake_tfds(data_dir, dataset, per_class, test_per_class):
     sys.argv = [FAKE_TFDS, "--dataset", dataset, "--data_dir", str(data_dir)]
     sys.argv += ["--per_class", str(per_class), "--test_per_class", str(test_per_class)]
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            tool.main()
+        # The tool writes the source files it hands the builder into a new system temporary
+        # folder and leaves it there: a few hundred folders a day of test runs. Here they go
+        # into one that is removed once the data_dir is prepared.
+        with tempfile.TemporaryDirectory(prefix=f"fake_{dataset}_sources-") as sources:
+            tool.tempfile = types.SimpleNamespace(mkdtemp=functools.partial(tempfile.mkdtemp, dir=sources))
+            with contextlib.redirect_stdout(io.StringIO()):
+                tool.main()
     finally:
         tfds.download.DownloadManager.download_and_extract = download
         sys.argv = argv

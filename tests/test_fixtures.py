@@ -2,6 +2,7 @@
 prepared once per session, and the multi-label one reads back with the label lists it was made of."""
 
 import os
+import tempfile
 
 import pytest
 from fixtures import (
@@ -11,6 +12,7 @@ from fixtures import (
     TINY,
     TINY_CONFIG,
     TINY_FLAGS,
+    make_fake_tfds,
     shared_fake_tfds,
     tiny_hybrid,
     tiny_vit,
@@ -36,6 +38,17 @@ def test_the_tiny_models_have_the_shape():
 def test_a_fake_tfds_dir_is_made_once_per_session(fake_tfds_dir, cifar10_data_dir, tmp_path_factory):
     assert fake_tfds_dir == cifar10_data_dir == shared_fake_tfds("cifar10", tmp_path_factory)
     assert "cifar10" in os.listdir(fake_tfds_dir)
+
+
+def test_making_a_fake_tfds_dir_leaves_no_source_files_in_the_temporary_folder(tmp_path, monkeypatch):
+    # ../shared/tools/fake_tfds.py leaves its generated source files in a new temporary folder;
+    # every test run left two or three there before they went into a folder that is removed.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "system_temp"))
+    os.mkdir(tempfile.tempdir)
+    make_fake_tfds(tmp_path / "tfds", "cifar10", per_class=1, test_per_class=1)
+    assert "cifar10" in os.listdir(tmp_path / "tfds")
+    # (TFDS's builder leaves an empty folder of its own there, `tmp...tfds`.)
+    assert [name for name in os.listdir(tempfile.tempdir) if name.startswith("fake_")] == []
 
 
 def test_the_multi_label_tfds_dir_reads_back_its_empty_and_uneven_label_lists(multi_label_tfds_dir):
