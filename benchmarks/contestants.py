@@ -79,13 +79,16 @@ def keras_hub_model(shape, image_size, num_classes):
     return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=num_classes)
 
 
-def keras_model(kind, shape, image_size, num_classes, dtype):
-    """keras_vit's (`kind` "keras_vit") or keras-hub's classifier, built under Keras' mixed_bfloat16
-    policy where `dtype` is "bfloat16" (float32 variables, bfloat16 compute)."""
+def keras_model(kind, shape, image_size, num_classes, dtype, policy=None):
+    """keras_vit's (`kind` "keras_vit") or keras-hub's classifier, built under the Keras dtype
+    policy `policy`, by default the one training uses for `dtype`: Keras' mixed_bfloat16 for
+    "bfloat16" (float32 variables, bfloat16 compute)."""
     import keras
 
     previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy("mixed_bfloat16" if dtype == "bfloat16" else "float32")
+    keras.mixed_precision.set_global_policy(
+        policy or ("mixed_bfloat16" if dtype == "bfloat16" else "float32")
+    )
     try:
         build = keras_vit_model if kind == "keras_vit" else keras_hub_model
         return build(shape, image_size, num_classes)

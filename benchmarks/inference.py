@@ -3,8 +3,9 @@
 Every contestant builds the same classifier (1000 classes) and runs in its fastest mode: the Keras
 models inside one tf.function, XLA-compiled in float32 (in bfloat16 TensorFlow's own kernels are
 faster on CPU), timm eager and under torch.compile, all under
-torch.inference_mode. bfloat16: Keras' mixed_bfloat16 policy, timm's weights cast with
-.bfloat16(). Peak resident memory is measured for one case, each contestant in its own process.
+torch.inference_mode. bfloat16: the weights stored and computed in bfloat16, as a deployed
+model runs (Keras' `bfloat16` policy, timm's weights cast with .bfloat16()). Peak resident
+memory is measured for one case, each contestant in its own process.
 
 keras_vit itself also runs where a user may deploy it on a CPU (--runtimes): on Keras' PyTorch
 backend (eager, under torch.inference_mode, in a child process, since Keras fixes its backend per
@@ -94,10 +95,17 @@ def check_variant(variant):
         raise SystemExit(f"error: unknown or hybrid variant {variant!r}: use a plain ViT, e.g. ViT-B_16")
 
 
+# The Keras policy of each dtype: in bfloat16 the weights are stored in bfloat16 too. Under
+# mixed_bfloat16 (float32 weights, what training keeps) every call casts all the weights
+# again: a quarter of ViT-B/16's time at batch 1 on the 2-core EPYC, and 12.9 against 15.4
+# images/s there (benchmarks.op_profile).
+POLICIES = {"float32": "float32", "bfloat16": "bfloat16"}
+
+
 def keras_step(kind, shape, image_size, batch, dtype):
     import tensorflow as tf
 
-    model = contestants.keras_model(kind, shape, image_size, NUM_CLASSES, dtype)
+    model = contestants.keras_model(kind, shape, image_size, NUM_CLASSES, dtype, POLICIES[dtype])
     images = tf.constant(shared.synthetic_images(batch, image_size))
     forward = tf.function(lambda x: model(x, training=False), jit_compile=keras_uses_xla(dtype))
     return lambda: forward(images).numpy()
@@ -116,7 +124,7 @@ def keras_torch_step(shape, image_size, batch, dtype):
 
     assert keras.backend.backend() == "torch", keras.backend.backend()
     contestants.set_torch_threads()
-    model = contestants.keras_model("keras_vit", shape, image_size, NUM_CLASSES, dtype)
+    model = contestants.keras_model("keras_vit", shape, image_size, NUM_CLASSES, dtype, POLICIES[dtype])
     images = keras.ops.convert_to_tensor(shared.synthetic_images(batch, image_size))
 
     def step():

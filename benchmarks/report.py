@@ -49,6 +49,9 @@ ORDER = (
     "input_pipeline",
     "scaling",
     "op_profile",
+    # The same profile from the 2-core Intel Xeon with AMX, kept beside this CPU's (its JSON
+    # renamed), under mixed_bfloat16, the policy the inference benchmark used then.
+    "op_profile_xeon",
     # benchmarks.accelerator, run on a GPU once per dtype and part (its --out names them).
     "accelerator_inference_bfloat16",
     "accelerator_train_bfloat16",
@@ -61,6 +64,7 @@ TITLES = {
     "input_pipeline": "Input pipeline",
     "scaling": "Resolution scaling",
     "op_profile": "Where inference time goes on TensorFlow",
+    "op_profile_xeon": "Where inference time went on an Intel Xeon with AMX, under mixed_bfloat16",
     "accelerator_inference_bfloat16": "GPU inference, bfloat16",
     "accelerator_train_bfloat16": "GPU training step, bfloat16",
     "accelerator_inference_float32": "GPU inference, float32 (TF32 matmuls)",
