@@ -19,7 +19,7 @@ from trainer_cli import (
     checkpoint_steps,
     command,
     error_line,
-    limit_file_size,
+    file_size_limited,
     read_results,
     run_cli,
     start_cli,
@@ -136,12 +136,11 @@ def test_a_save_that_fails_stops_with_one_line_leaves_the_previous_checkpoint_an
     folder = _killed_after_step_10(reference, workdir)
     size = os.path.getsize(os.path.join(folder, DATA.format(10)))
     proc = subprocess.run(
-        command("finetune", _args(data_dir, workdir)),
+        file_size_limited(size // 2, command("finetune", _args(data_dir, workdir))),
         env=_env(),
         capture_output=True,
         text=True,
         timeout=300,
-        preexec_fn=limit_file_size(size // 2),
     )
     assert proc.returncode == 1
     line = error_line(proc)

@@ -27,8 +27,8 @@ from trainer_cli import (
     checkpoint_steps,
     command,
     error_line,
+    file_size_limited,
     kill_one_of_two,
-    limit_file_size,
     read_results,
     read_weights,
     run_child,
@@ -217,13 +217,13 @@ def faults(reference, jax_env, tmp_path_factory):
     newest = os.path.join(folder, DATA.format(TOTAL))
     with open(newest, "r+b") as f:  # a copy cut short
         f.truncate(os.path.getsize(newest) // 3)
+    limit = len(original[DATA.format(TOTAL)]) // 2
     proc = subprocess.run(
-        command("finetune", ONE_PROCESS + [f"--workdir={workdir}"]),
+        file_size_limited(limit, command("finetune", ONE_PROCESS + [f"--workdir={workdir}"])),
         env=_env(jax_env),
         capture_output=True,
         text=True,
         timeout=300,
-        preexec_fn=limit_file_size(len(original[DATA.format(TOTAL)]) // 2),
     )
     return workdir, original, proc
 

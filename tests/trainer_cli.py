@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import re
-import resource
 import signal
 import socket
 import subprocess
@@ -234,15 +233,20 @@ def error_line(proc, module="finetune"):
     return lines[0]
 
 
-def limit_file_size(limit):
-    """A preexec_fn: a full disk, as any user can make one (no mount): writes past `limit` bytes
-    fail with EFBIG instead of killing the process."""
+def file_size_limited(limit, argv):
+    """`argv` (a command) on a full disk, as any user can make one (no mount): its writes past
+    `limit` bytes fail with EFBIG instead of killing it. A small Python sets the limit, ignores
+    SIGXFSZ and execs `argv`, which keeps both; a preexec_fn would run this process's fork
+    handlers, and JAX's warns of a deadlock in every pytest worker that imported JAX."""
+    return [sys.executable, "-c", _LIMIT_FILE_SIZE_THEN_EXEC, str(limit), *argv]
 
-    def apply():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    return apply
+_LIMIT_FILE_SIZE_THEN_EXEC = (
+    "import os, resource, signal, sys; "
+    "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1]))); "
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
 
 
 def start_cluster(tmp_path, args, name, env=None):
