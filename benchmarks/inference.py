@@ -95,17 +95,13 @@ def check_variant(variant):
         raise SystemExit(f"error: unknown or hybrid variant {variant!r}: use a plain ViT, e.g. ViT-B_16")
 
 
-# The Keras policy of each dtype: in bfloat16 the weights are stored in bfloat16 too. Under
-# mixed_bfloat16 (float32 weights, what training keeps) every call casts all the weights
-# again: a quarter of ViT-B/16's time at batch 1 on the 2-core EPYC, and 12.9 against 15.4
-# images/s there (benchmarks.op_profile).
-POLICIES = {"float32": "float32", "bfloat16": "bfloat16"}
-
-
 def keras_step(kind, shape, image_size, batch, dtype):
     import tensorflow as tf
 
-    model = contestants.keras_model(kind, shape, image_size, NUM_CLASSES, dtype, POLICIES[dtype])
+    # The dtype is the Keras policy: in bfloat16 the weights are stored in bfloat16 too. Under
+    # mixed_bfloat16 (float32 weights, what training keeps) every call casts all the weights
+    # again: a quarter of ViT-B/16's op time at batch 1 on the 2-core EPYC (benchmarks.op_profile).
+    model = contestants.keras_model(kind, shape, image_size, NUM_CLASSES, dtype, policy=dtype)
     images = tf.constant(shared.synthetic_images(batch, image_size))
     forward = tf.function(lambda x: model(x, training=False), jit_compile=keras_uses_xla(dtype))
     return lambda: forward(images).numpy()
@@ -124,7 +120,7 @@ def keras_torch_step(shape, image_size, batch, dtype):
 
     assert keras.backend.backend() == "torch", keras.backend.backend()
     contestants.set_torch_threads()
-    model = contestants.keras_model("keras_vit", shape, image_size, NUM_CLASSES, dtype, POLICIES[dtype])
+    model = contestants.keras_model("keras_vit", shape, image_size, NUM_CLASSES, dtype, policy=dtype)
     images = keras.ops.convert_to_tensor(shared.synthetic_images(batch, image_size))
 
     def step():
