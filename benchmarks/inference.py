@@ -10,7 +10,9 @@ memory is measured for one case, each contestant in its own process.
 keras_vit itself also runs where a user may deploy it on a CPU (--runtimes): on Keras' PyTorch
 backend (eager, under torch.inference_mode, in a child process, since Keras fixes its backend per
 process; its rounds still take turns with the others), and exported to ONNX by keras_vit's own
-export, on ONNX Runtime (float32 only: the export is float32).
+export, on ONNX Runtime (float32 only: the export is float32). In bfloat16 it also runs with its
+inference in parts of the token rows switched off (keras_vit/row_parts.py), the gain of that
+measured in the same run.
 
     pip install -e ".[bench]"
     python -m benchmarks.inference
@@ -33,12 +35,13 @@ from benchmarks import flops, harness, peak, shared  # noqa: E402
 
 NUM_CLASSES = 1000
 OURS = "keras_vit TF+XLA"
-# keras_vit on the other runtimes --runtimes names.
-ON_TORCH, ON_ONNX = "keras_vit-torch", "keras_vit-onnxruntime"
+# keras_vit on the other runtimes --runtimes names, and without inference in parts of the rows.
+ON_TORCH, ON_ONNX, WHOLE_ROWS = "keras_vit-torch", "keras_vit-onnxruntime", "keras_vit-whole-rows"
 NAMES = {
     "keras_vit": OURS,
     ON_TORCH: "keras_vit PyTorch",
     ON_ONNX: "keras_vit ONNX Runtime",
+    WHOLE_ROWS: "keras_vit TF, whole rows",
     "keras-hub": "keras-hub TF+XLA",
     "timm-eager": "timm eager",
     "timm-compile": "timm torch.compile",
@@ -47,6 +50,7 @@ NAMES = {
 RUNTIMES = {
     "torch": (ON_TORCH, ("torch",)),
     "onnxruntime": (ON_ONNX, ("onnxruntime", "torch", "onnxscript", "onnx")),
+    "tf-whole-rows": (WHOLE_ROWS, ()),
 }
 # The child process that runs keras_vit on Keras' PyTorch backend (harness.ChildServer).
 TORCH_CHILD_ENV = {"KERAS_BACKEND": "torch", contestants.CHILD_FRAMEWORK: "torch"}
@@ -95,7 +99,8 @@ def check_variant(variant):
         raise SystemExit(f"error: unknown or hybrid variant {variant!r}: use a plain ViT, e.g. ViT-B_16")
 
 
-def keras_step(kind, shape, image_size, batch, dtype):
+def keras_step(kind, shape, image_size, batch, dtype, whole_rows=False):
+    """`whole_rows`: traced with keras_vit's inference in parts of the rows switched off."""
     import tensorflow as tf
 
     # The dtype is the Keras policy: in bfloat16 the weights are stored in bfloat16 too. Under
@@ -104,6 +109,14 @@ def keras_step(kind, shape, image_size, batch, dtype):
     model = contestants.keras_model(kind, shape, image_size, NUM_CLASSES, dtype, policy=dtype)
     images = tf.constant(shared.synthetic_images(batch, image_size))
     forward = tf.function(lambda x: model(x, training=False), jit_compile=keras_uses_xla(dtype))
+    if whole_rows:
+        from keras_vit import row_parts
+
+        os.environ[row_parts.SWITCH] = "0"
+        try:
+            forward.get_concrete_function(images)  # traced now, with the rows kept whole
+        finally:
+            del os.environ[row_parts.SWITCH]
     return lambda: forward(images).numpy()
 
 
@@ -164,7 +177,10 @@ def onnx_step(path, image_size, batch):
 
 
 def runs_in(kind, dtype):
-    """Whether contestant `kind` has a `dtype` mode (the ONNX export is float32 only)."""
+    """Whether contestant `kind` has a `dtype` mode (the ONNX export is float32 only; in float32
+    keras_vit runs under XLA, where its rows are whole anyway)."""
+    if kind == WHOLE_ROWS:
+        return dtype == "bfloat16"
     return kind != ON_ONNX or dtype == "float32"
 
 
@@ -218,6 +234,8 @@ def local_step(kind, shape, image_size, batch, dtype):
         return timm_step(kind, shape, image_size, batch, dtype)
     if kind == ON_TORCH:
         return keras_torch_step(shape, image_size, batch, dtype)
+    if kind == WHOLE_ROWS:
+        return keras_step("keras_vit", shape, image_size, batch, dtype, whole_rows=True)
     return keras_step(kind, shape, image_size, batch, dtype)
 
 
@@ -344,7 +362,7 @@ def memory_rows(module, case, kinds_, num_layers):
     """Peak resident memory of each contestant on `case` ("VARIANT:SIZE:BATCH"), one process each."""
     variant, size, batch = case.split(":")
     rows = []
-    for kind in kinds_:
+    for kind in [k for k in kinds_ if runs_in(k, "float32")]:  # the case runs in float32
         # Each process loads one framework: Keras on PyTorch's backend keeps TensorFlow out of timm's.
         framework = "torch" if framework_of(kind) == "torch" else "tf"
         env = {
@@ -389,8 +407,9 @@ def main(argv=None):
     p.add_argument("--cases", default="ViT-Ti_16:224,ViT-B_16:224,ViT-B_16:384", help="VARIANT:SIZE,...")
     p.add_argument(
         "--runtimes",
-        default="torch,onnxruntime",
-        help="keras_vit also on: torch (Keras' PyTorch backend), onnxruntime (its ONNX export), or none",
+        default="torch,onnxruntime,tf-whole-rows",
+        help="keras_vit also on: torch (Keras' PyTorch backend), onnxruntime (its ONNX export), "
+        "tf-whole-rows (TensorFlow without inference in parts of the rows, bfloat16), or none",
     )
     add_flags(p)
     args = p.parse_args(argv)

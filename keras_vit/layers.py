@@ -7,7 +7,7 @@ part of the weight format: `keras_vit.weights` maps official checkpoint keys ont
 import keras
 from keras import ops
 
-from keras_vit import flat_tokens, fused_attention, initializers
+from keras_vit import flat_tokens, fused_attention, initializers, row_parts
 
 # Both constants decide whether official weights reproduce official outputs.
 LAYER_NORM_EPSILON = 1e-6
@@ -273,6 +273,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     attention probabilities (B, heads, N, N).
     """
 
+    # Whether an encoder block may run its inference through `call_in_parts`.
+    takes_rows_in_parts = True
+
     def __init__(
         self, num_heads, dropout_rate=0.0, kernel_initializer=None, bias_initializer="zeros", **kwargs
     ):
@@ -356,6 +359,26 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if return_attention_scores:
             return outputs, probs
         return outputs
+
+    def call_in_parts(self, parts):
+        """Inference on consecutive row slices of the tokens, [(B, T_i, D)]: each part is
+        projected on its own, attention runs over all the rows joined, and the outputs come
+        back as the parts came (keras_vit.row_parts)."""
+
+        def project(layer, pieces, contracted_axes):
+            return [flat_tokens.project(layer, piece, contracted_axes) for piece in pieces]
+
+        query, key, value = (
+            ops.concatenate(project(layer, parts, 1), axis=1) for layer in (self.query, self.key, self.value)
+        )
+        bias = self.position_bias(query)
+        if bias is not None:
+            bias = ops.cast(bias, query.dtype)
+        context = fused_attention.dot_product_attention(query, key, value, bias=bias)
+        sizes = [part.shape[1] for part in parts]
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        contexts = [context[:, start : start + size] for start, size in zip(starts, sizes)]
+        return project(self.out, contexts, 2)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -528,6 +551,11 @@ class EncoderBlock(keras.layers.Layer):
         return branch * ops.cast(mask, branch.dtype) / ops.cast(keep, branch.dtype)
 
     def call(self, tokens, training=None, return_attention_scores=False, patch_input=None):
+        parts = 1
+        if not training and not return_attention_scores and self.attention.takes_rows_in_parts:
+            parts = row_parts.count(tokens, self.compute_dtype)
+        if parts > 1:
+            return self._call_in_parts(tokens, parts)
         x = self.norm1(tokens)
         # The patch input tells a position-aware attention each call's grid (any-size models).
         extra = {} if patch_input is None else {"patch_input": patch_input}
@@ -542,6 +570,15 @@ class EncoderBlock(keras.layers.Layer):
         if return_attention_scores:
             return outputs, scores
         return outputs
+
+    def _call_in_parts(self, tokens, parts):
+        # Inference only, so no dropout and no dropped paths. Each part of the rows runs
+        # through the norms, projections and MLP on its own; attention sees all the rows.
+        pieces = row_parts.split(tokens, parts)
+        attended = self.attention.call_in_parts([self.norm1(piece) for piece in pieces])
+        pieces = [piece + branch for piece, branch in zip(pieces, attended)]
+        pieces = [piece + self.mlp(self.norm2(piece)) for piece in pieces]
+        return ops.concatenate(pieces, axis=1)
 
     def compute_output_shape(self, input_shape):
         return input_shape

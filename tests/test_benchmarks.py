@@ -101,7 +101,7 @@ def results(tmp_path_factory):
             "--batch_sizes=2",
             "--dtypes=bfloat16",  # float32 runs in the tests below
             "--memory_case=none",
-            "--runtimes=none",  # keras_vit's other runtimes: a test below
+            "--runtimes=tf-whole-rows",  # keras_vit's other runtimes: a test below
             f"--out={out}/inference.json",
             *common,
         ]
@@ -157,10 +157,12 @@ def test_inference_measures_ours_and_keras_hub_in_bfloat16(results):
     assert [(r["contestant"], r["dtype"]) for r in rows] == [
         # bfloat16 runs on TensorFlow's own kernels (XLA's CPU backend has no fast bfloat16 matmul).
         ("keras_vit TF", "bfloat16"),
+        ("keras_vit TF, whole rows", "bfloat16"),
         ("keras-hub TF", "bfloat16"),
     ]
-    ours, peer = rows
-    assert peer["ours_over_this"] == pytest.approx(ours["images_per_s"] / peer["images_per_s"])
+    ours, whole_rows, peer = rows
+    for row in (whole_rows, peer):
+        assert row["ours_over_this"] == pytest.approx(ours["images_per_s"] / row["images_per_s"])
     assert ours["latency_ms"] == pytest.approx(2000 / ours["images_per_s"])
     assert ours["fraction_of_peak"] == pytest.approx(
         ours["gflops_per_s"] * 1e9 / data["matmul_peak_flops"]["tf bfloat16"]
@@ -331,6 +333,23 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
         assert 0 < row["above_imports_mb"] < row["peak_mb"] < harness.peak_rss_mb() + 2000, row
 
 
+def test_the_whole_rows_contestant_is_traced_with_the_row_parts_switched_off(monkeypatch):
+    # The row the gain of keras_vit.row_parts is read against: its trace must see the switch
+    # off, keras_vit's own trace on, and the switch must not stay off for what runs after.
+    from keras_vit import row_parts
+
+    seen = []
+    real = row_parts.count
+    monkeypatch.setattr(row_parts, "count", lambda *a: seen.append(row_parts.enabled()) or real(*a))
+    monkeypatch.delenv(row_parts.SWITCH, raising=False)
+    shape = flops.shape("ViT-Ti_16", num_layers=1)
+    for kind in ("keras_vit", inference.WHOLE_ROWS):
+        inference.local_step(kind, shape, 32, 1, "bfloat16")()
+    assert seen == [True, False]
+    assert row_parts.SWITCH not in os.environ
+    assert not inference.runs_in(inference.WHOLE_ROWS, "float32")  # float32 runs under XLA
+
+
 def test_bad_flags_are_one_line_errors(capsys):
     with pytest.raises(SystemExit, match="--cases entry 'ViT-B_16': write VARIANT:IMAGE_SIZE"):
         inference.main(["--cases=ViT-B_16"])
@@ -338,7 +357,9 @@ def test_bad_flags_are_one_line_errors(capsys):
         inference.main(["--cases=ViT-Ti_16:32", "--peers=pytorch"])
     with pytest.raises(SystemExit, match="--dtypes=float16: choose float32 and/or bfloat16"):
         inference.main(["--cases=ViT-Ti_16:32", "--dtypes=float16", "--peers=none"])
-    with pytest.raises(SystemExit, match="unknown runtime 'tflite': choose from torch, onnxruntime or none"):
+    with pytest.raises(
+        SystemExit, match="unknown runtime 'tflite': choose from torch, onnxruntime, tf-whole-rows or none"
+    ):
         inference.main(["--cases=ViT-Ti_16:32", "--peers=none", "--runtimes=tflite"])
 
 

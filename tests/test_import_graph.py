@@ -64,6 +64,9 @@ DELIBERATE_LAZY_IMPORTS = {
     # JAX's own attention (cuDNN's flash kernel), reached only on the JAX backend, which has
     # imported JAX already.
     ("keras_vit.fused_attention", "jax"),
+    # TensorFlow's threads, devices and tracing state, asked only on the TensorFlow backend,
+    # which has imported TensorFlow already (inference in parts of the rows).
+    ("keras_vit.row_parts", "tensorflow"),
     # The one import of Keras that starts its backend, inside keras_vit/startup.py's import_keras,
     # which __init__.py runs first: with the backend's start-up lines hidden, and one line naming
     # the extra to install when the backend is missing (startup.py itself is standard library only).

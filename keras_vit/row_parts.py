@@ -1,0 +1,116 @@
+"""Inference on a CPU in two halves of the token rows, where TensorFlow would use one thread.
+
+TensorFlow's oneDNN matmul runs a product on a single thread when its two operands and its
+result together fit in one core's L2 cache (`ExecuteSingleThreadedGemm` in
+tensorflow/core/kernels/mkl/mkl_matmul_ops_common.h). At ViT-Ti/16's width every product of a
+call at batch 1, 2 or 4 is that small, so a 2-core CPU ran them on one core. An encoder block
+can instead carry its tokens as two halves of the rows: each half goes through the layer norms,
+the projections and the MLP on its own, and TensorFlow's executor runs the two independent
+products at once; only attention needs every token, so the queries, keys and values are
+joined for it (keras_vit.layers.EncoderBlock). Each row is computed as before, so the outputs
+are the same to float rounding (bit-identical in the tests' ViT forward pass in bfloat16).
+
+`count` decides, per traced call, whether a block takes its rows in parts: only on the
+TensorFlow backend, inside a `tf.function` that XLA does not compile (XLA ran the halves
+slower), with no GPU, with oneDNN's kernels on and at least two threads, and only while the
+attention's projection of all the rows is a product that fits in L2 by the rule above.
+KERAS_VIT_ROW_PARTS=0 keeps the rows whole (read at each trace).
+"""
+
+import functools
+import os
+import platform
+
+import keras
+
+SWITCH = "KERAS_VIT_ROW_PARTS"
+# How many parts: two, the number of cores of the CPU it was measured on (docs/guides/benchmarks.md).
+PARTS = 2
+# CPUs whose TensorFlow wheels run matmuls on oneDNN's x86 kernels, where the rule above holds.
+_X86 = ("x86_64", "amd64", "x86", "i686")
+_L2_SIZE_FILE = "/sys/devices/system/cpu/cpu0/cache/index{}/{}"
+
+
+def enabled():
+    """Whether KERAS_VIT_ROW_PARTS lets blocks take their rows in parts (unset: yes)."""
+    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off")
+
+
+def single_threaded(rows, width, outputs, itemsize, l2_bytes):
+    """Whether TensorFlow's oneDNN runs the (rows x width) @ (width x outputs) product on one
+    thread: its operands and result, `itemsize` bytes an element, fit in an L2 of `l2_bytes`."""
+    return itemsize * (rows * outputs + width * (rows + outputs)) < l2_bytes
+
+
+@functools.cache
+def l2_bytes():
+    """One core's L2 cache in bytes, from Linux's sysfs; None where it cannot be read."""
+    for index in range(8):
+        try:
+            with open(_L2_SIZE_FILE.format(index, "level")) as f:
+                level = f.read().strip()
+            with open(_L2_SIZE_FILE.format(index, "size")) as f:
+                size = f.read().strip()
+        except OSError:
+            return None
+        if level == "2":
+            units = {"K": 1024, "M": 1024**2}
+            return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    return None
+
+
+def available_threads():
+    """The number of threads TensorFlow's executor can run ops on at once."""
+    import tensorflow as tf
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    inter_op = tf.config.threading.get_inter_op_parallelism_threads()
+    return min(cores or 1, inter_op) if inter_op > 0 else cores or 1
+
+
+@functools.cache
+def _has_gpu():
+    import tensorflow as tf
+
+    return bool(tf.config.list_logical_devices("GPU"))
+
+
+def _onednn_on():
+    flag = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower()
+    return flag not in ("0", "false") and platform.machine().lower() in _X86
+
+
+def _traced_without_xla():
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return False  # eager ops run one after the other: halves would only add ops
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # the check moved: not knowing, keep the rows whole
+        return False
+    return not control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def count(tokens, compute_dtype):
+    """How many parts of the rows an encoder block takes `tokens` (B, T, D) in: PARTS or 1."""
+    if keras.backend.backend() != "tensorflow" or not enabled():
+        return 1
+    batch, length, width = tokens.shape
+    if not (isinstance(batch, int) and isinstance(length, int) and length >= 2 * PARTS):
+        return 1
+    l2 = l2_bytes()
+    if l2 is None or not _onednn_on() or not _traced_without_xla() or _has_gpu():
+        return 1
+    itemsize = 2 if keras.backend.standardize_dtype(compute_dtype) in ("bfloat16", "float16") else 4
+    if not single_threaded(batch * length, width, width, itemsize, l2):
+        return 1
+    return PARTS if available_threads() >= PARTS else 1
+
+
+def split(tokens, parts):
+    """`tokens` (B, T, D) as `parts` slices of consecutive rows (the first ones one longer)."""
+    length = tokens.shape[1]
+    sizes = [length // parts + (i < length % parts) for i in range(parts)]
+    starts = [sum(sizes[:i]) for i in range(parts)]
+    return [tokens[:, start : start + size] for start, size in zip(starts, sizes)]

@@ -1,0 +1,175 @@
+"""keras_vit.row_parts: inference on a CPU in halves of the token rows, where TensorFlow's oneDNN
+would run the products on one thread; the same outputs as the whole rows."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit import layers, row_parts
+from keras_vit.posembs import relative
+
+L2_OF_THE_EPYC = 1024 * 1024  # one core's L2 on the CPU the split was measured on
+
+
+@pytest.mark.parametrize(
+    "rows, width, itemsize, expected",
+    [
+        (197, 192, 2, True),  # ViT-Ti/16 at batch 1 in bfloat16: 224 KB, one thread
+        (4 * 197, 192, 2, True),  # batch 4: 679 KB
+        (8 * 197, 192, 2, False),  # batch 8: 1.28 MB, oneDNN's threads
+        (197, 768, 2, False),  # ViT-B/16 at batch 1: 1.78 MB
+        (4 * 197, 192, 4, False),  # float32 doubles the bytes: batch 4 is 1.36 MB
+        (197, 192, 4, True),  # float32 at batch 1: 449 KB
+    ],
+)
+def test_the_size_rule_is_tensorflows_for_a_one_thread_product(rows, width, itemsize, expected):
+    # Operands and result together against L2: a rule missing the result or an operand
+    # would give batch 8 at ViT-Ti's width one thread, or batch 4 several.
+    assert row_parts.single_threaded(rows, width, width, itemsize, L2_OF_THE_EPYC) is expected
+
+
+def _cache_dir(tmp_path, entries):
+    for index, (level, size) in enumerate(entries):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "level").write_text(f"{level}\n")
+        (tmp_path / f"index{index}" / "size").write_text(f"{size}\n")
+    return str(tmp_path / "index{}" / "{}")
+
+
+@pytest.mark.parametrize("size, expected", [("1024K", 1024**2), ("2M", 2 * 1024**2), ("524288", 524288)])
+def test_l2_is_read_from_the_level_2_cache_entry(tmp_path, monkeypatch, size, expected):
+    # The L1 entries come first in sysfs: reading the first entry would take L1's 48 KB.
+    monkeypatch.setattr(row_parts, "_L2_SIZE_FILE", _cache_dir(tmp_path, [(1, "48K"), (1, "32K"), (2, size)]))
+    row_parts.l2_bytes.cache_clear()
+    try:
+        assert row_parts.l2_bytes() == expected
+    finally:
+        row_parts.l2_bytes.cache_clear()
+
+
+def test_no_cache_information_means_whole_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(row_parts, "_L2_SIZE_FILE", str(tmp_path / "index{}" / "{}"))
+    row_parts.l2_bytes.cache_clear()
+    try:
+        assert row_parts.l2_bytes() is None
+    finally:
+        row_parts.l2_bytes.cache_clear()
+
+
+@pytest.fixture
+def two_core_epyc(monkeypatch):
+    """The conditions the split was measured under, whatever this machine is."""
+    monkeypatch.setattr(row_parts, "l2_bytes", lambda: L2_OF_THE_EPYC)
+    monkeypatch.setattr(row_parts, "available_threads", lambda: 2)
+    monkeypatch.setattr(row_parts, "_has_gpu", lambda: False)
+    monkeypatch.setattr(row_parts.platform, "machine", lambda: "x86_64")
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+
+
+def _count_traced(shape, dtype="bfloat16", jit_compile=False):
+    seen = []
+
+    def trace(tokens):
+        seen.append(row_parts.count(tokens, dtype))
+        return tokens
+
+    tf.function(trace, jit_compile=jit_compile).get_concrete_function(tf.TensorSpec(shape, tf.float32))
+    return seen[0]
+
+
+def test_a_small_traced_call_takes_its_rows_in_two_parts(two_core_epyc):
+    assert _count_traced((1, 197, 192)) == 2
+    assert _count_traced((2, 197, 192), dtype="float32") == 2
+
+
+@pytest.mark.parametrize(
+    "why, shape, kwargs",
+    [
+        ("products with oneDNN's threads already", (8, 197, 192), {}),
+        ("a batch known only at run time", (None, 197, 192), {}),
+        ("XLA, which ran the halves slower", (1, 197, 192), {"jit_compile": True}),
+    ],
+)
+def test_whole_rows_where_parts_would_not_help(two_core_epyc, why, shape, kwargs):
+    assert _count_traced(shape, **kwargs) == 1, why
+
+
+def test_whole_rows_eager_on_one_thread_without_onednn_on_a_gpu_or_switched_off(two_core_epyc, monkeypatch):
+    # Eager ops run one after another, so halves only add ops.
+    assert row_parts.count(tf.zeros((1, 197, 192)), "bfloat16") == 1
+    with monkeypatch.context() as patch:
+        patch.setattr(row_parts, "available_threads", lambda: 1)
+        assert _count_traced((1, 197, 192)) == 1
+    with monkeypatch.context() as patch:
+        patch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+        assert _count_traced((1, 197, 192)) == 1
+    with monkeypatch.context() as patch:
+        patch.setattr(row_parts, "_has_gpu", lambda: True)
+        assert _count_traced((1, 197, 192)) == 1
+    with monkeypatch.context() as patch:
+        patch.setenv(row_parts.SWITCH, "0")
+        assert _count_traced((1, 197, 192)) == 1
+
+
+def test_split_keeps_the_rows_in_order_with_the_longer_part_first():
+    tokens = np.arange(2 * 7 * 3, dtype="float32").reshape(2, 7, 3)
+    parts = row_parts.split(tf.constant(tokens), 2)
+    assert [p.shape[1] for p in parts] == [4, 3]
+    np.testing.assert_array_equal(np.concatenate(parts, axis=1), tokens)
+
+
+def _block(dtype, attention_layer=None):
+    block = layers.EncoderBlock(2, 48, attention_layer=attention_layer, dtype=dtype)
+    block.build((1, 17, 32))
+    rng = np.random.default_rng(0)
+    for weight in block.weights:  # random biases and norms: a dropped bias or norm shows
+        weight.assign(rng.normal(scale=0.3, size=weight.shape).astype(weight.dtype))
+    return block
+
+
+def _traced_outputs(block, tokens, parts, monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setattr(row_parts, "count", lambda *args: parts)
+        traced = tf.function(lambda x: block(x, training=False))
+        graph = traced.get_concrete_function(tokens).graph
+        concats = sum(op.type == "ConcatV2" for op in graph.get_operations())
+        return np.float32(traced(tokens)), concats
+
+
+@pytest.mark.parametrize("dtype, atol", [("float32", 1e-5), ("bfloat16", 0.0), ("mixed_bfloat16", 0.0)])
+def test_an_encoder_block_in_parts_gives_the_whole_rows_outputs(monkeypatch, dtype, atol):
+    # 17 tokens split 9 + 8. Attention within each half only, halves joined in the wrong
+    # order, or a residual or norm left out in one path would each change the outputs.
+    block = _block(dtype)
+    tokens = tf.constant(np.random.default_rng(1).normal(size=(1, 17, 32)), block.compute_dtype)
+    whole, whole_concats = _traced_outputs(block, tokens, 1, monkeypatch)
+    parts, part_concats = _traced_outputs(block, tokens, 2, monkeypatch)
+    assert part_concats == whole_concats + 4  # queries, keys, values and the block's output
+    np.testing.assert_allclose(parts, whole, atol=atol, rtol=0)
+    # The rows do attend to each other: the whole block is not the per-half block.
+    halves = [np.float32(block(tokens[:, s], training=False)) for s in (slice(0, 9), slice(9, 17))]
+    assert not np.allclose(np.concatenate(halves, axis=1), whole, atol=1e-2)
+
+
+def test_training_and_attention_scores_keep_the_whole_rows(monkeypatch):
+    def must_not_be_asked(*args):
+        raise AssertionError("row_parts.count asked")
+
+    block = _block("float32")
+    monkeypatch.setattr(row_parts, "count", must_not_be_asked)
+    tokens = tf.constant(np.ones((1, 17, 32), "float32"))
+    tf.function(lambda x: block(x, training=True))(tokens)
+    tf.function(lambda x: block(x, return_attention_scores=True))(tokens)
+
+
+def test_relative_position_attention_keeps_the_whole_rows(monkeypatch):
+    # Its per-call grid reaches the bias through its own call, which the parts bypass.
+    attention = {"class_name": "keras_vit>RelativePositionAttention", "config": {"grid_size": 4}}
+    assert keras.saving.get_registered_object(attention["class_name"]) is relative.RelativePositionAttention
+    block = layers.EncoderBlock(2, 48, attention_layer=attention)
+    monkeypatch.setattr(row_parts, "count", lambda *args: 2)
+    tokens = tf.constant(np.random.default_rng(2).normal(size=(1, 17, 32)), "float32")
+    traced = tf.function(lambda x: block(x, training=False))
+    ops = traced.get_concrete_function(tokens).graph.get_operations()
+    assert sum(op.type == "ConcatV2" for op in ops) < 4
