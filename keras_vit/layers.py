@@ -273,9 +273,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     attention probabilities (B, heads, N, N).
     """
 
-    # Whether an encoder block may run its inference through `call_in_parts`.
-    takes_rows_in_parts = True
-
     def __init__(
         self, num_heads, dropout_rate=0.0, kernel_initializer=None, bias_initializer="zeros", **kwargs
     ):
@@ -552,7 +549,10 @@ class EncoderBlock(keras.layers.Layer):
 
     def call(self, tokens, training=None, return_attention_scores=False, patch_input=None):
         parts = 1
-        if not training and not return_attention_scores and self.attention.takes_rows_in_parts:
+        # An attention class with a call of its own (relative position attention: each call's
+        # grid) may do more there than `call_in_parts` knows: it keeps the whole rows.
+        plain_call = type(self.attention).call is MultiHeadSelfAttention.call
+        if not training and not return_attention_scores and plain_call:
             parts = row_parts.count(tokens, self.compute_dtype)
         if parts > 1:
             return self._call_in_parts(tokens, parts)

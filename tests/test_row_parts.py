@@ -137,19 +137,22 @@ def _traced_outputs(block, tokens, parts, monkeypatch):
         return np.float32(traced(tokens)), concats
 
 
-@pytest.mark.parametrize("dtype, atol", [("float32", 1e-5), ("bfloat16", 0.0), ("mixed_bfloat16", 0.0)])
+# float32 to its rounding; bfloat16 to about two roundings (oneDNN may block a half's product
+# otherwise than the whole one's; the differences measured here were 0 or one rounding).
+@pytest.mark.parametrize("dtype, atol", [("float32", 1e-5), ("bfloat16", 2e-2), ("mixed_bfloat16", 2e-2)])
 def test_an_encoder_block_in_parts_gives_the_whole_rows_outputs(monkeypatch, dtype, atol):
     # 17 tokens split 9 + 8. Attention within each half only, halves joined in the wrong
-    # order, or a residual or norm left out in one path would each change the outputs.
+    # order, or a residual or norm left out in one path would each change the outputs by far
+    # more than that.
     block = _block(dtype)
     tokens = tf.constant(np.random.default_rng(1).normal(size=(1, 17, 32)), block.compute_dtype)
     whole, whole_concats = _traced_outputs(block, tokens, 1, monkeypatch)
     parts, part_concats = _traced_outputs(block, tokens, 2, monkeypatch)
     assert part_concats == whole_concats + 4  # queries, keys, values and the block's output
-    np.testing.assert_allclose(parts, whole, atol=atol, rtol=0)
+    np.testing.assert_allclose(parts, whole, atol=atol, rtol=atol)
     # The rows do attend to each other: the whole block is not the per-half block.
     halves = [np.float32(block(tokens[:, s], training=False)) for s in (slice(0, 9), slice(9, 17))]
-    assert not np.allclose(np.concatenate(halves, axis=1), whole, atol=1e-2)
+    assert not np.allclose(np.concatenate(halves, axis=1), whole, atol=0.1)
 
 
 def test_training_and_attention_scores_keep_the_whole_rows(monkeypatch):
@@ -164,7 +167,7 @@ def test_training_and_attention_scores_keep_the_whole_rows(monkeypatch):
 
 
 def test_relative_position_attention_keeps_the_whole_rows(monkeypatch):
-    # Its per-call grid reaches the bias through its own call, which the parts bypass.
+    # Its per-call grid reaches the bias through its own call, which the parts would bypass.
     attention = {"class_name": "keras_vit>RelativePositionAttention", "config": {"grid_size": 4}}
     assert keras.saving.get_registered_object(attention["class_name"]) is relative.RelativePositionAttention
     block = layers.EncoderBlock(2, 48, attention_layer=attention)

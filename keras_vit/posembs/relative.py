@@ -42,9 +42,6 @@ class RelativePositionAttention(vit_layers.MultiHeadSelfAttention):
     grid may differ from the stored one).
     """
 
-    # Each call's grid reaches `position_bias` through `call`, which `call_in_parts` bypasses.
-    takes_rows_in_parts = False
-
     def __init__(
         self, num_heads, grid_size, num_prefix_tokens=1, patch_size=None, embedding_initializer=None, **kwargs
     ):
