@@ -13,7 +13,8 @@ outputs agree to float rounding (oneDNN may block a half's product otherwise tha
 `count` decides, per traced call, whether a block takes its rows in parts: only on the
 TensorFlow backend, inside a `tf.function` that XLA does not compile (XLA ran the halves
 slower), with no GPU, with oneDNN's kernels on and at least two threads, and only while the
-attention's projection of all the rows is a product that fits in L2 by the rule above.
+attention's projection of all the rows is a product that fits in L2 by the rule above, and not
+so small that the extra operations cost more than the second core gives (MIN_MULTIPLY_ADDS).
 KERAS_VIT_ROW_PARTS=0 keeps the rows whole (read at each trace).
 """
 
@@ -26,6 +27,10 @@ import keras
 SWITCH = "KERAS_VIT_ROW_PARTS"
 # How many parts: two, the number of cores of the CPU it was measured on (docs/guides/benchmarks.md).
 PARTS = 2
+# The attention's projection of all the rows needs at least this many multiply-adds: a model
+# 64 wide on 17 tokens ran 0.94x in halves at 0.56 million, level at 1.1 million, and 1.03x to
+# 1.10x at 1.7 to 4.5 million (ViT-Ti/16 at batch 1: 7.3 million).
+MIN_MULTIPLY_ADDS = 2**20
 # CPUs whose TensorFlow wheels run matmuls on oneDNN's x86 kernels, where the rule above holds.
 _X86 = ("x86_64", "amd64", "x86", "i686")
 _L2_SIZE_FILE = "/sys/devices/system/cpu/cpu0/cache/index{}/{}"
@@ -98,6 +103,8 @@ def count(tokens, compute_dtype):
         return 1
     batch, length, width = tokens.shape
     if not (isinstance(batch, int) and isinstance(length, int) and length >= 2 * PARTS):
+        return 1
+    if batch * length * width * width < MIN_MULTIPLY_ADDS:
         return 1
     l2 = l2_bytes()
     if l2 is None or not _onednn_on() or not _traced_without_xla() or _has_gpu():

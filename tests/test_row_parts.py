@@ -81,12 +81,14 @@ def _count_traced(shape, dtype="bfloat16", jit_compile=False):
 def test_a_small_traced_call_takes_its_rows_in_two_parts(two_core_epyc):
     assert _count_traced((1, 197, 192)) == 2
     assert _count_traced((2, 197, 192), dtype="float32") == 2
+    assert _count_traced((16, 17, 64), dtype="float32") == 2  # 1.1 million multiply-adds
 
 
 @pytest.mark.parametrize(
     "why, shape, kwargs",
     [
         ("products with oneDNN's threads already", (8, 197, 192), {}),
+        ("products too small to pay for the extra ops", (8, 17, 64), {}),
         ("a batch known only at run time", (None, 197, 192), {}),
         ("XLA, which ran the halves slower", (1, 197, 192), {"jit_compile": True}),
     ],
