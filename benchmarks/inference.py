@@ -112,11 +112,15 @@ def keras_step(kind, shape, image_size, batch, dtype, whole_rows=False):
     if whole_rows:
         from keras_vit import row_parts
 
+        previous = os.environ.get(row_parts.SWITCH)
         os.environ[row_parts.SWITCH] = "0"
         try:
             forward.get_concrete_function(images)  # traced now, with the rows kept whole
-        finally:
-            del os.environ[row_parts.SWITCH]
+        finally:  # as it was: the run's own setting, or unset
+            if previous is None:
+                del os.environ[row_parts.SWITCH]
+            else:
+                os.environ[row_parts.SWITCH] = previous
     return lambda: forward(images).numpy()
 
 

@@ -372,9 +372,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if bias is not None:
             bias = ops.cast(bias, query.dtype)
         context = fused_attention.dot_product_attention(query, key, value, bias=bias)
-        sizes = [part.shape[1] for part in parts]
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        contexts = [context[:, start : start + size] for start, size in zip(starts, sizes)]
+        contexts = row_parts.cut(context, [part.shape[1] for part in parts])
         return project(self.out, contexts, 2)
 
     def compute_output_shape(self, input_shape):

@@ -118,6 +118,10 @@ def count(tokens, compute_dtype):
 def split(tokens, parts):
     """`tokens` (B, T, D) as `parts` slices of consecutive rows (the first ones one longer)."""
     length = tokens.shape[1]
-    sizes = [length // parts + (i < length % parts) for i in range(parts)]
-    starts = [sum(sizes[:i]) for i in range(parts)]
+    return cut(tokens, [length // parts + (i < length % parts) for i in range(parts)])
+
+
+def cut(tokens, sizes):
+    """`tokens` (B, T, D) as slices of consecutive rows, `sizes` rows each (summing to T)."""
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
     return [tokens[:, start : start + size] for start, size in zip(starts, sizes)]

@@ -347,6 +347,10 @@ def test_the_whole_rows_contestant_is_traced_with_the_row_parts_switched_off(mon
         inference.local_step(kind, shape, 32, 1, "bfloat16")()
     assert seen == [True, False]
     assert row_parts.SWITCH not in os.environ
+    # A run started with the switch set keeps its own setting after.
+    monkeypatch.setenv(row_parts.SWITCH, "off")
+    inference.local_step(inference.WHOLE_ROWS, shape, 32, 1, "bfloat16")
+    assert os.environ[row_parts.SWITCH] == "off"
     assert not inference.runs_in(inference.WHOLE_ROWS, "float32")  # float32 runs under XLA
 
 
