@@ -17,6 +17,7 @@ import re
 
 import numpy as np
 
+from keras_vit import run_files
 from keras_vit.errors import CheckpointError
 from keras_vit.npz_layout import NUMERICS_EPSILON, NUMERICS_GELU_APPROXIMATE, POSEMB
 
@@ -149,7 +150,8 @@ def weight_files(path):
     if pickles:
         raise pickle_refusal(os.path.join(path, pickles[0]))
     raise CheckpointError(
-        f"{path}: holds no {SAFETENSORS_FILE}; pass a folder of a timm or transformers checkpoint"
+        f"{path}: holds no {SAFETENSORS_FILE} and no {run_files.MODEL_FILE}; pass a folder of a timm or "
+        "transformers checkpoint, or the workdir of a finished trainer run"
     )
 
 

@@ -11,11 +11,8 @@ import json
 
 from keras_vit import fileio, model_files
 from keras_vit.errors import CheckpointError
+from keras_vit.run_files import CLASS_NAMES_FILE, CONFIG_FILE, MODEL_FILE
 from keras_vit.variants import VARIANTS
-
-CONFIG_FILE = "config.json"
-MODEL_FILE = "model.npz"
-CLASS_NAMES_FILE = "class_names.json"
 
 
 @dataclasses.dataclass

@@ -1,8 +1,9 @@
 """Official ViT weights for keras_vit models: registry, download, loading and export.
 
 `load_weights(model, weights)` accepts a registry name (downloaded once into the Keras
-cache), an official `.npz` in the vit_jax or big_vision layout, or a keras_vit `.weights.h5`
-or `.keras` file, on the local disk or on any TensorFlow file system (gs://...). Every
+cache), an official `.npz` in the vit_jax or big_vision layout, a keras_vit `.weights.h5`
+or `.keras` file, or a trainer's workdir (its model.npz), on the local disk or on any
+TensorFlow file system (gs://...). Every
 source becomes a dict in the vit_jax layout, which is checked key by key and shape by shape
 against the model before anything is assigned, then adapted the way the official
 fine-tuning code adapts it: position embeddings resized with
@@ -29,6 +30,7 @@ from keras_vit import (
     keras_layout,
     npz_layout,
     posembs,
+    run_files,
     variants,
 )
 from keras_vit.checkpoints import REGISTRY, Checkpoint
@@ -105,14 +107,29 @@ def read_checkpoint(weights, variant=None, cache_dir=None, params=None):
 
 
 def is_hugging_face(weights):
-    """Whether `weights` names a timm or transformers checkpoint: a Hub name, a local folder,
-    a .safetensors file (or a pickle file, which is refused when read)."""
+    """Whether `weights` names a timm or transformers checkpoint: a Hub name, a local folder
+    (not a trainer's run), a .safetensors file (or a pickle file, which is refused when read)."""
     if hub.is_hub_name(weights):
         return True
     if not isinstance(weights, (str, os.PathLike)) or fileio.is_remote(os.fspath(weights)):
         return False
     path = os.fspath(weights)
-    return os.path.isdir(path) or path.endswith((".safetensors", *hf_layout.PICKLE_SUFFIXES))
+    if os.path.isdir(path):
+        return run_weights_file(path) is None
+    return path.endswith((".safetensors", *hf_layout.PICKLE_SUFFIXES))
+
+
+def run_weights_file(folder):
+    """FOLDER/model.npz where `folder` (local or remote) is a trainer's workdir, a folder that
+    holds that file and no .safetensors file; else None. A folder with both is a Hugging Face
+    checkpoint, as before run folders were taken."""
+    folder = os.fspath(folder)
+    path = fileio.join(folder, run_files.MODEL_FILE)
+    if not (fileio.isdir(folder) and fileio.isfile(path)):
+        return None
+    if any(name.endswith(".safetensors") for name in fileio.listdir(folder)):
+        return None
+    return path
 
 
 def read_hugging_face(weights, cache_dir=None):
@@ -156,6 +173,7 @@ def read_params(path, source=None):
     `source`: how error messages name the file (default: `path`).
     """
     path = os.fspath(path)
+    path = run_weights_file(path) or path
     source = source or path
     if is_hugging_face(path):
         return read_hugging_face(path)[0]
@@ -171,7 +189,8 @@ def read_params(path, source=None):
                 raise CheckpointError(str(err).replace(local, source)) from None
     raise CheckpointError(
         f"{source}: unknown file type; pass an official .npz checkpoint, a "
-        "keras_vit .weights.h5 or a .keras file, or a timm / transformers .safetensors file or folder"
+        "keras_vit .weights.h5 or a .keras file, a timm / transformers .safetensors file or folder, "
+        "or a trainer's workdir"
     )
 
 
@@ -434,6 +453,9 @@ def _checkpoint_path(weights):
     path = os.fspath(weights)
     if fileio.isfile(path):
         return path
+    in_run = run_weights_file(path)
+    if in_run:
+        return in_run
     looks_like_path = os.sep in path or fileio.is_remote(path) or path.endswith((".npz", ".h5", ".keras"))
     if looks_like_path:
         raise CheckpointError(

@@ -79,6 +79,7 @@ def test_resume_with_dropout_is_exact(pretrained, tmp_path):
 def test_finetune_loads_the_pretrained_weights(pretrained, tmp_path):
     workdir = str(tmp_path / "ft")
     # A zero learning rate leaves the loaded encoder as it was, so the export must equal the input.
+    # --weights names the pre-training run's workdir, which stands for its model.npz.
     proc = run_cli(
         "finetune",
         [
@@ -89,7 +90,7 @@ def test_finetune_loads_the_pretrained_weights(pretrained, tmp_path):
             "--warmup_steps=0",
             "--base_lr=0",
             "--steps_per_loop=1",
-            f"--weights={pretrained}/model.npz",
+            f"--weights={pretrained}",
             f"--workdir={workdir}",
         ],
     )

@@ -97,3 +97,40 @@ def test_convert_onto_its_own_input_refuses_and_leaves_it_untouched(tmp_path, pa
         )
     assert (open(src, "rb").read(), os.stat(src).st_mtime_ns) == before
     assert sorted(os.listdir(tmp_path)) == ["ckpt.npz", "hard_link.npz"]
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_a_trainers_workdir_stands_for_its_model_npz(where, tmp_path, ram_dir, params, monkeypatch):
+    """Catches a run's folder read as a timm or transformers checkpoint (refused for holding no
+    model.safetensors) or as something other than the model.npz the run wrote."""
+    monkeypatch.setitem(keras_vit.VARIANTS, "Test-Ti_8", SMALL)
+    workdir = str(tmp_path / "run") if where == "local" else fileio.join(ram_dir, "run")
+    fileio.write_atomic(fileio.join(workdir, "model.npz"), _npz_bytes(params))
+    fileio.write_atomic(fileio.join(workdir, "config.json"), "{}\n")
+    assert not weights.is_hugging_face(workdir)
+    assert weights.describe(workdir)["num_classes"] == 4
+    assert sorted(weights.read_params(workdir)) == sorted(params)
+    raw = dict(classifier_activation=None, include_preprocessing=False)
+    model = keras_vit.create_model("Test-Ti_8", weights=workdir, **raw)
+    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(), params["head/kernel"])
+    same = keras_vit.ViT(image_size=32, num_classes=4, **raw, **SMALL)
+    weights.load_weights(same, workdir)
+    np.testing.assert_array_equal(_outputs(same), _outputs(model))
+
+
+def test_a_folder_with_a_safetensors_file_stays_a_hugging_face_checkpoint(tmp_path, params):
+    """Catches model.npz taking over a timm or transformers folder that also holds one, and an
+    empty folder's error that names only one of the two things it looked for."""
+    folder = tmp_path / "both"
+    folder.mkdir()
+    (folder / "model.npz").write_bytes(_npz_bytes(params))
+    (folder / "model.safetensors").write_bytes(b"")
+    assert weights.is_hugging_face(str(folder)) and weights.run_weights_file(folder) is None
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError) as err:
+        weights.read_params(str(empty))
+    assert str(err.value) == (
+        f"{empty}: holds no model.safetensors and no model.npz; pass a folder of a timm or "
+        "transformers checkpoint, or the workdir of a finished trainer run"
+    )

@@ -148,9 +148,9 @@ class Export:
     def _write(self, results):
         if self.config_json is not None:
             fileio.makedirs(self.workdir)
-            fileio.write_atomic(fileio.join(self.workdir, "config.json"), self.config_json + "\n")
+            fileio.write_atomic(fileio.join(self.workdir, run_dir.CONFIG_FILE), self.config_json + "\n")
         if self.model is not None:
-            weights_lib.save_npz(self.model, fileio.join(self.workdir, "model.npz"))
+            weights_lib.save_npz(self.model, fileio.join(self.workdir, run_dir.MODEL_FILE))
         if self.class_names:
             fileio.write_atomic(
                 fileio.join(self.workdir, run_dir.CLASS_NAMES_FILE),

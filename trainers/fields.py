@@ -116,7 +116,8 @@ _MODEL = {
     ),
     "weights": Field(
         "initial weights: registry name, Hub name (hf-hub:timm/..., hf://google/...), path to "
-        ".npz/.weights.h5/.keras, a timm/transformers .safetensors file or folder, or none"
+        ".npz/.weights.h5/.keras, a timm/transformers .safetensors file or folder, a trainer's "
+        "workdir (its model.npz), or none"
     ),
     "image_size": Field("training and evaluation resolution (pixels, square)"),
     "patch_size": Field("override the variant's patch size (0 = the variant's)"),
