@@ -101,8 +101,7 @@ def to_hub_format(src, out_dir, to, model_name=None, class_names=None, push_to_h
 
 def _load_for_export(src, model_name):
     """(model, class names or None) of what `src` names."""
-    is_run = fileio.isdir(src) and fileio.exists(fileio.join(src, run_dir.CONFIG_FILE))
-    if is_run and fileio.exists(fileio.join(src, run_dir.MODEL_FILE)):
+    if run_dir.is_finished_run(src):
         run = run_dir.load_run(src)
         return run.model, run.class_names
     if model_name and model_name not in models.VARIANTS:

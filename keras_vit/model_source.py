@@ -11,6 +11,7 @@ takes a model the same four ways, and says the same words when the flags name no
     --model=ViT-B_16 --weights=W  an official variant with a registry name, a file of its
                                   shape, or none (random weights)
     --workdir=WORKDIR             a trainer's run: model.npz, config.json, class_names.json
+                                  (--weights=WORKDIR alone too)
 
 Class names: --labels=FILE, else the model's own (a run's, a Hub checkpoint's, a .keras file's),
 else the shipped ImageNet names for 1000 and 21,843 classes, else "class i".
@@ -48,7 +49,8 @@ def add_arguments(parser):
         "--weights",
         default=None,
         help="alone: a weights file (.npz, .weights.h5, .keras, .safetensors, a timm / transformers "
-        "folder, or a Hub name such as hf-hub:timm/...), whose shapes say the architecture; with "
+        "folder, or a Hub name such as hf-hub:timm/...), whose shapes say the architecture, or a "
+        "trainer's workdir (as --workdir); with "
         "--model=VARIANT: also a registry name (e.g. imagenet21k+imagenet2012), or none (random)",
     )
     parser.add_argument(
@@ -114,9 +116,13 @@ def load(args, image_size=None):
     """
     check_arguments(args, image_size)
     keras_file = _keras_file(args)
-    if args.workdir:
-        run = run_dir.load_run(args.workdir)
-        model, names, where = run.model, run.class_names, args.workdir
+    # --weights=WORKDIR alone is --workdir=WORKDIR: the run's resolution and class names come too.
+    workdir = args.workdir or (
+        args.weights if not (args.model or image_size) and run_dir.is_finished_run(args.weights) else None
+    )
+    if workdir:
+        run = run_dir.load_run(workdir)
+        model, names, where = run.model, run.class_names, workdir
     elif keras_file:
         model = model_files.load_keras(keras_file)
         names, where = getattr(model, "class_names", None), keras_file

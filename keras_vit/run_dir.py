@@ -9,7 +9,7 @@ TensorFlow or the trainers, so `keras_vit.predict`, `keras_vit.export` and
 import dataclasses
 import json
 
-from keras_vit import fileio, model_files
+from keras_vit import fileio, hub, model_files
 from keras_vit.errors import CheckpointError
 from keras_vit.run_files import CLASS_NAMES_FILE, CONFIG_FILE, MODEL_FILE
 from keras_vit.variants import VARIANTS
@@ -26,6 +26,17 @@ class Run:
     image_size: tuple
     config: dict
     weights_path: str
+
+
+def is_finished_run(path):
+    """Whether `path` is the workdir of a finished run: a folder with its config.json and model.npz.
+    A Hub name (hf://...) is none, without asking TensorFlow's file systems."""
+    return (
+        not hub.is_hub_name(path)
+        and fileio.isdir(path)
+        and fileio.exists(fileio.join(path, CONFIG_FILE))
+        and fileio.exists(fileio.join(path, MODEL_FILE))
+    )
 
 
 def read_config(workdir):

@@ -3,12 +3,11 @@
 `load_weights(model, weights)` accepts a registry name (downloaded once into the Keras
 cache), an official `.npz` in the vit_jax or big_vision layout, a keras_vit `.weights.h5`
 or `.keras` file, or a trainer's workdir (its model.npz), on the local disk or on any
-TensorFlow file system (gs://...). Every
-source becomes a dict in the vit_jax layout, which is checked key by key and shape by shape
-against the model before anything is assigned, then adapted the way the official
-fine-tuning code adapts it: position embeddings resized with
-`scipy.ndimage.zoom(order=1)` on the patch grid, a new zero head when the class count differs,
-pre-logits kept when the model has them.
+TensorFlow file system (gs://...). Every source becomes a dict in the vit_jax layout, which
+is checked key by key and shape by shape against the model before anything is assigned,
+then adapted the way the official fine-tuning code adapts it: position embeddings resized
+with `scipy.ndimage.zoom(order=1)` on the patch grid, a new zero head when the class count
+differs, pre-logits kept when the model has them.
 """
 
 import hashlib
@@ -123,6 +122,8 @@ def run_weights_file(folder):
     """FOLDER/model.npz where `folder` (local or remote) is a trainer's workdir, a folder that
     holds that file and no .safetensors file; else None. A folder with both is a Hugging Face
     checkpoint, as before run folders were taken."""
+    if hub.is_hub_name(folder):  # hf://... is no file system: asking one would need TensorFlow
+        return None
     folder = os.fspath(folder)
     path = fileio.join(folder, run_files.MODEL_FILE)
     if not (fileio.isdir(folder) and fileio.isfile(path)):

@@ -201,3 +201,22 @@ def test_a_keras_file_is_loaded_in_safe_mode(tmp_path):
     plain.save(str(tmp_path / "plain.keras"))
     with pytest.raises(weights.CheckpointError, match="holds a Sequential, not a keras_vit.ViT"):
         model_files.load_keras(str(tmp_path / "plain.keras"))
+
+
+def test_weights_naming_a_workdir_is_the_workdir(custom, capsys, tmp_path):
+    """Catches `--weights=WORKDIR` reading the run's model.npz alone: it must bring the run's
+    class names and resolution as `--workdir=WORKDIR` does."""
+    model, files, photos = custom
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    weights.save_npz(model, str(workdir / "model.npz"))
+    (workdir / "config.json").write_text(json.dumps({"model": "ViT-Ti_16", "image_size": IMAGE_SIZE}))
+    (workdir / "class_names.json").write_text(json.dumps(NAMES))
+    outputs = []
+    for flag in (f"--weights={workdir}", f"--workdir={workdir}"):
+        code, out, err = _run(predict.main, [*photos, flag, "--json", f"--top={len(NAMES)}"], capsys)
+        assert code == 0, err
+        outputs.append(json.loads(out))
+    assert outputs[0] == outputs[1]
+    top = [entry["predictions"][0]["name"] for entry in outputs[0]]
+    assert top == [NAMES[int(np.argmax(row))] for row in _expected_probabilities(model, photos)]

@@ -11,7 +11,7 @@ import tensorflow as tf
 from fixtures import TINY_SHAPE
 
 import keras_vit
-from keras_vit import convert, fileio, weights
+from keras_vit import convert, fileio, run_dir, weights
 
 # tests/fixtures.py's tiny ViT with a second block.
 SMALL = dict(TINY_SHAPE, num_layers=2)
@@ -134,3 +134,16 @@ def test_a_folder_with_a_safetensors_file_stays_a_hugging_face_checkpoint(tmp_pa
         f"{empty}: holds no model.safetensors and no model.npz; pass a folder of a timm or "
         "transformers checkpoint, or the workdir of a finished trainer run"
     )
+
+
+def test_a_hub_name_is_no_workdir_and_asks_no_file_system(monkeypatch):
+    """Catches a Hub name (hf://owner/repo) sent to TensorFlow's file systems to ask whether it is
+    a run's folder: an install without TensorFlow could then not load Hub weights at all."""
+
+    def no_file_system(path):
+        raise AssertionError(f"asked a file system about {path}")
+
+    monkeypatch.setattr(fileio, "isdir", no_file_system)
+    for name in ("hf://google/vit-base-patch16-224", "hf-hub:timm/vit_tiny_patch16_224.augreg_in21k"):
+        assert weights.run_weights_file(name) is None
+        assert not run_dir.is_finished_run(name)
