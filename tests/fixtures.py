@@ -25,14 +25,11 @@ names them:
 
 import contextlib
 import fcntl
-import functools
 import importlib.util
 import io
 import os
 import shutil
 import sys
-import tempfile
-import types
 
 import pytest
 
@@ -100,6 +97,8 @@ def make_fake_tfds(data_dir, dataset, per_class, test_per_class):
     # Imported here: most test processes never need TFDS.
     import tensorflow_datasets as tfds
 
+    from trainers.data import tfds_prepare
+
     spec = importlib.util.spec_from_file_location("fake_tfds", FAKE_TFDS)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
@@ -111,10 +110,10 @@ def make_fake_tfds(data_dir, dataset, per_class, test_per_class):
     sys.argv += ["--per_class", str(per_class), "--test_per_class", str(test_per_class)]
     try:
         # The tool writes the source files it hands the builder into a new system temporary
-        # folder and leaves it there: a few hundred folders a day of test runs. Here they go
-        # into one that is removed once the data_dir is prepared.
-        with tempfile.TemporaryDirectory(prefix=f"fake_{dataset}_sources-") as sources:
-            tool.tempfile = types.SimpleNamespace(mkdtemp=functools.partial(tempfile.mkdtemp, dir=sources))
+        # folder and leaves it there, and TFDS's builder leaves an empty one of its own: a few
+        # hundred folders a day of test runs. Here both go into one that is removed once the
+        # data_dir is prepared.
+        with tfds_prepare.contained_temporary_folders(f"fake_{dataset}_sources-"):
             with contextlib.redirect_stdout(io.StringIO()):
                 tool.main()
     finally:
@@ -173,7 +172,11 @@ def multi_label_tfds_dir(tmp_path_factory):
     # Imported here: it imports tensorflow_datasets, which most sessions never need.
     from multi_label_tfds import MultiLabelSquares
 
+    from trainers.data import tfds_prepare
+
     def make(data_dir):
-        MultiLabelSquares(data_dir=data_dir).download_and_prepare()
+        # TFDS's builder leaves an empty temporary folder behind: it goes into one that is removed.
+        with tfds_prepare.contained_temporary_folders("multi_label_tfds-"):
+            MultiLabelSquares(data_dir=data_dir).download_and_prepare()
 
     return session_artefact(tmp_path_factory, "multi_label_tfds", make)

@@ -3,6 +3,7 @@ few-shot subsets and every DatasetError (image folders: tests/test_folders.py)."
 
 import hashlib
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -406,6 +407,19 @@ def test_not_prepared_and_offline_says_how_to_prepare(tmp_path, monkeypatch):
     assert _tree(tmp_path) == before
 
 
+def test_opening_a_dataset_not_yet_prepared_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    """Catches TFDS's copy of a dataset's published metadata left behind in the temporary
+    folder (an empty tmp...tfds folder in /tmp per command), and the temporary folder of
+    Python's tempfile not given back afterwards."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    builder = tfds_prepare.open_tfds_builder("cifar10", str(tmp_path / "data"))
+    assert not tfds_prepare.is_prepared(builder)
+    assert builder.info.features["label"].num_classes == 10  # read before the folder went
+    assert os.listdir(temporary) == [] and tempfile.tempdir == str(temporary)
+
+
 def test_failed_download_leaves_no_trace(tmp_path, monkeypatch):
     def offline(self, *args, **kwargs):
         raise ConnectionError("Failed to resolve 'www.cs.toronto.edu'")
@@ -420,7 +434,7 @@ def test_failed_download_leaves_no_trace(tmp_path, monkeypatch):
         e
     ) and "python -m trainers.prepare --dataset=cifar10" in one_line(e)
     assert not root.exists()
-    assert not tfds.builder("cifar10", data_dir=str(tmp_path)).is_prepared()
+    assert not tfds_prepare.is_prepared(tfds_prepare.open_tfds_builder("cifar10", str(tmp_path)))
 
 
 def test_imagenet_without_manual_files_names_the_manual_dir(tmp_path):

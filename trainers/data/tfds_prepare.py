@@ -12,6 +12,7 @@ import logging as std_logging
 import os
 import shutil
 import socket
+import tempfile
 import threading
 
 import tensorflow_datasets as tfds
@@ -41,6 +42,24 @@ def _quiet_probe():
         logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def contained_temporary_folders(prefix="keras_vit-tfds-"):
+    """Runs the block with Python's temporary folders inside a new one, removed after.
+
+    Opening a dataset that is not prepared yet, TFDS copies its published metadata into a new
+    temporary folder that it never removes (DatasetInfo.initialize_from_bucket): one empty
+    `tmp...tfds` folder left in /tmp per command. The metadata is read into memory before the
+    block ends.
+    """
+    previous = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        tempfile.tempdir = folder
+        try:
+            yield folder
+        finally:
+            tempfile.tempdir = previous
+
+
 def is_prepared(builder):
     with _quiet_probe():
         return builder.is_prepared()
@@ -49,7 +68,7 @@ def is_prepared(builder):
 def open_tfds_builder(dataset, data_dir):
     """The tfds builder for `dataset` (maybe not prepared yet), or DatasetError for an unknown name."""
     try:
-        with _quiet_probe():
+        with _quiet_probe(), contained_temporary_folders():
             builder = tfds.builder(dataset, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
         raise DatasetError(
