@@ -9,7 +9,7 @@ TensorFlow or the trainers, so `keras_vit.predict`, `keras_vit.export` and
 import dataclasses
 import json
 
-from keras_vit import fileio, hub, model_files
+from keras_vit import fileio, model_files, weights
 from keras_vit.errors import CheckpointError
 from keras_vit.run_files import CLASS_NAMES_FILE, CONFIG_FILE, MODEL_FILE
 from keras_vit.variants import VARIANTS
@@ -29,14 +29,10 @@ class Run:
 
 
 def is_finished_run(path):
-    """Whether `path` is the workdir of a finished run: a folder with its config.json and model.npz.
-    A Hub name (hf://...) is none, without asking TensorFlow's file systems."""
-    return (
-        not hub.is_hub_name(path)
-        and fileio.isdir(path)
-        and fileio.exists(fileio.join(path, CONFIG_FILE))
-        and fileio.exists(fileio.join(path, MODEL_FILE))
-    )
+    """Whether `path` is the workdir of a finished run: a folder with its config.json and the
+    model.npz that `weights=path` reads (keras_vit.weights.run_weights_file), so that convert,
+    predict and the constructors take the same folders for runs. A Hub name is none."""
+    return weights.run_weights_file(path) is not None and fileio.exists(fileio.join(path, CONFIG_FILE))
 
 
 def read_config(workdir):

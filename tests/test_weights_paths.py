@@ -107,7 +107,7 @@ def test_a_trainers_workdir_stands_for_its_model_npz(where, tmp_path, ram_dir, p
     workdir = str(tmp_path / "run") if where == "local" else fileio.join(ram_dir, "run")
     fileio.write_atomic(fileio.join(workdir, "model.npz"), _npz_bytes(params))
     fileio.write_atomic(fileio.join(workdir, "config.json"), "{}\n")
-    assert not weights.is_hugging_face(workdir)
+    assert not weights.is_hugging_face(workdir) and run_dir.is_finished_run(workdir)
     assert weights.describe(workdir)["num_classes"] == 4
     assert sorted(weights.read_params(workdir)) == sorted(params)
     raw = dict(classifier_activation=None, include_preprocessing=False)
@@ -119,13 +119,16 @@ def test_a_trainers_workdir_stands_for_its_model_npz(where, tmp_path, ram_dir, p
 
 
 def test_a_folder_with_a_safetensors_file_stays_a_hugging_face_checkpoint(tmp_path, params):
-    """Catches model.npz taking over a timm or transformers folder that also holds one, and an
-    empty folder's error that names only one of the two things it looked for."""
+    """Catches model.npz taking over a timm or transformers folder that also holds one, convert
+    and predict taking for a run a folder that weights= reads as a Hugging Face checkpoint, and
+    an empty folder's error that names only one of the two things it looked for."""
     folder = tmp_path / "both"
     folder.mkdir()
     (folder / "model.npz").write_bytes(_npz_bytes(params))
+    (folder / "config.json").write_text("{}\n")
     (folder / "model.safetensors").write_bytes(b"")
     assert weights.is_hugging_face(str(folder)) and weights.run_weights_file(folder) is None
+    assert not run_dir.is_finished_run(str(folder))
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ValueError) as err:
