@@ -1,13 +1,16 @@
-"""The building blocks of the Vision Transformer, as Keras 3 layers (keras.ops only).
+"""The building blocks of the Vision Transformer, as Keras 3 layers (keras.ops only; on TensorFlow,
+two CPU inference paths change the graph: keras_vit/row_parts.py, keras_vit/fused_layer_norm.py).
 
 Sub-layer and weight names follow the official Flax parameter names, because they are
 part of the weight format: `keras_vit.weights` maps official checkpoint keys onto them.
 """
 
+import functools
+
 import keras
 from keras import ops
 
-from keras_vit import flat_tokens, fused_attention, initializers, row_parts
+from keras_vit import flat_tokens, fused_attention, fused_layer_norm, initializers, row_parts
 
 # Both constants decide whether official weights reproduce official outputs.
 LAYER_NORM_EPSILON = 1e-6
@@ -554,7 +557,7 @@ class EncoderBlock(keras.layers.Layer):
             parts = row_parts.count(tokens, self.compute_dtype)
         if parts > 1:
             return self._call_in_parts(tokens, parts)
-        x = self.norm1(tokens)
+        x = fused_layer_norm.layer_norm(self.norm1, tokens, training)
         # The patch input tells a position-aware attention each call's grid (any-size models).
         extra = {} if patch_input is None else {"patch_input": patch_input}
         if return_attention_scores:
@@ -563,7 +566,7 @@ class EncoderBlock(keras.layers.Layer):
             x = self.attention(x, training=training, **extra)
         x = self.dropout(x, training=training)
         x = tokens + self._drop_path(x, training)
-        y = self.mlp(self.norm2(x), training=training)
+        y = self.mlp(fused_layer_norm.layer_norm(self.norm2, x, training), training=training)
         outputs = x + self._drop_path(y, training)
         if return_attention_scores:
             return outputs, scores
@@ -573,9 +576,10 @@ class EncoderBlock(keras.layers.Layer):
         # Inference only, so no dropout and no dropped paths. Each part of the rows runs
         # through the norms, projections and MLP on its own; attention sees all the rows.
         pieces = row_parts.split(tokens, parts)
-        attended = self.attention.call_in_parts([self.norm1(piece) for piece in pieces])
+        norm1, norm2 = (functools.partial(fused_layer_norm.layer_norm, n) for n in (self.norm1, self.norm2))
+        attended = self.attention.call_in_parts([norm1(piece) for piece in pieces])
         pieces = [piece + branch for piece, branch in zip(pieces, attended)]
-        pieces = [piece + self.mlp(self.norm2(piece)) for piece in pieces]
+        pieces = [piece + self.mlp(norm2(piece)) for piece in pieces]
         return ops.concatenate(pieces, axis=1)
 
     def compute_output_shape(self, input_shape):

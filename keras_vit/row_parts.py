@@ -20,9 +20,10 @@ KERAS_VIT_ROW_PARTS=0 keeps the rows whole (read at each trace).
 
 import functools
 import os
-import platform
 
 import keras
+
+from keras_vit import onednn_graph
 
 SWITCH = "KERAS_VIT_ROW_PARTS"
 # How many parts: two, the number of cores of the CPU it was measured on (docs/guides/benchmarks.md).
@@ -31,8 +32,6 @@ PARTS = 2
 # 64 wide on 17 tokens ran 0.94x in halves at 0.56 million, level at 1.1 million, and 1.03x to
 # 1.10x at 1.7 to 4.5 million (ViT-Ti/16 at batch 1: 7.3 million).
 MIN_MULTIPLY_ADDS = 2**20
-# CPUs whose TensorFlow wheels run matmuls on oneDNN's x86 kernels, where the rule above holds.
-_X86 = ("x86_64", "amd64", "x86", "i686")
 _L2_SIZE_FILE = "/sys/devices/system/cpu/cpu0/cache/index{}/{}"
 
 
@@ -73,30 +72,6 @@ def available_threads():
     return min(cores or 1, inter_op) if inter_op > 0 else cores or 1
 
 
-@functools.cache
-def _has_gpu():
-    import tensorflow as tf
-
-    return bool(tf.config.list_logical_devices("GPU"))
-
-
-def _onednn_on():
-    flag = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower()
-    return flag not in ("0", "false") and platform.machine().lower() in _X86
-
-
-def _traced_without_xla():
-    import tensorflow as tf
-
-    if tf.executing_eagerly():
-        return False  # eager ops run one after the other: halves would only add ops
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:  # the check moved: not knowing, keep the rows whole
-        return False
-    return not control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-
-
 def count(tokens, compute_dtype):
     """How many parts of the rows an encoder block takes `tokens` (B, T, D) in: PARTS or 1."""
     if keras.backend.backend() != "tensorflow" or not enabled():
@@ -107,7 +82,7 @@ def count(tokens, compute_dtype):
     if batch * length * width * width < MIN_MULTIPLY_ADDS:
         return 1
     l2 = l2_bytes()
-    if l2 is None or not _onednn_on() or not _traced_without_xla() or _has_gpu():
+    if l2 is None or not onednn_graph.runs_on_onednn():
         return 1
     itemsize = 2 if keras.backend.standardize_dtype(compute_dtype) in ("bfloat16", "float16") else 4
     if not single_threaded(batch * length, width, width, itemsize, l2):

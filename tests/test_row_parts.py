@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import layers, row_parts
+from keras_vit import layers, onednn_graph, row_parts
 from keras_vit.posembs import relative
 
 L2_OF_THE_EPYC = 1024 * 1024  # one core's L2 on the CPU the split was measured on
@@ -62,8 +62,8 @@ def two_core_epyc(monkeypatch):
     """The conditions the split was measured under, whatever this machine is."""
     monkeypatch.setattr(row_parts, "l2_bytes", lambda: L2_OF_THE_EPYC)
     monkeypatch.setattr(row_parts, "available_threads", lambda: 2)
-    monkeypatch.setattr(row_parts, "_has_gpu", lambda: False)
-    monkeypatch.setattr(row_parts.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(onednn_graph, "has_gpu", lambda: False)
+    monkeypatch.setattr(onednn_graph.platform, "machine", lambda: "x86_64")
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
 
 
@@ -107,7 +107,7 @@ def test_whole_rows_eager_on_one_thread_without_onednn_on_a_gpu_or_switched_off(
         patch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
         assert _count_traced((1, 197, 192)) == 1
     with monkeypatch.context() as patch:
-        patch.setattr(row_parts, "_has_gpu", lambda: True)
+        patch.setattr(onednn_graph, "has_gpu", lambda: True)
         assert _count_traced((1, 197, 192)) == 1
     with monkeypatch.context() as patch:
         patch.setenv(row_parts.SWITCH, "0")

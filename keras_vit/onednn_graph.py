@@ -1,0 +1,46 @@
+"""Whether a call being traced runs on TensorFlow's oneDNN CPU kernels, outside XLA.
+
+keras_vit's CPU inference paths (keras_vit/row_parts.py, keras_vit/fused_layer_norm.py) change
+the graph only where TensorFlow will run it with its own x86 oneDNN kernels: traced (not eager),
+not compiled by XLA, with no GPU, and with oneDNN's optimisations on.
+"""
+
+import functools
+import os
+import platform
+
+# CPUs whose TensorFlow wheels run their kernels on oneDNN's x86 code.
+X86 = ("x86_64", "amd64", "x86", "i686")
+
+
+def onednn_on():
+    """Whether TensorFlow's oneDNN kernels are on: an x86 CPU without TF_ENABLE_ONEDNN_OPTS=0.
+    (Read from the environment, as TensorFlow reads it, so that TensorFlow is not started.)"""
+    flag = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower()
+    return flag not in ("0", "false") and platform.machine().lower() in X86
+
+
+def traced_without_xla():
+    """Whether TensorFlow is tracing a graph that XLA will not compile."""
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return False
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # the check moved: not knowing, change nothing
+        return False
+    return not control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+@functools.cache
+def has_gpu():
+    """Whether TensorFlow sees a GPU, which would run the graph instead of oneDNN."""
+    import tensorflow as tf
+
+    return bool(tf.config.list_logical_devices("GPU"))
+
+
+def runs_on_onednn():
+    """All of the above: a traced call that TensorFlow's oneDNN kernels will run."""
+    return onednn_on() and traced_without_xla() and not has_gpu()

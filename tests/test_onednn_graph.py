@@ -1,0 +1,50 @@
+"""keras_vit.onednn_graph: whether a call being traced will run on TensorFlow's oneDNN CPU kernels,
+which decides whether keras_vit's CPU inference paths change the graph."""
+
+import pytest
+import tensorflow as tf
+
+from keras_vit import onednn_graph
+
+
+@pytest.mark.parametrize(
+    "machine, flag, expected",
+    [
+        ("x86_64", None, True),  # TensorFlow's default on x86: on
+        ("AMD64", "1", True),
+        ("x86_64", "0", False),  # the user turned oneDNN off
+        ("x86_64", "false", False),
+        ("aarch64", None, False),  # ARM builds run other kernels, where nothing was measured
+    ],
+)
+def test_onednn_is_on_for_x86_unless_switched_off(monkeypatch, machine, flag, expected):
+    monkeypatch.setattr(onednn_graph.platform, "machine", lambda: machine)
+    if flag is None:
+        monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    else:
+        monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", flag)
+    assert onednn_graph.onednn_on() is expected
+
+
+def test_only_a_trace_without_xla_counts():
+    seen = []
+    traced = tf.function(lambda x: seen.append(onednn_graph.traced_without_xla()) or x)
+    traced.get_concrete_function(tf.TensorSpec((2,)))
+    tf.function(traced.python_function, jit_compile=True).get_concrete_function(tf.TensorSpec((2,)))
+    assert seen == [True, False]  # XLA compiles the graph: TensorFlow's kernels would not run it
+    assert onednn_graph.traced_without_xla() is False  # eager: no graph at all
+
+
+def test_a_gpu_means_no_onednn(monkeypatch):
+    monkeypatch.setattr(onednn_graph.platform, "machine", lambda: "x86_64")
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    seen = []
+
+    def trace(x):
+        seen.append(onednn_graph.runs_on_onednn())
+        return x
+
+    for gpu in (False, True):
+        monkeypatch.setattr(onednn_graph, "has_gpu", lambda gpu=gpu: gpu)
+        tf.function(trace).get_concrete_function(tf.TensorSpec((2,)))
+    assert seen == [True, False]
