@@ -18,6 +18,7 @@ a call (a saliency map) is Keras' own formula's. KERAS_VIT_FUSED_LAYER_NORM=0 ke
 (read at each trace): set it when tracing a fixed-batch graph that will be saved and run elsewhere.
 """
 
+import functools
 import math
 import os
 
@@ -56,7 +57,16 @@ def applies(layer, tokens, training=None):
         return False
     if not (layer.center and layer.scale) or getattr(layer, "rms_scaling", False):
         return False
-    return math.prod(shape) >= MIN_ELEMENTS and onednn_graph.runs_on_onednn()
+    return math.prod(shape) >= MIN_ELEMENTS and onednn_graph.runs_on_onednn() and op_registered()
+
+
+@functools.cache
+def op_registered():
+    """Whether this TensorFlow has the op (its x86 builds with oneDNN do; others, or a later
+    version that drops the internal op, keep Keras' form)."""
+    from tensorflow.python.framework import op_def_registry
+
+    return op_def_registry.get("_MklLayerNorm") is not None
 
 
 def layer_norm(layer, tokens, training=None):

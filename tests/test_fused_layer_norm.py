@@ -102,7 +102,7 @@ def test_keras_form_where_the_kernel_would_not_help_or_not_run(onednn_cpu, why, 
     assert _fused_ops(traced, tf.TensorSpec(shape, tf.float32)) == 0, why
 
 
-def test_keras_form_in_training_eager_without_onednn_on_a_gpu_or_switched_off(onednn_cpu, monkeypatch):
+def test_keras_form_in_training_eager_without_onednn_or_the_op_on_gpus_or_turned_off(onednn_cpu, monkeypatch):
     norm = _norm(768)
     spec = tf.TensorSpec(LARGE, tf.float32)
 
@@ -124,6 +124,10 @@ def test_keras_form_in_training_eager_without_onednn_on_a_gpu_or_switched_off(on
     with monkeypatch.context() as patch:
         patch.setenv(fused_layer_norm.SWITCH, "0")
         assert fused_ops() == 0
+    with monkeypatch.context() as patch:  # a TensorFlow without the op
+        patch.setattr(fused_layer_norm, "op_registered", lambda: False)
+        assert fused_ops() == 0
+    assert fused_layer_norm.op_registered()  # this one has it, or the tests above could not pass
 
 
 @pytest.mark.filterwarnings("ignore:You passed `rms_scaling=True`, which is deprecated")
