@@ -20,7 +20,6 @@ a call (a saliency map) is Keras' own formula's. KERAS_VIT_FUSED_LAYER_NORM=0 ke
 
 import functools
 import math
-import os
 
 import keras
 from keras import ops
@@ -38,7 +37,7 @@ _DTYPES = ("float32", "bfloat16")
 
 def enabled():
     """Whether KERAS_VIT_FUSED_LAYER_NORM lets inference use the fused kernel (unset: yes)."""
-    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off")
+    return onednn_graph.switched_on(SWITCH)
 
 
 def applies(layer, tokens, training=None):
@@ -48,9 +47,8 @@ def applies(layer, tokens, training=None):
     shape = tuple(tokens.shape)
     if len(shape) not in (2, 3) or not all(isinstance(size, int) for size in shape):
         return False
-    if keras.backend.standardize_dtype(tokens.dtype) not in _DTYPES:
-        return False
-    if keras.backend.standardize_dtype(tokens.dtype) != layer.compute_dtype:
+    dtype = keras.backend.standardize_dtype(tokens.dtype)
+    if dtype not in _DTYPES or dtype != layer.compute_dtype:
         return False
     axis = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
     if [a % len(shape) for a in axis] != [len(shape) - 1]:

@@ -2,7 +2,8 @@
 
 keras_vit's CPU inference paths (keras_vit/row_parts.py, keras_vit/fused_layer_norm.py) change
 the graph only where TensorFlow will run it with its own x86 oneDNN kernels: traced (not eager),
-not compiled by XLA, with no GPU, and with oneDNN's optimisations on.
+not compiled by XLA, with no GPU, and with oneDNN's optimisations on; each path also has an
+environment variable that turns it off (`switched_on`).
 """
 
 import functools
@@ -11,6 +12,12 @@ import platform
 
 # CPUs whose TensorFlow wheels run their kernels on oneDNN's x86 code.
 X86 = ("x86_64", "amd64", "x86", "i686")
+
+
+def switched_on(name):
+    """Whether the environment variable `name` leaves one of those paths on: unset, yes; "0",
+    "false" or "off", no. Read at each trace, so a graph traced after setting it follows it."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "off")
 
 
 def onednn_on():

@@ -37,7 +37,7 @@ _L2_SIZE_FILE = "/sys/devices/system/cpu/cpu0/cache/index{}/{}"
 
 def enabled():
     """Whether KERAS_VIT_ROW_PARTS lets blocks take their rows in parts (unset: yes)."""
-    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off")
+    return onednn_graph.switched_on(SWITCH)
 
 
 def single_threaded(rows, width, outputs, itemsize, l2_bytes):

@@ -48,3 +48,15 @@ def test_a_gpu_means_no_onednn(monkeypatch):
         monkeypatch.setattr(onednn_graph, "has_gpu", lambda gpu=gpu: gpu)
         tf.function(trace).get_concrete_function(tf.TensorSpec((2,)))
     assert seen == [True, False]
+
+
+@pytest.mark.parametrize(
+    "value, expected", [(None, True), ("1", True), (" 0 ", False), ("False", False), ("off", False)]
+)
+def test_a_path_is_on_unless_its_switch_says_0_false_or_off(monkeypatch, value, expected):
+    # Catches a switch read as on when set to "off" or with spaces, or off when unset.
+    if value is None:
+        monkeypatch.delenv("KERAS_VIT_SOME_PATH", raising=False)
+    else:
+        monkeypatch.setenv("KERAS_VIT_SOME_PATH", value)
+    assert onednn_graph.switched_on("KERAS_VIT_SOME_PATH") is expected
