@@ -6,9 +6,10 @@ tensorflow/core/kernels/mkl/mkl_matmul_ops_common.h). At ViT-Ti/16's width every
 call at batch 1 is that small, so a 2-core CPU ran them on one core. An encoder block
 can instead carry its tokens as two halves of the rows: each half goes through the layer norms,
 the projections and the MLP on its own, and TensorFlow's executor runs the two independent
-products at once; only attention needs every token, so the queries, keys and values are
-joined for it (keras_vit.layers.EncoderBlock). Each row is computed by the same formula, so the
-outputs agree to float rounding (oneDNN may block a half's product otherwise than the whole's).
+products at once; only attention needs every token, so the keys and values are joined for it
+and each half's queries attend to all of them (keras_vit.layers.EncoderBlock,
+keras_vit.part_attention). Each row is computed by the same formula, so the outputs agree to
+float rounding (oneDNN may block a half's product otherwise than the whole's).
 
 `count` decides, per traced call, whether a block takes its rows in parts: only on the
 TensorFlow backend, inside a `tf.function` that XLA does not compile (XLA ran the halves

@@ -150,7 +150,7 @@ def test_an_encoder_block_in_parts_gives_the_whole_rows_outputs(monkeypatch, dty
     tokens = tf.constant(np.random.default_rng(1).normal(size=(1, 17, 32)), block.compute_dtype)
     whole, whole_concats = _traced_outputs(block, tokens, 1, monkeypatch)
     parts, part_concats = _traced_outputs(block, tokens, 2, monkeypatch)
-    assert part_concats == whole_concats + 4  # queries, keys, values and the block's output
+    assert part_concats == whole_concats + 3  # keys, values and the block's output
     np.testing.assert_allclose(parts, whole, atol=atol, rtol=atol)
     # The rows do attend to each other: the whole block is not the per-half block.
     halves = [np.float32(block(tokens[:, s], training=False)) for s in (slice(0, 9), slice(9, 17))]
@@ -178,3 +178,29 @@ def test_relative_position_attention_keeps_the_whole_rows(monkeypatch):
     traced = tf.function(lambda x: block(x, training=False))
     ops = traced.get_concrete_function(tokens).graph.get_operations()
     assert sum(op.type == "ConcatV2" for op in ops) < 4
+
+
+class _CausalAttention(layers.MultiHeadSelfAttention):
+    """A position bias of its own that is not symmetric: each token attends to itself and the
+    tokens before it."""
+
+    def position_bias(self, query):
+        length = query.shape[1]
+        return np.triu(np.full((length, length), -1e4, "float32"), k=1)[None, None]
+
+
+@pytest.mark.parametrize("attention_class", [layers.MultiHeadSelfAttention, _CausalAttention])
+def test_attention_in_parts_gives_the_whole_rows_outputs_for_each_example(attention_class):
+    # Two examples: a part's queries attending to another example's keys shows. The causal
+    # bias is one a subclass adds from all the queries: a part given the first part's rows of
+    # it, or none, would let tokens see later ones.
+    layer = attention_class(4)
+    tokens = tf.constant(np.random.default_rng(3).normal(size=(2, 9, 16)), "float32")
+    whole = layer(tokens, training=False)
+    traced = tf.function(lambda x: tf.concat(layer.call_in_parts(row_parts.split(x, 2)), axis=1))
+    np.testing.assert_allclose(traced(tokens), whole, atol=1e-5, rtol=1e-5)
+    if attention_class is _CausalAttention:  # the bias did change the outputs
+        plain = layers.MultiHeadSelfAttention(4)
+        plain.build(tokens.shape)
+        plain.set_weights(layer.get_weights())
+        assert not np.allclose(plain(tokens), whole, atol=0.1)

@@ -1,0 +1,43 @@
+"""Attention of one part of the query rows against all the keys, in operations TensorFlow runs
+on one thread each, for inference in parts of the rows (keras_vit/row_parts.py).
+
+Each query row's attention needs every key and value but no other query, so each part of the
+rows can attend on its own while the other part does the same on the other core. Written with
+Keras' attention (two einsums and a softmax over all the heads), the parts ran slower than one
+attention of the joined rows: TensorFlow gives a batched product and oneDNN's softmax every
+thread of its pool, so the two parts' attentions took turns at both cores. Here each example
+and head is a pair of 2-D matrix products, which TensorFlow runs on one thread where the
+operands fit in a core's L2 cache (as `row_parts` relies on for the projections), and the
+softmax is written out in float32 (a maximum, an exponential, a sum and a division), which
+TensorFlow's element-wise kernels run in place at this size. The arithmetic is Keras':
+products in the compute dtype, the logits cast to float32 and scaled there, the probabilities
+cast back before the product with the values.
+"""
+
+
+def attend(query, key, value):
+    """softmax(Q K^T / sqrt(d)) V for queries (B, Tq, heads, d) of some of the rows against the
+    keys and values (B, T, heads, d) of all of them; (B, Tq, heads, d) out, as the queries.
+    TensorFlow backend only (in graphs traced by keras_vit.row_parts' rule)."""
+    import tensorflow as tf
+
+    batch, rows, heads, depth = query.shape
+    scale = 1.0 / float(depth) ** 0.5
+    examples = []
+    for b in range(batch):
+        contexts = []
+        for h in range(heads):
+            logits = tf.matmul(query[b, :, h], key[b, :, h], transpose_b=True)
+            probs = _softmax(tf.cast(logits, "float32") * scale)
+            contexts.append(tf.matmul(tf.cast(probs, value.dtype), value[b, :, h]))
+        examples.append(tf.stack(contexts, axis=1))
+    return tf.stack(examples) if batch > 1 else tf.expand_dims(examples[0], 0)
+
+
+def _softmax(logits):
+    """Softmax over the last axis of float32 logits, as Keras computes it (the maximum taken out
+    first), in element-wise operations."""
+    import tensorflow as tf
+
+    shifted = tf.exp(logits - tf.reduce_max(logits, axis=-1, keepdims=True))
+    return shifted / tf.reduce_sum(shifted, axis=-1, keepdims=True)

@@ -1,0 +1,66 @@
+"""keras_vit.part_attention: one part of the query rows attending to all the keys."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit import part_attention
+
+
+def _reference(query, key, value):
+    """softmax(Q K^T / sqrt(d)) V per example and head, in float64 NumPy."""
+    logits = np.einsum("bqhd,bkhd->bhqk", query, key) / np.sqrt(query.shape[-1])
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bkhd->bqhd", probs, value)
+
+
+def _inputs(batch, rows, length, heads, depth, seed=0):
+    rng = np.random.default_rng(seed)
+    # Logits up to about 10: a softmax over the wrong axis or without the scale shows.
+    query = rng.normal(scale=1.5, size=(batch, rows, heads, depth))
+    key = rng.normal(scale=1.5, size=(batch, length, heads, depth))
+    value = rng.normal(size=(batch, length, heads, depth))
+    return query, key, value
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_part_of_the_queries_attends_to_every_key_per_example_and_head(batch):
+    # 5 query rows against 7 keys, 3 heads of 4: heads or examples mixed up, the keys' and
+    # queries' roles swapped, another scale or a softmax over the wrong axis each miss by far.
+    query, key, value = _inputs(batch, 5, 7, 3, 4)
+    traced = tf.function(part_attention.attend)
+    context = traced(*(tf.constant(x, "float32") for x in (query, key, value)))
+    assert context.shape == (batch, 5, 3, 4)
+    np.testing.assert_allclose(context, _reference(query, key, value), atol=1e-5, rtol=1e-5)
+
+
+def test_large_logits_do_not_overflow():
+    # Logits near 1000: exp() of them overflows float32 unless the maximum is taken out first.
+    query, key, value = _inputs(1, 3, 6, 2, 4, seed=1)
+    query, key = query * 20, key * 20
+    context = part_attention.attend(*(tf.constant(x, "float32") for x in (query, key, value)))
+    assert np.isfinite(context).all()
+    np.testing.assert_allclose(context, _reference(query, key, value), atol=1e-4, rtol=1e-4)
+
+
+def test_bfloat16_products_keep_the_logits_and_softmax_in_float32():
+    query, key, value = _inputs(1, 5, 7, 2, 8, seed=2)
+    inputs = [tf.constant(x, "bfloat16") for x in (query, key, value)]
+    graph = tf.function(part_attention.attend).get_concrete_function(*inputs).graph
+    exps = [op for op in graph.get_operations() if op.type == "Exp"]
+    assert exps and all(op.outputs[0].dtype == tf.float32 for op in exps)
+    context = part_attention.attend(*inputs)
+    assert context.dtype == tf.bfloat16
+    rounded = [np.float64(np.float32(x)) for x in inputs]  # the inputs as bfloat16 holds them
+    np.testing.assert_allclose(np.float32(context), _reference(*rounded), atol=3e-2, rtol=3e-2)
+
+
+def test_each_product_is_a_2d_matmul_and_the_softmax_is_written_out():
+    # What makes a part's attention run on one core: TensorFlow runs a small 2-D MatMul on one
+    # thread, but gives a batched product (an einsum) and its softmax kernel every thread.
+    inputs = [tf.constant(x, "float32") for x in _inputs(2, 5, 7, 3, 4)]
+    graph = tf.function(part_attention.attend).get_concrete_function(*inputs).graph
+    types = [op.type for op in graph.get_operations()]
+    assert types.count("MatMul") == 2 * 2 * 3  # two per example and head
+    assert not {"BatchMatMulV2", "Einsum", "Softmax"} & set(types)
