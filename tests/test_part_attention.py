@@ -64,3 +64,11 @@ def test_each_product_is_a_2d_matmul_and_the_softmax_is_written_out():
     types = [op.type for op in graph.get_operations()]
     assert types.count("MatMul") == 2 * 2 * 3  # two per example and head
     assert not {"BatchMatMulV2", "Einsum", "Softmax"} & set(types)
+
+
+def test_a_part_attends_on_its_own_up_to_max_pairs_of_examples_and_heads():
+    # ViT-Ti/16's 3 heads: up to batch 4, where it measured faster; from batch 5 it ran slower.
+    assert part_attention.MAX_PAIRS == 12
+    assert part_attention.applies(tf.zeros((4, 99, 3, 64)))
+    assert not part_attention.applies(tf.zeros((5, 99, 3, 64)))
+    assert part_attention.applies(tf.zeros((1, 99, 6, 64)))  # ViT-S/16 at batch 1

@@ -189,13 +189,17 @@ class _CausalAttention(layers.MultiHeadSelfAttention):
         return np.triu(np.full((length, length), -1e4, "float32"), k=1)[None, None]
 
 
-@pytest.mark.parametrize("attention_class", [layers.MultiHeadSelfAttention, _CausalAttention])
-def test_attention_in_parts_gives_the_whole_rows_outputs_for_each_example(attention_class):
-    # Two examples: a part's queries attending to another example's keys shows. The causal
+@pytest.mark.parametrize(
+    "attention_class, batch",
+    [(layers.MultiHeadSelfAttention, 2), (layers.MultiHeadSelfAttention, 4), (_CausalAttention, 2)],
+)
+def test_attention_in_parts_gives_the_whole_rows_outputs_for_each_example(attention_class, batch):
+    # Two examples: a part's queries attending to another example's keys shows (four examples of
+    # 4 heads are more pairs than part_attention.MAX_PAIRS: one joined attention). The causal
     # bias is one a subclass adds from all the queries: a part given the first part's rows of
     # it, or none, would let tokens see later ones.
     layer = attention_class(4)
-    tokens = tf.constant(np.random.default_rng(3).normal(size=(2, 9, 16)), "float32")
+    tokens = tf.constant(np.random.default_rng(3).normal(size=(batch, 9, 16)), "float32")
     whole = layer(tokens, training=False)
     traced = tf.function(lambda x: tf.concat(layer.call_in_parts(row_parts.split(x, 2)), axis=1))
     np.testing.assert_allclose(traced(tokens), whole, atol=1e-5, rtol=1e-5)
