@@ -35,7 +35,7 @@ def attend(query, key, value):
     TensorFlow backend only (in graphs traced by keras_vit.row_parts' rule)."""
     import tensorflow as tf
 
-    batch, rows, heads, depth = query.shape
+    batch, _, heads, depth = query.shape
     scale = 1.0 / float(depth) ** 0.5
     examples = []
     for b in range(batch):
@@ -45,6 +45,7 @@ def attend(query, key, value):
             probs = _softmax(tf.cast(logits, "float32") * scale)
             contexts.append(tf.matmul(tf.cast(probs, value.dtype), value[b, :, h]))
         examples.append(tf.stack(contexts, axis=1))
+    # At batch 1 the batch axis is added as a view (stacking one tensor would copy it).
     return tf.stack(examples) if batch > 1 else tf.expand_dims(examples[0], 0)
 
 
