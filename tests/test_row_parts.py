@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import layers, onednn_graph, row_parts
+from keras_vit import layers, onednn_graph, part_attention, row_parts
 from keras_vit.posembs import relative
 
 L2_OF_THE_EPYC = 1024 * 1024  # one core's L2 on the CPU the split was measured on
@@ -193,16 +193,24 @@ class _CausalAttention(layers.MultiHeadSelfAttention):
     "attention_class, batch",
     [(layers.MultiHeadSelfAttention, 2), (layers.MultiHeadSelfAttention, 4), (_CausalAttention, 2)],
 )
-def test_attention_in_parts_gives_the_whole_rows_outputs_for_each_example(attention_class, batch):
+def test_attention_in_parts_gives_the_whole_rows_outputs_for_each_example(
+    attention_class, batch, monkeypatch
+):
     # Two examples: a part's queries attending to another example's keys shows (four examples of
     # 4 heads are more pairs than part_attention.MAX_PAIRS: one joined attention). The causal
     # bias is one a subclass adds from all the queries: a part given the first part's rows of
     # it, or none, would let tokens see later ones.
+    calls = []
+    attend = part_attention.attend
+    monkeypatch.setattr(part_attention, "attend", lambda *args: calls.append(1) or attend(*args))
     layer = attention_class(4)
     tokens = tf.constant(np.random.default_rng(3).normal(size=(batch, 9, 16)), "float32")
     whole = layer(tokens, training=False)
     traced = tf.function(lambda x: tf.concat(layer.call_in_parts(row_parts.split(x, 2)), axis=1))
     np.testing.assert_allclose(traced(tokens), whole, atol=1e-5, rtol=1e-5)
+    # The parts attend on their own only for the plain attention within the limit (8 pairs).
+    on_their_own = attention_class is layers.MultiHeadSelfAttention and batch * 4 <= part_attention.MAX_PAIRS
+    assert calls == ([1] if on_their_own else [])
     if attention_class is _CausalAttention:  # the bias did change the outputs
         plain = layers.MultiHeadSelfAttention(4)
         plain.build(tokens.shape)
