@@ -203,16 +203,19 @@ def test_attention_in_parts_gives_the_whole_rows_outputs_for_each_example(
     calls = []
     attend = part_attention.attend
     monkeypatch.setattr(part_attention, "attend", lambda *args: calls.append(1) or attend(*args))
-    layer = attention_class(4)
+    heads = 4
+    layer = attention_class(heads)
     tokens = tf.constant(np.random.default_rng(3).normal(size=(batch, 9, 16)), "float32")
     whole = layer(tokens, training=False)
     traced = tf.function(lambda x: tf.concat(layer.call_in_parts(row_parts.split(x, 2)), axis=1))
     np.testing.assert_allclose(traced(tokens), whole, atol=1e-5, rtol=1e-5)
     # The parts attend on their own only for the plain attention within the limit (8 pairs).
-    on_their_own = attention_class is layers.MultiHeadSelfAttention and batch * 4 <= part_attention.MAX_PAIRS
+    on_their_own = (
+        attention_class is layers.MultiHeadSelfAttention and batch * heads <= part_attention.MAX_PAIRS
+    )
     assert calls == ([1] if on_their_own else [])
     if attention_class is _CausalAttention:  # the bias did change the outputs
-        plain = layers.MultiHeadSelfAttention(4)
+        plain = layers.MultiHeadSelfAttention(heads)
         plain.build(tokens.shape)
         plain.set_weights(layer.get_weights())
         assert not np.allclose(plain(tokens), whole, atol=0.1)
