@@ -14,6 +14,8 @@ import os
 import sys
 import types
 
+import pytest
+
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -60,3 +62,20 @@ def pytest_configure(config):
     for name in ("default_tfds", "registry_cache", "tfds_dir"):
         setattr(standins, name, getattr(docs_standins, name))
     config.pluginmanager.register(standins, "docs_standins_session")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def children_temporary_folder(tmp_path_factory):
+    """TMPDIR for every child process the tests start: a folder in pytest's base temp folder,
+    which pytest removes with its older runs. A child the test kills (SIGKILL, or a fast exit
+    that skips atexit) cannot remove its own temporary files: TensorFlow's autograph left 75
+    `__autograph_generated_file*.py` files in /tmp from one test that kills a trainer run
+    repeatedly, and the whole suite about 220."""
+    folder = tmp_path_factory.mktemp("children_tmp", numbered=False)
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = previous

@@ -34,6 +34,13 @@ def test_the_tiny_models_have_the_shape():
     assert hybrid.grid_size == (4, 4) and "conv_root" in [layer.name for layer in hybrid.layers]
 
 
+def test_children_write_their_temporary_files_in_pytest_s_base_folder(tmp_path_factory):
+    # A child a test kills (SIGKILL) leaves its temporary files behind: tens of TensorFlow's
+    # autograph files a killed trainer run. Catches TMPDIR left at /tmp for the children.
+    base = str(tmp_path_factory.getbasetemp())
+    assert os.environ["TMPDIR"].startswith(base + os.sep) and os.path.isdir(os.environ["TMPDIR"])
+
+
 @pytest.mark.parametrize("fake_tfds_dir", ["cifar10"], indirect=True)
 def test_a_fake_tfds_dir_is_made_once_per_session(fake_tfds_dir, cifar10_data_dir, tmp_path_factory):
     assert fake_tfds_dir == cifar10_data_dir == shared_fake_tfds("cifar10", tmp_path_factory)
