@@ -66,7 +66,14 @@ def keras_hub_step(shape, image_size, batch, steps, dtype="float32"):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=dtype == "float32",
     )
-    dataset = tf.data.Dataset.from_tensors(shared.synthetic_batch(batch, image_size)).repeat()
+    # Each timed call is a `fit`, which makes a new iterator of the dataset, and an iterator with
+    # tf.data's autotuning on waits at its end for the autotuning thread, whose period grows to
+    # 5.12 s: a call of 2.6 s of steps took 5.12 s (2026-11-29, the family-25 EPYC). A user's fit
+    # of a whole epoch pays that once; this constant batch needs no tuning, so it runs without.
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    batch_data = shared.synthetic_batch(batch, image_size)
+    dataset = tf.data.Dataset.from_tensors(batch_data).repeat().with_options(options)
     return lambda: model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
 
 
