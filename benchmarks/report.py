@@ -46,6 +46,14 @@ DEMO_PROBES = {
 ORDER = (
     "inference",
     "train",
+    # The same two tables from the other kinds of CPU they ran on, kept as they were measured (their
+    # JSON renamed). Those runs recorded the model name alone ("AMD EPYC" for both EPYCs): the
+    # family-26 EPYC's runs are the ones at its bfloat16 matmul peak of 856-892 GFLOP/s (on 2
+    # cores; the family-25 EPYC's is 392-413), the Xeon's the ones whose peak shows its AMX.
+    "inference_epyc_family26",
+    "train_epyc_family26",
+    "inference_xeon_amx",
+    "train_xeon_amx",
     "input_pipeline",
     "scaling",
     "op_profile",
@@ -61,6 +69,10 @@ ORDER = (
 TITLES = {
     "inference": "Inference",
     "train": "Training step",
+    "inference_epyc_family26": "Inference on the AMD EPYC of family 26 (an earlier run)",
+    "train_epyc_family26": "Training step on the AMD EPYC of family 26 (an earlier run)",
+    "inference_xeon_amx": "Inference on the Intel Xeon with AMX (an earlier run)",
+    "train_xeon_amx": "Training step on the Intel Xeon with AMX (an earlier run)",
     "input_pipeline": "Input pipeline",
     "scaling": "Resolution scaling",
     "op_profile": "Where inference time goes on TensorFlow",
@@ -94,7 +106,7 @@ def _about(data):
             f"Python {m['python']}, {versions}; the run took {data['wall_s'] / 60:.1f} min."
         )
     return (
-        f"Measured {data['date']} on {m['cpu']} ({m['cores']} cores), Python {m['python']}, {versions}; "
+        f"Measured {data['date']} on {harness.cpu_kind(m)}, Python {m['python']}, {versions}; "
         f"the run took {data['wall_s'] / 60:.1f} min. The machine was shared: other load may have "
         "been present."
     )
@@ -175,13 +187,16 @@ def targets(results):
                 f"{feed['images_per_s_per_core']:.1f} img/s per core, so a {feed['step_images_per_s']:,.0f} "
                 f"img/s step needs about {feed['cores_needed']:.0f} host cores for its input."
             )
-    for name in ("train", "inference"):
+    # The latest run's tables, then each other kind of CPU's (ORDER lists them so).
+    for name in (n for n in ORDER if n.startswith(("train", "inference"))):
         data = results.get(name)
         if not data:
             continue
         rows = data["tables"][0]["rows"]
         pairs = (
-            _ours_and_peers(rows) if name == "inference" else [(r, rows[0]) for r in rows if not r["ours"]]
+            _ours_and_peers(rows)
+            if name.startswith("inference")
+            else [(r, rows[0]) for r in rows if not r["ours"]]
         )
         # Peers only: keras_vit in another mode (train's --jit_compile=true row) is not one.
         pairs = [(p, o) for p, o in pairs if not p["contestant"].startswith("keras_vit")]
