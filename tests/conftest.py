@@ -1,4 +1,5 @@
-"""Test-session set-up: the TensorFlow backend and two logical CPU devices.
+"""Test-session set-up: the TensorFlow backend, two logical CPU devices, and a temporary folder
+for the children the tests start.
 
 Splitting the CPU must happen before TensorFlow initialises its devices, so it is done in
 pytest_configure, before any test module imports keras or tensorflow. Multi-replica code is
