@@ -352,11 +352,13 @@ def cpu_kind(m):
     if "family" in m:
         details.append(f"family {m['family']}, model {m['model']}")
     if "features" in m:
-        present = [CPU_FEATURES[f] for f, on in m["features"].items() if on]
-        missing = [f"no {CPU_FEATURES[f]}" for f, on in m["features"].items() if not on]
-        if not m["features"].get("avx512f"):  # then neither of the others: one word is enough
-            missing = ["no AVX-512"]
-        details.append(", ".join(present + missing))
+        # In CPU_FEATURES' order: the JSON a run writes has its keys sorted.
+        has = m["features"]
+        if has.get("avx512f"):
+            words = [name if has.get(flag) else f"no {name}" for flag, name in CPU_FEATURES.items()]
+        else:  # then neither of the others: one word is enough
+            words = ["no AVX-512"]
+        details.append(", ".join(words))
     details.append(f"{m['cores']} cores")
     return f"{m['cpu']} ({'; '.join(details)})"
 
