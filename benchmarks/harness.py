@@ -65,13 +65,21 @@ def time_step(step, min_seconds):
 
 
 def interleave(contestants, repeats, min_seconds=0.5, warmup=1):
-    """{name: [seconds per call of each repeat]}; the contestants take turns in every repeat."""
+    """{name: [seconds per call of each repeat]}; the contestants take turns in every repeat.
+
+    Once all are built, each runs one more untimed call in turn before the timed rounds: the
+    calls just after the builds ran slowest. keras_vit's step, first in turn, took 6.3 s in the
+    first round of a training run whose other rounds took 2.3 to 2.9 s, and the second
+    contestant 5.5 s against 3.3 to 3.8 (2026-11-29, the family-25 EPYC); in the two runs
+    before it keras_vit's first rounds took 5.8 and 5.2 s, its others 2.4 to 2.9."""
     for c in contestants:
         start = time.perf_counter()
         c.step = c.build()
         for _ in range(warmup):
             c.step()
         c.compile_s = time.perf_counter() - start
+    for c in contestants:
+        c.step()
     times = {c.name: [] for c in contestants}
     for _ in range(repeats):
         for c in contestants:

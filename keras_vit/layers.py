@@ -1,5 +1,6 @@
 """The building blocks of the Vision Transformer, as Keras 3 layers (keras.ops only; on TensorFlow,
-two CPU inference paths change the graph: keras_vit/row_parts.py, keras_vit/fused_layer_norm.py).
+two CPU inference paths change the graph, keras_vit/row_parts.py and keras_vit/fused_layer_norm.py,
+and one training path, keras_vit/fused_gelu.py).
 
 Sub-layer and weight names follow the official Flax parameter names, because they are
 part of the weight format: `keras_vit.weights` maps official checkpoint keys onto them.
@@ -10,7 +11,15 @@ import functools
 import keras
 from keras import ops
 
-from keras_vit import flat_tokens, fused_attention, fused_layer_norm, initializers, part_attention, row_parts
+from keras_vit import (
+    flat_tokens,
+    fused_attention,
+    fused_gelu,
+    fused_layer_norm,
+    initializers,
+    part_attention,
+    row_parts,
+)
 
 # Both constants decide whether official weights reproduce official outputs.
 LAYER_NORM_EPSILON = 1e-6
@@ -459,7 +468,8 @@ class MlpBlock(keras.layers.Layer):
 
     def _mlp(self, x, training):
         x = self.dense_0(x)
-        x = keras.activations.gelu(x, approximate=self.gelu_approximate)
+        # In a traced training step on the CPU, one compiled kernel each way (keras_vit/fused_gelu.py).
+        x = fused_gelu.gelu(x, approximate=self.gelu_approximate, training=training)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)
         return self.dropout(x, training=training)

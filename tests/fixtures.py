@@ -90,6 +90,18 @@ def tiny_hybrid(**overrides):
     return keras_vit.ViT(**{**TINY_HYBRID, **overrides})
 
 
+def pretend_onednn_cpu(monkeypatch, *switches):
+    """This process as an x86 CPU whose TensorFlow runs oneDNN's kernels with no GPU, whatever this
+    machine is, and the KERAS_VIT_* `switches` unset: where keras_vit's CPU graph paths apply."""
+    from keras_vit import onednn_graph
+
+    monkeypatch.setattr(onednn_graph, "has_gpu", lambda: False)
+    monkeypatch.setattr(onednn_graph.platform, "machine", lambda: "x86_64")
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    for switch in switches:
+        monkeypatch.delenv(switch, raising=False)
+
+
 def make_fake_tfds(data_dir, dataset, per_class, test_per_class):
     """Prepares the fake `dataset` in `data_dir` with ../shared/tools/fake_tfds.py, which runs the
     real TFDS builder on generated source files (in this process: a child would import

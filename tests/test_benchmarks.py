@@ -9,6 +9,7 @@ on Keras' PyTorch backend run in child processes, where PyTorch can load before 
 import os
 import shutil
 import sys
+import time
 
 import pytest
 from benchmark_runs import FRAMEWORK_VARIABLE, TINY, read_json, run_benchmark, table_rows, timm_installed
@@ -363,6 +364,31 @@ def test_the_whole_rows_contestant_is_traced_with_the_row_parts_switched_off(mon
     inference.local_step(inference.WHOLE_ROWS, shape, 32, 1, "bfloat16")
     assert os.environ[row_parts.SWITCH] == "off"
     assert not inference.runs_in(inference.WHOLE_ROWS, "float32")  # float32 runs under XLA
+
+
+def test_the_timed_rounds_start_after_every_contestant_has_run_once_more_after_the_builds():
+    # Catches the first contestant's first timed round taking the time that the builds leave
+    # behind them (here: its first call after the other's build sleeps).
+    calls = []
+
+    def contestant(name, slow_call):
+        def build():
+            count = [0]
+
+            def step():
+                count[0] += 1
+                calls.append(name)
+                if count[0] == slow_call:
+                    time.sleep(0.3)
+
+            return step
+
+        return harness.Contestant(name, build)
+
+    # "a" is called once to warm up, then once after "b"'s build: that call is slow.
+    times = harness.interleave([contestant("a", 2), contestant("b", 0)], repeats=2, min_seconds=0)
+    assert calls == ["a", "b", "a", "b", "a", "b", "a", "b"]
+    assert max(times["a"]) < 0.1 and len(times["a"]) == len(times["b"]) == 2
 
 
 def test_bad_flags_are_one_line_errors(capsys):

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixtures import pretend_onednn_cpu
 
 from keras_vit import fused_layer_norm, layers, onednn_graph
 
@@ -18,10 +19,7 @@ LARGE = (1, 197, 768)
 @pytest.fixture
 def onednn_cpu(monkeypatch):
     """A CPU whose TensorFlow runs oneDNN's kernels, whatever this machine is; the switch unset."""
-    monkeypatch.setattr(onednn_graph, "has_gpu", lambda: False)
-    monkeypatch.setattr(onednn_graph.platform, "machine", lambda: "x86_64")
-    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
-    monkeypatch.delenv(fused_layer_norm.SWITCH, raising=False)
+    pretend_onednn_cpu(monkeypatch, fused_layer_norm.SWITCH)
 
 
 def _norm(width, dtype="float32", **kwargs):

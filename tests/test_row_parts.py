@@ -5,6 +5,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixtures import pretend_onednn_cpu
 
 from keras_vit import layers, onednn_graph, part_attention, row_parts
 from keras_vit.posembs import relative
@@ -62,9 +63,7 @@ def two_core_epyc(monkeypatch):
     """The conditions the split was measured under, whatever this machine is."""
     monkeypatch.setattr(row_parts, "l2_bytes", lambda: L2_OF_THE_EPYC)
     monkeypatch.setattr(row_parts, "available_threads", lambda: 2)
-    monkeypatch.setattr(onednn_graph, "has_gpu", lambda: False)
-    monkeypatch.setattr(onednn_graph.platform, "machine", lambda: "x86_64")
-    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    pretend_onednn_cpu(monkeypatch)
 
 
 def _count_traced(shape, dtype="bfloat16", jit_compile=False):
