@@ -6,6 +6,8 @@ the `python -m trainers.finetune` defaults with --mixed_precision=bfloat16, or =
 --dtype=float32); a few calls are traced, and the trace's per-op statistics are summed
 by operation type and grouped: matrix products, casts, and the other element-wise ops. Self
 times are summed over the CPU's threads, so they add up to more than the wall time of a call.
+XLA-compiled kernels inside a TensorFlow step (the training step's GELU, keras_vit/fused_gelu.py)
+are not in TensorFlow's per-operation statistics, so their time is not in the table.
 
     python -m benchmarks.op_profile --dtype=bfloat16
     python -m benchmarks.op_profile --variant=ViT-Ti_16 --batch_size=8 --dtype=float32

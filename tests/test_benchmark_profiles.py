@@ -101,5 +101,6 @@ def test_kernels_and_the_training_op_profile_run_keras_vits_step(tmp_path):
     )
     profile = read_json(tmp_path / "op_profile.json")
     assert profile["tables"][0]["title"] == "Self time by operation type, keras_vit Trainer TF bfloat16"
-    # The backward pass is in the step: gradient ops of the GELU and of the bias adds.
-    assert {"TanhGrad", "BiasAddGrad"} <= {r["op_type"] for r in table_rows(profile)}
+    # The backward pass is in the step: gradient ops of the layer norms and of the bias adds (the
+    # GELU's gradient is an XLA-compiled kernel there, which TensorFlow's op statistics leave out).
+    assert {"RsqrtGrad", "BiasAddGrad"} <= {r["op_type"] for r in table_rows(profile)}
