@@ -468,7 +468,7 @@ class MlpBlock(keras.layers.Layer):
 
     def _mlp(self, x, training):
         x = self.dense_0(x)
-        # In a traced training step on the CPU, one compiled kernel each way (keras_vit/fused_gelu.py).
+        # In a traced bfloat16 training step on the CPU, one compiled kernel each way (fused_gelu.py).
         x = fused_gelu.gelu(x, approximate=self.gelu_approximate, training=training)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)
