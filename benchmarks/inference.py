@@ -1,18 +1,19 @@
 """Inference images/s and latency of keras_vit against keras-hub and timm, measured in the same run.
 
-Every contestant builds the same classifier (1000 classes) and runs in its fastest mode: the Keras
-models inside one tf.function, XLA-compiled in float32 (in bfloat16 TensorFlow's own kernels are
-faster on CPU), timm eager and under torch.compile, all under
-torch.inference_mode. bfloat16: the weights stored and computed in bfloat16, as a deployed
-model runs (Keras' `bfloat16` policy, timm's weights cast with .bfloat16()). Peak resident
-memory is measured for one case, each contestant in its own process.
+Every contestant builds the same classifier (1000 classes) and runs inside one tf.function or
+torch.inference_mode: keras_vit as Keras' `model.predict` runs it on a CPU (TensorFlow's own
+kernels, no XLA), keras-hub in its fastest mode (XLA-compiled in float32; in bfloat16
+TensorFlow's own kernels are faster on a CPU), timm eager and under torch.compile. bfloat16:
+the weights stored and computed in bfloat16, as a deployed model runs (Keras' `bfloat16`
+policy, timm's weights cast with .bfloat16()). Peak resident memory is measured for one case,
+each contestant in its own process.
 
 keras_vit itself also runs where a user may deploy it on a CPU (--runtimes): on Keras' PyTorch
 backend (eager, under torch.inference_mode, in a child process, since Keras fixes its backend per
 process; its rounds still take turns with the others), and exported to ONNX by keras_vit's own
-export, on ONNX Runtime (float32 only: the export is float32). In bfloat16 it also runs with its
-inference in parts of the token rows switched off (keras_vit/row_parts.py), the gain of that
-measured in the same run.
+export, on ONNX Runtime (float32 only: the export is float32), and in float32 XLA-compiled. In
+bfloat16 it also runs with its inference in parts of the token rows switched off
+(keras_vit/row_parts.py), the gain of that measured in the same run.
 
     pip install -e ".[bench]"
     python -m benchmarks.inference
@@ -34,14 +35,16 @@ from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTor
 from benchmarks import flops, harness, peak, shared  # noqa: E402
 
 NUM_CLASSES = 1000
-OURS = "keras_vit TF+XLA"
+OURS = "keras_vit TF"
 # keras_vit on the other runtimes --runtimes names, and without inference in parts of the rows.
 ON_TORCH, ON_ONNX, WHOLE_ROWS = "keras_vit-torch", "keras_vit-onnxruntime", "keras_vit-whole-rows"
+ON_XLA = "keras_vit-xla"
 NAMES = {
     "keras_vit": OURS,
     ON_TORCH: "keras_vit PyTorch",
     ON_ONNX: "keras_vit ONNX Runtime",
     WHOLE_ROWS: "keras_vit TF, whole rows",
+    ON_XLA: "keras_vit TF+XLA",
     "keras-hub": "keras-hub TF+XLA",
     "timm-eager": "timm eager",
     "timm-compile": "timm torch.compile",
@@ -51,6 +54,7 @@ RUNTIMES = {
     "torch": (ON_TORCH, ("torch",)),
     "onnxruntime": (ON_ONNX, ("onnxruntime", "torch", "onnxscript", "onnx")),
     "tf-whole-rows": (WHOLE_ROWS, ()),
+    "tf-xla": (ON_XLA, ()),
 }
 # The child process that runs keras_vit on Keras' PyTorch backend (harness.ChildServer).
 TORCH_CHILD_ENV = {"KERAS_BACKEND": "torch", contestants.CHILD_FRAMEWORK: "torch"}
@@ -100,15 +104,17 @@ def check_variant(variant):
 
 
 def keras_step(kind, shape, image_size, batch, dtype, whole_rows=False):
-    """`whole_rows`: traced with keras_vit's inference in parts of the rows switched off."""
+    """`kind`: "keras-hub", or keras_vit's "keras_vit" or ON_XLA; `whole_rows`: traced with
+    keras_vit's inference in parts of the rows switched off."""
     import tensorflow as tf
 
     # The dtype is the Keras policy: in bfloat16 the weights are stored in bfloat16 too. Under
     # mixed_bfloat16 (float32 weights, what training keeps) every call casts all the weights
     # again: a quarter of ViT-B/16's op time at batch 1 on the 2-core EPYC (benchmarks.op_profile).
-    model = contestants.keras_model(kind, shape, image_size, NUM_CLASSES, dtype, policy=dtype)
+    model_kind = "keras-hub" if kind == "keras-hub" else "keras_vit"
+    model = contestants.keras_model(model_kind, shape, image_size, NUM_CLASSES, dtype, policy=dtype)
     images = tf.constant(shared.synthetic_images(batch, image_size))
-    forward = tf.function(lambda x: model(x, training=False), jit_compile=keras_uses_xla(dtype))
+    forward = tf.function(lambda x: model(x, training=False), jit_compile=keras_uses_xla(kind, dtype))
     if whole_rows:
         from keras_vit import row_parts
 
@@ -124,10 +130,13 @@ def keras_step(kind, shape, image_size, batch, dtype, whole_rows=False):
     return lambda: forward(images).numpy()
 
 
-def keras_uses_xla(dtype):
-    """XLA for float32 only: its CPU backend has no bfloat16 matmul kernels, and ran the bfloat16
-    step at half the speed of TensorFlow's own oneDNN kernels here."""
-    return dtype != "bfloat16"
+def keras_uses_xla(kind, dtype):
+    """keras_vit runs as Keras' `model.predict` runs it on a CPU, without XLA (in float32 as fast
+    as XLA or faster here: ViT-Ti/16 at batch 1 1.16x, its rows in parts), and XLA-compiled as the
+    runtime ON_XLA; keras-hub in float32 under XLA, its fastest mode. XLA for float32 only: its
+    CPU backend has no bfloat16 matmul kernels, and ran the bfloat16 step at half the speed of
+    TensorFlow's own oneDNN kernels here."""
+    return kind in (ON_XLA, "keras-hub") and dtype != "bfloat16"
 
 
 def keras_torch_step(shape, image_size, batch, dtype):
@@ -181,11 +190,12 @@ def onnx_step(path, image_size, batch):
 
 
 def runs_in(kind, dtype):
-    """Whether contestant `kind` has a `dtype` mode (the ONNX export is float32 only; in float32
-    keras_vit runs under XLA, where its rows are whole anyway)."""
+    """Whether contestant `kind` has a `dtype` mode: the ONNX export and XLA run float32 only;
+    the whole rows bfloat16 only (its float32 rows: the table's other cases; ViT-Ti/16 at batch
+    1 and 2 is all they would add)."""
     if kind == WHOLE_ROWS:
         return dtype == "bfloat16"
-    return kind != ON_ONNX or dtype == "float32"
+    return kind not in (ON_ONNX, ON_XLA) or dtype == "float32"
 
 
 def framework_of(kind, keras="tf"):
@@ -197,7 +207,7 @@ def framework_of(kind, keras="tf"):
 
 def contestant_name(kind, dtype):
     """The contestant's name with the mode it runs in for `dtype`."""
-    if kind in ("keras_vit", "keras-hub") and not keras_uses_xla(dtype):
+    if kind == "keras-hub" and not keras_uses_xla(kind, dtype):
         return NAMES[kind].replace("TF+XLA", "TF")
     return NAMES[kind]
 
@@ -411,9 +421,10 @@ def main(argv=None):
     p.add_argument("--cases", default="ViT-Ti_16:224,ViT-B_16:224,ViT-B_16:384", help="VARIANT:SIZE,...")
     p.add_argument(
         "--runtimes",
-        default="torch,onnxruntime,tf-whole-rows",
+        default="torch,onnxruntime,tf-whole-rows,tf-xla",
         help="keras_vit also on: torch (Keras' PyTorch backend), onnxruntime (its ONNX export), "
-        "tf-whole-rows (TensorFlow without inference in parts of the rows, bfloat16), or none",
+        "tf-whole-rows (TensorFlow without inference in parts of the rows, bfloat16), tf-xla "
+        "(XLA-compiled, float32), or none",
     )
     add_flags(p)
     args = p.parse_args(argv)

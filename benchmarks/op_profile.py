@@ -1,11 +1,12 @@
 """Where keras_vit's inference or training time goes on TensorFlow: self time per operation type.
 
-The model runs as the inference benchmark runs it (one tf.function; XLA in float32, TensorFlow's
-own kernels in bfloat16), or with --step=train as the trainers' training step (benchmarks.train:
-the `python -m trainers.finetune` defaults with --mixed_precision=bfloat16, or =none for
---dtype=float32); a few calls are traced, and the trace's per-op statistics are summed
-by operation type and grouped: matrix products, casts, and the other element-wise ops. Self
-times are summed over the CPU's threads, so they add up to more than the wall time of a call.
+The model runs as the inference benchmark runs keras_vit (one tf.function on TensorFlow's own
+kernels, as Keras' `model.predict` on a CPU), or with --step=train as the trainers' training
+step (benchmarks.train: the `python -m trainers.finetune` defaults with
+--mixed_precision=bfloat16, or =none for --dtype=float32); a few calls are traced, and the
+trace's per-op statistics are summed by operation type and grouped: matrix products, casts,
+and the other element-wise ops. Self times are summed over the CPU's threads, so they add up
+to more than the wall time of a call.
 XLA-compiled kernels inside a TensorFlow step (the training step's GELU, keras_vit/fused_gelu.py)
 are not in TensorFlow's per-operation statistics, so their time is not in the table.
 

@@ -287,6 +287,7 @@ def test_scaling_counts_tokens_and_draws_the_plot(results):
 def test_a_missing_peer_is_a_note_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
     real = harness.importlib.util.find_spec
     monkeypatch.setattr(harness.importlib.util, "find_spec", lambda m: None if m == "keras_hub" else real(m))
+    compiled = _spy_on_the_benchmarks_tf_functions(monkeypatch)
     inference.main(
         [
             "--cases=ViT-Ti_16:32",
@@ -294,15 +295,49 @@ def test_a_missing_peer_is_a_note_and_the_run_goes_on(tmp_path, monkeypatch, cap
             "--dtypes=float32",
             "--memory_case=none",
             "--peers=keras-hub",
-            "--runtimes=none",
+            "--runtimes=tf-xla",
             f"--out={tmp_path}/i.json",
             *TINY,
         ]
     )
     data = read_json(tmp_path / "i.json")
-    assert [r["contestant"] for r in table_rows(data)] == ["keras_vit TF+XLA"]
+    # keras_vit's row is Keras' `model.predict` on a CPU (no XLA); XLA is a runtime of its own.
+    assert [r["contestant"] for r in table_rows(data)] == ["keras_vit TF", "keras_vit TF+XLA"]
+    assert compiled == [False, True]
     assert data["notes"] == ['keras-hub is not installed (keras_hub missing): pip install -e ".[bench]"']
     assert "note: keras-hub is not installed" in capsys.readouterr().out
+
+
+def _spy_on_the_benchmarks_tf_functions(monkeypatch):
+    """[jit_compile of every tf.function benchmarks.inference makes], in order."""
+    import tensorflow as tf
+
+    compiled, real = [], tf.function
+
+    def spy(fn=None, **kwargs):
+        if getattr(fn, "__module__", None) == inference.__name__:
+            compiled.append(kwargs.get("jit_compile"))
+        return real(fn, **kwargs)
+
+    monkeypatch.setattr(tf, "function", spy)
+    return compiled
+
+
+def test_only_keras_hub_and_the_xla_runtime_compile_and_only_in_float32():
+    # The rule behind the rows' names: keras-hub's fastest mode is XLA in float32, keras_vit's
+    # row is what Keras' predict runs on a CPU, and XLA's CPU backend is slow in bfloat16.
+    uses_xla = {
+        (k, d): inference.keras_uses_xla(k, d)
+        for k in ("keras_vit", inference.ON_XLA, "keras-hub")
+        for d in ("float32", "bfloat16")
+    }
+    assert [key for key, xla in uses_xla.items() if xla] == [
+        (inference.ON_XLA, "float32"),
+        ("keras-hub", "float32"),
+    ]
+    assert not inference.runs_in(inference.ON_XLA, "bfloat16")
+    assert inference.contestant_name("keras_vit", "float32") == "keras_vit TF"
+    assert inference.contestant_name("keras-hub", "bfloat16") == "keras-hub TF"
 
 
 @pytest.mark.slow
@@ -320,7 +355,7 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
     ]
     run_benchmark("inference", argv, timeout=900)
     data = read_json(tmp_path / "i.json")
-    names = ["keras_vit TF+XLA", "keras_vit PyTorch", "keras_vit ONNX Runtime"]
+    names = ["keras_vit TF", "keras_vit PyTorch", "keras_vit ONNX Runtime"]
     names += ["timm eager"] if with_timm else []
     rows = table_rows(data)
     assert [(r["contestant"], r["dtype"]) for r in rows] == [(name, "float32") for name in names] + [
@@ -363,7 +398,7 @@ def test_the_whole_rows_contestant_is_traced_with_the_row_parts_switched_off(mon
     monkeypatch.setenv(row_parts.SWITCH, "off")
     inference.local_step(inference.WHOLE_ROWS, shape, 32, 1, "bfloat16")
     assert os.environ[row_parts.SWITCH] == "off"
-    assert not inference.runs_in(inference.WHOLE_ROWS, "float32")  # float32 runs under XLA
+    assert not inference.runs_in(inference.WHOLE_ROWS, "float32")  # the table's bfloat16 rows only
 
 
 def test_the_timed_rounds_start_after_every_contestant_has_run_once_more_after_the_builds():
@@ -399,7 +434,8 @@ def test_bad_flags_are_one_line_errors(capsys):
     with pytest.raises(SystemExit, match="--dtypes=float16: choose float32 and/or bfloat16"):
         inference.main(["--cases=ViT-Ti_16:32", "--dtypes=float16", "--peers=none"])
     with pytest.raises(
-        SystemExit, match="unknown runtime 'tflite': choose from torch, onnxruntime, tf-whole-rows or none"
+        SystemExit,
+        match="unknown runtime 'tflite': choose from torch, onnxruntime, tf-whole-rows, tf-xla or none",
     ):
         inference.main(["--cases=ViT-Ti_16:32", "--peers=none", "--runtimes=tflite"])
 
