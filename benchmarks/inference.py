@@ -190,9 +190,8 @@ def onnx_step(path, image_size, batch):
 
 
 def runs_in(kind, dtype):
-    """Whether contestant `kind` has a `dtype` mode: the ONNX export and XLA run float32 only;
-    the whole rows bfloat16 only (its float32 rows: the table's other cases; ViT-Ti/16 at batch
-    1 and 2 is all they would add)."""
+    """Whether contestant `kind` has a `dtype` mode: the ONNX export and XLA run float32 only,
+    and the whole rows bfloat16 only, the dtype whose gain from the parts the table follows."""
     if kind == WHOLE_ROWS:
         return dtype == "bfloat16"
     return kind not in (ON_ONNX, ON_XLA) or dtype == "float32"
