@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 
-from keras_vit import fileio
+from keras_vit import cpu_info, fileio
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "docs", "benchmarks")
@@ -317,58 +317,9 @@ def versions():
     return found
 
 
-# The instruction sets that decide a CPU's fast paths (oneDNN's bfloat16 kernels, --mixed_precision
-# auto), as /proc/cpuinfo names them, and how a table names them. The model name alone does not
-# tell CPUs apart: two kinds of "AMD EPYC" with the same flags, family 25 and family 26, measured
-# a 2x different matmul peak (docs/guides/benchmarks.md, "The machines").
-CPU_FEATURES = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX"}
-
-
-def machine(cpuinfo="/proc/cpuinfo"):
-    """{"cpu": model name, "cores", "python", and where /proc/cpuinfo has them "family", "model"
-    (numbers) and "features" (of CPU_FEATURES, present or not)}."""
-    found = {}
-    try:
-        with open(cpuinfo, encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("model name", "cpu family", "model", "flags") and key not in found:
-                    found[key] = value.strip()
-                if not line.strip() and found:
-                    break  # the first processor's block is enough
-    except OSError:
-        pass
-    about = {
-        "cpu": found.get("model name") or platform.processor(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-    }
-    if found.get("cpu family", "").isdigit() and found.get("model", "").isdigit():
-        about["family"], about["model"] = int(found["cpu family"]), int(found["model"])
-    if "flags" in found:
-        flags = set(found["flags"].split())
-        about["features"] = {flag: flag in flags for flag in CPU_FEATURES}
-    return about
-
-
-def cpu_kind(m):
-    """How a table names the CPU of a run's machine record: "AMD EPYC (family 25, model 17;
-    AVX-512, AVX-512 BF16, no AMX; 2 cores)"; only the model name and cores for a record
-    without the rest (runs before they were recorded)."""
-    details = []
-    if "family" in m:
-        details.append(f"family {m['family']}, model {m['model']}")
-    if "features" in m:
-        # In CPU_FEATURES' order: the JSON a run writes has its keys sorted.
-        has = m["features"]
-        if has.get("avx512f"):
-            words = [name if has.get(flag) else f"no {name}" for flag, name in CPU_FEATURES.items()]
-        else:  # then neither of the others: one word is enough
-            words = ["no AVX-512"]
-        details.append(", ".join(words))
-    details.append(f"{m['cores']} cores")
-    return f"{m['cpu']} ({'; '.join(details)})"
+def machine(cpuinfo=cpu_info.CPUINFO):
+    """keras_vit.cpu_info's record of this CPU, with "cores" and "python"."""
+    return {**cpu_info.record(cpuinfo), "cores": os.cpu_count(), "python": platform.python_version()}
 
 
 def accelerator():
@@ -470,7 +421,7 @@ def limit_line(data):
     """The machine a run measured and its matmul peak per framework and dtype: what each row's
     "of matmul peak" divides the row's FLOP/s by (its own framework's peak in its dtype)."""
     m = data["machine"]
-    where = f"one {m['accelerator']}" if m.get("accelerator") else cpu_kind(m)
+    where = f"one {m['accelerator']}" if m.get("accelerator") else cpu_info.describe(m)
     peaks = data["matmul_peak_flops"]
     rates = ", ".join(f"{k} {peaks[k] / 1e9:.0f} GFLOP/s" for k in sorted(peaks) if k != "seconds")
     return f"matmul peak of {where}, measured in this run: {rates}"

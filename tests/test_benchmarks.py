@@ -205,9 +205,9 @@ def test_keras_hub_s_fit_is_timed_without_a_tf_data_teardown_per_call():
 def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16(monkeypatch):
     # On a CPU with bfloat16 instructions the finetune defaults train ViT-Ti/16 at 224 px in
     # bfloat16: the table then shows our float32 step too, and every peer in both dtypes.
-    from trainers import precision
+    from keras_vit import cpu_info
 
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"amx_bf16"}))
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"amx_bf16"}))
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     args = train.parse(["--variant=ViT-Ti_16", "--image_size=224", "--timm_modes=eager"])
     kinds = train.chosen_kinds(args, ["keras-hub", "timm"])
@@ -238,7 +238,7 @@ def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16
         "bfloat16",
     ]
     # Without the instructions (or at 32 px) the defaults stay float32 and so do the peers.
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset())
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset())
     assert train.chosen_kinds(args, ["keras-hub", "timm"]) == [
         "keras_vit",
         "keras_vit-xla",

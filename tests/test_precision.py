@@ -4,6 +4,7 @@ import keras
 import pytest
 import tensorflow as tf
 
+from keras_vit import cpu_info
 from trainers import distribute, finetune, precision, training
 
 CPU = tf.distribute.MirroredStrategy(["/cpu:0"])
@@ -13,12 +14,12 @@ VIT_TI = dict(jit=False, hidden_size=192, num_patches=196)  # ViT-Ti/16 at 224 p
 @pytest.fixture
 def bfloat16_cpu(monkeypatch):
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx512f", "amx_bf16"}))
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"avx512f", "amx_bf16"}))
 
 
 @pytest.fixture
 def plain_cpu(monkeypatch):
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"avx2", "avx512f"}))
 
 
 def test_an_explicit_setting_is_kept_whatever_the_hardware(plain_cpu):
@@ -43,7 +44,7 @@ def test_auto_on_a_cpu_with_bfloat16_instructions(bfloat16_cpu):
 def test_auto_is_bfloat16_on_avx512_bf16_without_amx_and_says_which(monkeypatch):
     # An AMD EPYC (Zen 4): the ViT-Ti/16 step measured 1.28x-1.46x its float32 speed in bfloat16.
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
     assert precision.resolve("auto", CPU, **VIT_TI) == (
         "bfloat16",
         "bfloat16 (auto: CPU with AVX-512 BF16 instructions)",
@@ -51,14 +52,14 @@ def test_auto_is_bfloat16_on_avx512_bf16_without_amx_and_says_which(monkeypatch)
     # The same size limits as with AMX: a digits-sized step stays float32.
     assert precision.resolve("auto", CPU, jit=False, hidden_size=64, num_patches=16)[0] == "none"
     # Both: AMX is what the banner names.
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx512_bf16", "amx_bf16"}))
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"avx512_bf16", "amx_bf16"}))
     assert precision.resolve("auto", CPU, **VIT_TI)[1].endswith("(auto: CPU with AMX bfloat16 matrix units)")
 
 
 def test_auto_is_float32_on_a_cpu_without_them_or_without_onednn(plain_cpu, monkeypatch):
     chosen, note = precision.resolve("auto", CPU, **VIT_TI)
     assert (chosen, note) == ("none", "float32 (auto: no bfloat16 matrix instructions on this CPU)")
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"amx_bf16"}))
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"amx_bf16"}))
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")  # bfloat16 emulated: slow
     assert precision.resolve("auto", CPU, **VIT_TI)[0] == "none"
 
@@ -81,19 +82,6 @@ def test_auto_on_gpus_follows_their_compute_capability(monkeypatch, plain_cpu):
 def test_auto_on_a_tpu_is_bfloat16(plain_cpu):
     tpu = tf.distribute.TPUStrategy.__new__(tf.distribute.TPUStrategy)  # no TPU to connect to here
     assert precision.resolve("auto", tpu, **VIT_TI) == ("bfloat16", "bfloat16 (auto: TPU)")
-
-
-def test_cpu_flags_are_read_from_the_cpuinfo_flags_line():
-    flags = precision._cpu_flags()
-    assert isinstance(flags, frozenset)
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-    except OSError:
-        assert flags == frozenset()
-        return
-    if "flags" in text:  # x86 Linux
-        assert "fpu" in flags
 
 
 class _Spec:  # all of a dataset that build_trainer reads

@@ -46,7 +46,7 @@ from configs.demo import (
     SHOTS,
     SMALL,
 )
-from keras_vit import fileio
+from keras_vit import cpu_info, fileio
 from trainers import cli, console, engines, fewshot, finetune, pretrain
 from trainers import results as results_lib
 from trainers.engines import ENGINES
@@ -335,21 +335,16 @@ def _load_average():
 
 
 def _where(machine):
-    """The machine a run's timings come from, in words: "AMD EPYC (2 cores, load average 7.9)"."""
-    load = f", load average {machine['load_average']}" if "load_average" in machine else ""
-    return f"{machine['cpu']} ({machine['cores']} cores{load})"
+    """The machine a run's timings come from, in words: "AMD EPYC (family 25, model 17; AVX-512,
+    AVX-512 BF16, no AMX; 2 cores, load average 7.9)"."""
+    load = [f"load average {machine['load_average']}"] if "load_average" in machine else []
+    return cpu_info.describe(machine, *load)
 
 
 def _machine(engine=DEFAULT_ENGINE):
     """Where the run computed: the README says it beside the table."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.partition(":")[2].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:  # not Linux
-        pass
     return {
-        "cpu": cpu,
+        **cpu_info.record(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "versions": {name: importlib.metadata.version(name) for name in engines.get(engine).packages},

@@ -15,11 +15,11 @@ and backends"), float32 everywhere else:
 Variables stay float32 under every policy, so a checkpoint resumes at any precision.
 """
 
-import functools
 import os
 
 import tensorflow as tf
 
+from keras_vit import cpu_info
 from trainers import distribute, engines
 
 # --mixed_precision -> Keras dtype policy.
@@ -71,7 +71,7 @@ def _auto(strategy, jit, hidden_size, num_patches):
         return "none", "XLA on CPU, which has no fast bfloat16 matmul"
     if hidden_size < CPU_MIN_HIDDEN_SIZE or num_patches < CPU_MIN_PATCHES:
         return "none", f"on CPU bfloat16 pays from width {CPU_MIN_HIDDEN_SIZE} and {CPU_MIN_PATCHES} patches"
-    found = next(words for flag, words in CPU_BFLOAT16_FLAGS.items() if flag in _cpu_flags())
+    found = next(words for flag, words in CPU_BFLOAT16_FLAGS.items() if flag in cpu_info.flags())
     return "bfloat16", f"CPU with {found}"
 
 
@@ -86,16 +86,4 @@ def cpu_has_bfloat16():
     AMX or AVX-512 BF16, and oneDNN not switched off (without it bfloat16 is emulated, slowly)."""
     if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip() == "0":
         return False
-    return bool(set(CPU_BFLOAT16_FLAGS) & _cpu_flags())
-
-
-@functools.cache
-def _cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.partition(":")[2].split())
-    except OSError:  # not Linux: no flags to read, so no claim of bfloat16
-        pass
-    return frozenset()
+    return bool(set(CPU_BFLOAT16_FLAGS) & cpu_info.flags())
