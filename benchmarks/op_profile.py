@@ -8,7 +8,8 @@ trace's per-op statistics are summed by operation type and grouped: matrix produ
 and the other element-wise ops. Self times are summed over the CPU's threads, so they add up
 to more than the wall time of a call.
 XLA-compiled kernels inside a TensorFlow step (the training step's GELU, keras_vit/fused_gelu.py)
-are not in TensorFlow's per-operation statistics, so their time is not in the table.
+are not in TensorFlow's per-operation statistics: their executions are read from the trace itself
+and make one row of their own (XLA_ROW, group "XLA-compiled").
 
     python -m benchmarks.op_profile --dtype=bfloat16
     python -m benchmarks.op_profile --variant=ViT-Ti_16 --batch_size=8 --dtype=float32
@@ -41,6 +42,10 @@ MATMULS = {
     "Conv2DBackpropFilter",
 }
 CASTS = {"Cast"}
+# What the trace calls one execution of an XLA-compiled CPU function on a TensorFlow thread, and
+# the table's row of them.
+XLA_EXECUTION = "CpuExecutable::ExecuteAsyncOnStream"
+XLA_ROW = "XLA-compiled kernels"
 COLUMNS = (
     ("operation type", "op_type", ""),
     ("group", "group", ""),
@@ -50,6 +55,8 @@ COLUMNS = (
 
 
 def group(op_type):
+    if op_type == XLA_ROW:
+        return "XLA-compiled"
     name = op_type.removeprefix("_Mkl")
     if name in MATMULS:
         return "matmul"
@@ -80,7 +87,24 @@ def op_stats(step, calls, logdir):
         op_type = cells[index["Operation Type"]]
         if op_type != "IDLE":
             totals[op_type] += cells[index["Total self-time (us)"]]
+    xla_us = xla_execution_us(paths[-1])
+    if xla_us:
+        totals[XLA_ROW] += xla_us
     return totals
+
+
+def xla_execution_us(path):
+    """The summed duration, in µs, of the XLA-compiled functions the trace at `path` ran."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    with open(path, "rb") as f:
+        space.ParseFromString(f.read())
+    total_ps = 0
+    for plane in space.planes:
+        ids = {key for key, meta in plane.event_metadata.items() if meta.name == XLA_EXECUTION}
+        total_ps += sum(e.duration_ps for line in plane.lines for e in line.events if e.metadata_id in ids)
+    return total_ps / 1e6
 
 
 def rows_of(totals, calls):
