@@ -318,8 +318,8 @@ def versions():
 
 
 def machine(cpuinfo=cpu_info.CPUINFO):
-    """keras_vit.cpu_info's record of this CPU, with "cores" and "python"."""
-    return {**cpu_info.record(cpuinfo), "cores": os.cpu_count(), "python": platform.python_version()}
+    """keras_vit.cpu_info's record of this CPU and its cores, with "python"."""
+    return {**cpu_info.record(cpuinfo), "python": platform.python_version()}
 
 
 def accelerator():

@@ -9,6 +9,7 @@ Linux the file is missing and the record has only what `platform` says.
 """
 
 import functools
+import os
 import platform
 
 CPUINFO = "/proc/cpuinfo"
@@ -44,10 +45,14 @@ def flags():
 
 
 def record(path=CPUINFO):
-    """{"cpu": model name, and where the file has them "family", "model" (numbers) and
-    "features" ({flag of FEATURES: present or not})}."""
+    """{"cpu": model name, "cores" (those this process may see), and where the file has them
+    "family", "model" (numbers) and "features" ({flag of FEATURES: present or not})}: what
+    `describe` names."""
     found = first_processor(path)
-    about = {"cpu": found.get("model name") or platform.processor() or platform.machine()}
+    about = {
+        "cpu": found.get("model name") or platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+    }
     if found.get("cpu family", "").isdigit() and found.get("model", "").isdigit():
         about["family"], about["model"] = int(found["cpu family"]), int(found["model"])
     if "flags" in found:
@@ -57,7 +62,7 @@ def record(path=CPUINFO):
 
 
 def describe(about, *extra):
-    """A record (with "cores") in words, `extra` phrases last: "AMD EPYC (family 25, model 17;
+    """A record in words, `extra` phrases last: "AMD EPYC (family 25, model 17;
     AVX-512, AVX-512 BF16, no AMX; 2 cores)"; the model name and cores only for a record
     without the rest (one written before they were recorded)."""
     details = []

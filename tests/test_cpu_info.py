@@ -2,6 +2,7 @@
 benchmarks read, and how it is named beside a timing."""
 
 import json
+import os
 
 from keras_vit import cpu_info
 
@@ -31,6 +32,11 @@ def test_the_record_names_the_first_processor_s_family_model_and_instruction_set
     path.write_text(CPUINFO, encoding="utf-8")
     about = cpu_info.record(str(path))
     assert (about["cpu"], about["family"], about["model"]) == ("AMD EPYC", 25, 17)
+    # A fresh record has all that its description needs (the cores too).
+    assert (
+        cpu_info.describe(about)
+        == f"AMD EPYC (family 25, model 17; AVX-512, AVX-512 BF16, no AMX; {os.cpu_count()} cores)"
+    )
     assert about["features"] == {"avx512f": True, "avx512_bf16": True, "amx_bf16": False}
     # As the tables read it back from a run's JSON, whose keys are sorted (amx_bf16 first): the
     # instruction sets are named in their own order, not the file's.
@@ -52,14 +58,14 @@ def test_a_cpu_without_avx512_and_an_earlier_record_are_named_plainly(tmp_path):
     )
     path = tmp_path / "cpuinfo"
     path.write_text("processor\t: 0\nmodel name\t: Some CPU\n", encoding="utf-8")
-    assert cpu_info.record(str(path)) == {"cpu": "Some CPU"}
+    assert cpu_info.record(str(path)) == {"cpu": "Some CPU", "cores": os.cpu_count()}
 
 
 def test_no_file_is_a_record_without_flags(tmp_path):
     # Not Linux: no claim of any instruction set, and the CPU named as Python's platform names it.
     missing = str(tmp_path / "absent")
     assert cpu_info.first_processor(missing) == {}
-    assert set(cpu_info.record(missing)) == {"cpu"}
+    assert set(cpu_info.record(missing)) == {"cpu", "cores"}
 
 
 def test_this_machine_s_flags_are_the_first_flags_line():

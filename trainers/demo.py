@@ -345,7 +345,6 @@ def _machine(engine=DEFAULT_ENGINE):
     """Where the run computed: the README says it beside the table."""
     return {
         **cpu_info.record(),
-        "cores": os.cpu_count(),
         "python": platform.python_version(),
         "versions": {name: importlib.metadata.version(name) for name in engines.get(engine).packages},
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
