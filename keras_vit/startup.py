@@ -13,6 +13,11 @@ quietly, unless its TF_CPP_MIN_LOG_LEVEL asks for TensorFlow's lines; TensorFlow
 lines (the CUDA probe of its first op, XLA's service) stay hidden too: TF_CPP_MIN_LOG_LEVEL is
 set to 3 unless the user set it.
 
+A command also imports Keras without the optional packages (scikit-learn, matplotlib, JAX) that
+Keras and TensorFlow import for features no command uses (SKIPPED_AT_COMMAND_START): a finder
+refuses them to those importers while Keras starts, so each takes the path it has for a machine
+without them, and they import as usual afterwards. A user's program imports Keras whole.
+
 Keras with its backend not installed fails in a traceback ending in `No module named 'jax'`;
 `import keras_vit` says instead, in one line, which extra installs one. The standard library
 only: nothing here may import Keras or TensorFlow.
@@ -40,6 +45,19 @@ BACKEND_MODULES = {"tensorflow": ("tensorflow",), "jax": ("jax", "jaxlib"), "tor
 DISTRIBUTION = "keras-vision-transformer"
 # The module in which Keras decides its backend (KERAS_BACKEND, ~/.keras/keras.json, default).
 KERAS_CONFIG = "keras.src.backend.config"
+# What TensorFlow and Keras import as they start wherever it is installed, for features no
+# command of ours uses: Keras' scikit-learn wrappers, its plotting helpers, TensorFlow Lite's
+# converter from JAX functions and a patch of old JAX versions beside Keras' Orbax callback. The
+# [train] extra installs all three packages (for the digits, the plots and the jax engine, which
+# import them when they need them); together they were a third of a command's `import keras`.
+# Module -> the importers it is refused to while a command imports Keras
+# (`optional_imports_skipped`); afterwards it imports as usual.
+SKIPPED_AT_COMMAND_START = {
+    "sklearn": ("keras.src.wrappers.",),
+    "matplotlib": ("keras.src.visualization.",),
+    "jax": ("tensorflow.lite.", "keras.src.callbacks.orbax_checkpoint"),
+}
+_IMPORT_MACHINERY = "<frozen importlib"
 
 
 def verbose_requested(argv):
@@ -161,13 +179,57 @@ def import_keras():
         # without a GPU (`failed call to cuInit`), XLA's service lines. A value the user set stays.
         os.environ.setdefault(LOG_LEVEL_VARIABLE, QUIET_LOG_LEVEL)
     try:
-        with native_stderr_hidden(hide=hide):
+        with native_stderr_hidden(hide=hide), optional_imports_skipped(skip=skips_optional_imports()):
             import keras  # noqa: F401
     except ModuleNotFoundError as error:
         backend = missing_backend(error)
         if backend is None:
             raise
         raise SystemExit(no_backend_message(backend)) from None
+
+
+def skips_optional_imports(orig_argv=None):
+    """Whether Keras starts here without SKIPPED_AT_COMMAND_START: in the project's commands
+    (`python -m trainers.finetune`, ...), not in a user's program, which may use them."""
+    orig_argv = getattr(sys, "orig_argv", sys.argv) if orig_argv is None else orig_argv
+    return command_package(orig_argv) in COMMAND_PACKAGES
+
+
+class _SkippedImports:
+    """A finder, first on sys.meta_path, that refuses SKIPPED_AT_COMMAND_START's modules to their
+    importers: their `try: import ...` takes the ImportError path it has for a machine without
+    them. A module already imported is not looked up again, so it is never refused."""
+
+    def __init__(self, skipped):
+        self.skipped = skipped
+
+    def find_spec(self, name, path=None, target=None):
+        importers = self.skipped.get(name)
+        if importers and importing_module(sys._getframe(1)).startswith(importers):
+            raise ModuleNotFoundError(f"{name} is not imported while a command starts", name=name)
+        return None
+
+
+def importing_module(frame):
+    """The name of the module whose code runs the import being resolved in `frame`'s stack: the
+    first frame outside Python's import machinery, from `frame` outward."""
+    while frame is not None and frame.f_code.co_filename.startswith(_IMPORT_MACHINERY):
+        frame = frame.f_back
+    return frame.f_globals.get("__name__", "") if frame is not None else ""
+
+
+@contextlib.contextmanager
+def optional_imports_skipped(skip=True, skipped=None):
+    """Runs the body with `skipped` (default SKIPPED_AT_COMMAND_START) refused to its importers."""
+    if not skip:
+        yield
+        return
+    finder = _SkippedImports(SKIPPED_AT_COMMAND_START if skipped is None else skipped)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
 
 
 @contextlib.contextmanager

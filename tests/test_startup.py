@@ -1,6 +1,7 @@
 """keras_vit/startup.py: the commands and `import keras_vit` start without TensorFlow's native
 start-up lines, and a missing Keras backend is one line naming the extra that installs it."""
 
+import json
 import os
 import subprocess
 import sys
@@ -48,10 +49,69 @@ def test_a_program_that_reads_a_preset_first_starts_quietly_too():
     )
 
 
-def _run_as_a_user(*args):
+# --- Keras' optional imports, skipped as a command starts --------------------------------------
+
+
+def test_only_commands_skip_kerass_optional_imports():
+    assert startup.skips_optional_imports(["python", "-m", "trainers.finetune", "--dataset=digits"])
+    assert startup.skips_optional_imports(["python", "-m", "keras_vit.predict", "a.jpg"])
+    # A user's program may use Keras' scikit-learn wrappers or plots: it imports Keras whole.
+    assert not startup.skips_optional_imports(["python", "train.py"])
+    assert not startup.skips_optional_imports(["python", "-c", "import keras_vit"])
+
+
+def test_an_optional_import_is_refused_to_its_importers_only_and_only_while_keras_starts(
+    tmp_path, monkeypatch
+):
+    for name in ("optional_probe", "optional_probe_later"):
+        (tmp_path / f"{name}.py").write_text("VALUE = 1\n")
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    skipped = {"optional_probe": ("probe_library.wrappers",), "optional_probe_later": ("probe_library.",)}
+
+    def import_in(importer, name):
+        namespace = {"__name__": importer}
+        exec(f"import {name}", namespace)  # the import statement runs in `importer`'s code
+        return namespace[name]
+
+    finders = list(sys.meta_path)
+    with startup.optional_imports_skipped(skipped=skipped):
+        # What the library's `try: import ...` sees on a machine without the package.
+        with pytest.raises(ModuleNotFoundError, match="optional_probe is not imported"):
+            import_in("probe_library.wrappers", "optional_probe")
+        assert "optional_probe" not in sys.modules
+        # Any other importer gets it; once imported it is never refused.
+        assert import_in("probe_library_user", "optional_probe").VALUE == 1
+        assert import_in("probe_library.wrappers", "optional_probe").VALUE == 1
+    assert sys.meta_path == finders
+    # After Keras' start, the package imports as usual where it was refused (the digits need
+    # scikit-learn, the jax engine JAX).
+    assert import_in("probe_library.data", "optional_probe_later").VALUE == 1
+
+
+def test_the_skipped_imports_name_modules_this_keras_and_tensorflow_have():
+    # A Keras or TensorFlow that moves the importer leaves the skip without effect: this names it.
+    for module, importers in startup.SKIPPED_AT_COMMAND_START.items():
+        for importer in importers:
+            assert any(name.startswith(importer) for name in sys.modules), (module, importer)
+
+
+# A child's sitecustomize (first on its PYTHONPATH): at exit, which of the modules a command
+# skips as Keras starts the whole command imported.
+_NOTE_SKIPPED_MODULES = (
+    "import atexit, json, os, sys\n"
+    "def _note():\n"
+    "    with open(os.environ['SKIPPED_MODULES_NOTE'], 'w') as f:\n"
+    "        json.dump(sorted(m for m in json.loads(os.environ['SKIPPED_MODULES']) if m in sys.modules), f)\n"
+    "atexit.register(_note)\n"
+)
+
+
+def _run_as_a_user(*args, pythonpath=(), **extra_env):
     """A command as a user runs it: no TF_CPP_MIN_LOG_LEVEL, no KERAS_BACKEND set beforehand."""
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
-    env["PYTHONPATH"] = ROOT
+    env["PYTHONPATH"] = os.pathsep.join([*pythonpath, ROOT])
+    env.update(extra_env)
     return subprocess.run(
         [sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
@@ -62,10 +122,23 @@ def test_convert_prints_its_summary_and_nothing_else(tmp_path):
     model = tiny_vit()
     src = str(tmp_path / "src.npz")
     keras_vit.weights.save_npz(model, src)
-    proc = _run_as_a_user("keras_vit.convert", src, str(tmp_path / "dst.npz"))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_NOTE_SKIPPED_MODULES)
+    note = tmp_path / "skipped_modules.json"
+    proc = _run_as_a_user(
+        "keras_vit.convert",
+        src,
+        str(tmp_path / "dst.npz"),
+        pythonpath=[str(site)],
+        SKIPPED_MODULES_NOTE=str(note),
+        SKIPPED_MODULES=json.dumps(sorted(startup.SKIPPED_AT_COMMAND_START)),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr == "", proc.stderr[-3000:]
     assert proc.stdout.startswith("wrote ") and not NOISE.search(proc.stdout), proc.stdout
+    # The command ran without Keras' optional imports (scikit-learn, matplotlib, JAX: installed here).
+    assert json.loads(note.read_text()) == [], note.read_text()
 
 
 @pytest.mark.slow
@@ -159,6 +232,9 @@ _USERS_PROGRAM = (
     "mlp_dim=64, num_classes=3)\n"
     "print(tuple(model(np.zeros((1, 32, 32, 3))).shape))\n"
     "keras_vit.preprocess_input(np.full((1, 2, 2, 3), -1.0))  # scaled twice: keras_vit warns\n"
+    # Keras whole, as the program may use it: its optional imports that a command skips too.
+    "import sys\n"
+    f"print(sorted(m for m in {sorted(startup.SKIPPED_AT_COMMAND_START)} if m in sys.modules))\n"
 )
 
 
@@ -179,7 +255,7 @@ def _run_users_program(backend, **env):
 def test_import_keras_vit_prints_nothing_on_stderr_but_its_own_warnings(backend):
     proc = _run_users_program(backend)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == "(1, 3)"
+    assert proc.stdout.splitlines() == ["(1, 3)", str(sorted(startup.SKIPPED_AT_COMMAND_START))]
     # keras_vit's own warning, and nothing else: no line of the backend's start.
     (line,) = proc.stderr.splitlines() or [""]
     assert "DoubleScalingWarning: keras_vit.preprocess_input: the input has negative values" in line, (
