@@ -1,5 +1,6 @@
 """keras_vit/startup.py: the commands and `import keras_vit` start without TensorFlow's native
-start-up lines, and a missing Keras backend is one line naming the extra that installs it."""
+start-up lines, the commands without Keras' optional imports, and a missing Keras backend is one
+line naming the extra that installs it."""
 
 import json
 import os
@@ -52,7 +53,7 @@ def test_a_program_that_reads_a_preset_first_starts_quietly_too():
 # --- Keras' optional imports, skipped as a command starts --------------------------------------
 
 
-def test_only_commands_skip_kerass_optional_imports():
+def test_only_commands_skip_the_optional_imports():
     assert startup.skips_optional_imports(["python", "-m", "trainers.finetune", "--dataset=digits"])
     assert startup.skips_optional_imports(["python", "-m", "keras_vit.predict", "a.jpg"])
     # A user's program may use Keras' scikit-learn wrappers or plots: it imports Keras whole.
