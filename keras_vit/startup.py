@@ -88,19 +88,28 @@ def command_package(orig_argv):
     return None
 
 
+def is_command(orig_argv=None):
+    """Whether this process runs one of the project's commands (`python -m keras_vit.predict`,
+    `-m trainers.finetune`, ...): those also start Keras without SKIPPED_AT_COMMAND_START, which
+    a user's own program may use."""
+    orig_argv = getattr(sys, "orig_argv", sys.argv) if orig_argv is None else orig_argv
+    return command_package(orig_argv) in COMMAND_PACKAGES
+
+
+def _starts_as_a_command(orig_argv, modules):
+    """A command, or a program importing the trainers or their configs."""
+    return is_command(orig_argv) or any(name in modules for name in QUIET_IMPORTERS)
+
+
 def quiet_start(orig_argv=None, argv=None, modules=None):
     """Whether this process hides TensorFlow's start-up lines.
 
     Yes for the project's commands (`python -m keras_vit.predict`, `-m trainers.finetune`, ...)
     and while the trainers or their configs are being imported, unless the command line has --verbose.
     """
-    orig_argv = getattr(sys, "orig_argv", sys.argv) if orig_argv is None else orig_argv
     argv = sys.argv if argv is None else argv
     modules = sys.modules if modules is None else modules
-    command = command_package(orig_argv) in COMMAND_PACKAGES or any(
-        name in modules for name in QUIET_IMPORTERS
-    )
-    return command and not verbose_requested(argv)
+    return _starts_as_a_command(orig_argv, modules) and not verbose_requested(argv)
 
 
 def asks_for_native_lines(environ=None):
@@ -116,13 +125,12 @@ def hide_backend_start(orig_argv=None, argv=None, modules=None, environ=None):
     A command does unless --verbose; a user's program that imports keras_vit does unless its
     TF_CPP_MIN_LOG_LEVEL asks for them. Nothing to hide once Keras is imported.
     """
-    orig_argv = getattr(sys, "orig_argv", sys.argv) if orig_argv is None else orig_argv
     modules = sys.modules if modules is None else modules
     if "keras" in modules:
         return False
     if quiet_start(orig_argv, argv, modules):
         return True
-    if command_package(orig_argv) in COMMAND_PACKAGES or any(name in modules for name in QUIET_IMPORTERS):
+    if _starts_as_a_command(orig_argv, modules):
         return False  # the command line's --verbose asks for them
     return not asks_for_native_lines(environ)
 
@@ -179,20 +187,13 @@ def import_keras():
         # without a GPU (`failed call to cuInit`), XLA's service lines. A value the user set stays.
         os.environ.setdefault(LOG_LEVEL_VARIABLE, QUIET_LOG_LEVEL)
     try:
-        with native_stderr_hidden(hide=hide), optional_imports_skipped(skip=skips_optional_imports()):
+        with native_stderr_hidden(hide=hide), optional_imports_skipped(skip=is_command()):
             import keras  # noqa: F401
     except ModuleNotFoundError as error:
         backend = missing_backend(error)
         if backend is None:
             raise
         raise SystemExit(no_backend_message(backend)) from None
-
-
-def skips_optional_imports(orig_argv=None):
-    """Whether Keras starts here without SKIPPED_AT_COMMAND_START: in the project's commands
-    (`python -m trainers.finetune`, ...), not in a user's program, which may use them."""
-    orig_argv = getattr(sys, "orig_argv", sys.argv) if orig_argv is None else orig_argv
-    return command_package(orig_argv) in COMMAND_PACKAGES
 
 
 class _SkippedImports:

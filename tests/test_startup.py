@@ -54,11 +54,11 @@ def test_a_program_that_reads_a_preset_first_starts_quietly_too():
 
 
 def test_only_commands_skip_the_optional_imports():
-    assert startup.skips_optional_imports(["python", "-m", "trainers.finetune", "--dataset=digits"])
-    assert startup.skips_optional_imports(["python", "-m", "keras_vit.predict", "a.jpg"])
+    assert startup.is_command(["python", "-m", "trainers.finetune", "--dataset=digits"])
+    assert startup.is_command(["python", "-m", "keras_vit.predict", "a.jpg"])
     # A user's program may use Keras' scikit-learn wrappers or plots: it imports Keras whole.
-    assert not startup.skips_optional_imports(["python", "train.py"])
-    assert not startup.skips_optional_imports(["python", "-c", "import keras_vit"])
+    assert not startup.is_command(["python", "train.py"])
+    assert not startup.is_command(["python", "-c", "import keras_vit"])
 
 
 def test_an_optional_import_is_refused_to_its_importers_only_and_only_while_keras_starts(
