@@ -7,6 +7,7 @@ import re
 import subprocess
 
 import pytest
+from fixtures import TINY_DIGITS
 from trainer_cli import ROOT, command, read_results, scalar_tags
 from trainer_cli import _env as cli_env
 
@@ -41,13 +42,22 @@ SMALL = dict(pretrain_steps=4, finetune_steps=4, few_finetune_steps=2, seeds=2, 
 # count of its own: the stages take it as it is. The pinned count is checked by
 # test_a_stage_runs_pinned_as_its_command_with_nothing_on_stderr.
 IN_PROCESS = dict(demo.PINNED, cpu_threads=0)
+# The stages on tests/fixtures.py's digits shape: what this test checks is the pipeline (every
+# stage, the weights each hands on, the table), not the demo's model, which the stage run as its
+# command below keeps.
+TINY_ARCHITECTURE = dict(demo_config.ARCHITECTURE, **TINY_DIGITS)
 
 
 @pytest.mark.slow
 def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys, monkeypatch):
+    for module in (demo_config, demo):
+        monkeypatch.setattr(module, "ARCHITECTURE", TINY_ARCHITECTURE)
     workdir = str(tmp_path / "demo")
     results = demo.run(workdir, small=True, pinned=IN_PROCESS, **SMALL)
     out = capsys.readouterr().out
+    for stage in ("pretrain", "scratch_10per_class_seed1"):  # the first stage and the last ran it
+        with open(os.path.join(workdir, stage, "config.json")) as f:
+            assert json.load(f)["hidden_size"] == TINY_DIGITS["hidden_size"]
 
     # Where the run is: every stage counted, an overall ETA after each, the smoke test named.
     n = len(STAGES + REPEATS)
@@ -98,7 +108,10 @@ def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys, monk
     # The pre-trained probe really used the pre-training run's pre-logits.
     with open(os.path.join(workdir, "fewshot", "results.json")) as f:
         probe = json.load(f)
-    assert probe["weights"].endswith(os.path.join("pretrain", "model.npz")) and probe["feature_dim"] == 64
+    assert (
+        probe["weights"].endswith(os.path.join("pretrain", "model.npz"))
+        and probe["feature_dim"] == TINY_DIGITS["hidden_size"]
+    )
     # The table's test-set sizes: the probes score the split the fine-tuning runs evaluate on.
     assert probe["test_examples"] == results["downstream/test_images"] == 180
     assert results["upstream/test_images"] == 180
