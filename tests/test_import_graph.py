@@ -56,6 +56,9 @@ DELIBERATE_LAZY_IMPORTS = {
     ("keras_vit.hub", "huggingface_hub"),
     # Plots need matplotlib, an optional extra (`plots`).
     ("keras_vit.visualize.figures", "matplotlib"),
+    # SciPy's zoom resizes a position-embedding table to another grid, which most loads keep:
+    # scipy.ndimage was a tenth of a second of every command's start (keras_vit/startup.py).
+    ("keras_vit.posembs.learned_1d", "scipy"),
     # The running backend's own module, to tell a tensor being traced from one with values:
     # only the branch of the backend in use runs, and Keras has imported that module already.
     ("keras_vit.preprocessing", "tensorflow"),

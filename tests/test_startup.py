@@ -110,6 +110,7 @@ def test_shorten_exit_finalizes_the_garbage_there_is_before_it_freezes_the_rest(
         def __del__(self):
             finalized.append(True)
 
+    gc.unfreeze()  # the suite freezes what each test module starts with (tests/conftest.py)
     gc.disable()  # no automatic collection finds the cycle first
     try:
         cycle = Cycle()
@@ -118,8 +119,22 @@ def test_shorten_exit_finalizes_the_garbage_there_is_before_it_freezes_the_rest(
         startup.shorten_exit()
         assert finalized == [True] and gc.get_freeze_count() > 0
     finally:
-        gc.unfreeze()
         gc.enable()
+
+
+def test_a_commands_keras_import_runs_without_collections_and_freezes_what_it_made():
+    gc.unfreeze()
+    collections = []
+    gc.callbacks.append(lambda phase, info: collections.append(phase))
+    try:
+        with startup.imported_objects_frozen():
+            assert not gc.isenabled()
+            made = [[] for _ in range(100_000)]  # enough allocations to start a collection
+        assert gc.isenabled() and collections == [] and gc.get_freeze_count() > len(made)
+        with startup.imported_objects_frozen(freeze=False):  # a user's program: as it was
+            assert gc.isenabled()
+    finally:
+        gc.callbacks.pop()
 
 
 # A child's sitecustomize (first on its PYTHONPATH, so its exit handler runs after all others):

@@ -13,7 +13,6 @@ import re
 
 import numpy as np
 import tensorflow as tf
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from keras_vit import posembs, visualize
 
@@ -23,6 +22,10 @@ _FEWSHOT_TAG = re.compile(r"^fewshot/(?:(?P<dataset>.+)/)?(?P<shots>\d+)shot_acc
 
 def rendered(figure):
     """A matplotlib figure as a (1, H, W, 3) uint8 batch for tf.summary.image."""
+    # Imported when the first figure is drawn (keras_vit.visualize imports matplotlib as lazily):
+    # its Agg canvas was a fifth of a second of every trainer command's start, --help's too.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     canvas = FigureCanvasAgg(figure)
     canvas.draw()
     return np.asarray(canvas.buffer_rgba())[None, ..., :3]

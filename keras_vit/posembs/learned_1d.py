@@ -10,7 +10,6 @@ import logging
 import math
 
 import numpy as np
-import scipy.ndimage
 
 from keras_vit import layers as vit_layers
 from keras_vit.errors import CheckpointError
@@ -67,6 +66,10 @@ def adapt_table(posemb, model, model_has_cls, source, recorded_grid=None):
         stored = (side, side)
     rows = posemb[:, prefix:]
     if stored != grid:
+        # Imported here, where a table is resized: scipy.ndimage is a tenth of a second of every
+        # command's start, and most loads keep the grid.
+        import scipy.ndimage
+
         zoom = (grid[0] / stored[0], grid[1] / stored[1], 1)
         rows = scipy.ndimage.zoom(rows[0].reshape(*stored, -1), zoom, order=1)
         rows = rows.reshape(1, grid[0] * grid[1], -1)
