@@ -7,10 +7,15 @@ order; RESULTS.json: [{"returncode", "stdout", "stderr"}, ...]. trainer_cli.run_
 starts it: the runs that need a process of their own (another Keras backend) share one start-up.
 """
 
+import gc
 import json
 import sys
 
 from trainer_cli import run_main
+
+# As a command's start does (keras_vit/startup.py): what the imports made, out of every later
+# collection.
+gc.freeze()
 
 
 def main(runs_path, results_path):

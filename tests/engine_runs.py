@@ -9,6 +9,7 @@ each (Keras' backend is chosen once per process), and compares what they wrote. 
 first non-zero one.
 """
 
+import gc
 import json
 import os
 import re
@@ -17,6 +18,9 @@ import sys
 
 from trainers import finetune, pretrain
 
+# As a command's start does (keras_vit/startup.py): what the imports made, out of every later
+# collection.
+gc.freeze()
 TRAINERS = {"finetune": finetune, "pretrain": pretrain}
 
 
