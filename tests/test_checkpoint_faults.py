@@ -106,6 +106,29 @@ def test_a_truncated_newest_checkpoint_is_moved_aside_and_the_run_resumes_from_t
     _assert_same_results(read_results(workdir), read_results(reference))
 
 
+def test_a_save_killed_while_tensorflow_merges_its_files_is_dropped_and_the_run_resumes(
+    data_dir, reference, tmp_path
+):
+    """SIGKILL while the save of step 20 merges its parts: ckpt-20_temp/ still there beside a
+    ckpt-20.index cut short. The rerun once took that index for the only checkpoint, found it
+    unreadable and stopped with exit 2; the save had not finished, so the run resumes from 10."""
+    workdir = str(tmp_path / "run")
+    folder = _killed_after_step_10(reference, workdir)
+    saved = os.path.join(reference, "checkpoints")
+    os.makedirs(os.path.join(folder, "ckpt-20_temp"))
+    shutil.copy(os.path.join(saved, DATA.format(20)), os.path.join(folder, "ckpt-20_temp", "part-00000"))
+    shutil.copy(os.path.join(saved, DATA.format(20)), os.path.join(folder, DATA.format(20)))
+    with open(os.path.join(folder, INDEX.format(20)), "wb") as f:
+        f.write(_read(os.path.join(saved, INDEX.format(20)))[:40])
+    proc = run_cli("finetune", _args(data_dir, workdir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Resumed from" in proc.stdout and "at step 10." in proc.stdout, proc.stdout[-3000:]
+    assert "cannot be read" not in proc.stdout
+    assert checkpoint_steps(workdir) == [10, 20, 30]
+    assert not os.path.exists(os.path.join(folder, "unreadable"))
+    _assert_same_results(read_results(workdir), read_results(reference))
+
+
 def test_with_every_checkpoint_unreadable_one_line_says_what_was_found_and_exits_2(
     data_dir, reference, tmp_path
 ):

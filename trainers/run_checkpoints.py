@@ -19,6 +19,9 @@ The faults of long runs:
   code 1) after removing what it had written, so the previous checkpoint stays the latest and the
   folder holds no partial files; rerunning once there is room resumes from it. Before each save the
   free space is compared with the size of the last checkpoint, with a warning when it will not fit.
+* A save killed midway (its `ckpt-N_temp` folder still there, perhaps beside a `ckpt-N.index`
+  cut short by a kill while TensorFlow merged the parts) is removed on the next start: the run
+  resumes from the checkpoint before it.
 """
 
 import os
@@ -252,13 +255,20 @@ def _entries(directory):
 
 def _remove_interrupted_saves(directory):
     """Deletes the `ckpt-N_temp` folders and state-file temporaries that a save killed midway
-    leaves behind; they are never a checkpoint."""
-    for name in _entries(directory):
-        if (
-            (name.startswith("ckpt-") and name.endswith("_temp"))
-            or name.startswith(f"{_STATE_FILE}.tmp")
-            or name.startswith(fileio.TEMP_PREFIX)
-        ):
+    leaves behind; they are never a checkpoint.
+
+    With its `ckpt-N_temp` folder still there, the save of step N had not finished: TensorFlow
+    merges the folder's parts into `ckpt-N.index` and `ckpt-N.data-*` under their final names and
+    deletes the folder only then, so a kill during the merge leaves a `ckpt-N.index` cut short.
+    Those files go too: they are an unfinished save, not a checkpoint that rotted."""
+    entries = _entries(directory)
+    for name in entries:
+        if name.startswith("ckpt-") and name.endswith("_temp"):
+            prefix = fileio.join(directory, name[: -len("_temp")])
+            for path in _checkpoint_files(prefix):
+                _remove_quietly(path)
+            _remove_quietly(fileio.join(directory, name))
+        elif name.startswith(f"{_STATE_FILE}.tmp") or name.startswith(fileio.TEMP_PREFIX):
             _remove_quietly(fileio.join(directory, name))
 
 
