@@ -197,7 +197,8 @@ def import_keras():
     """Imports Keras, and so its backend, for keras_vit/__init__.py: quietly (hide_backend_start),
     and ending in one line (SystemExit, status 1, no traceback) when the backend is not installed."""
     hide = hide_backend_start()
-    if is_command():
+    command = is_command()
+    if command:
         # Registered before Keras and its backend register theirs: it runs after them.
         atexit.register(shorten_exit)
     if hide or quiet_start():
@@ -207,8 +208,8 @@ def import_keras():
     try:
         with (
             native_stderr_hidden(hide=hide),
-            optional_imports_skipped(skip=is_command()),
-            imported_objects_frozen(freeze=is_command()),
+            optional_imports_skipped(skip=command),
+            imported_objects_frozen(freeze=command),
         ):
             import keras  # noqa: F401
     except ModuleNotFoundError as error:

@@ -261,8 +261,7 @@ def _remove_interrupted_saves(directory):
     merges the folder's parts into `ckpt-N.index` and `ckpt-N.data-*` under their final names and
     deletes the folder only then, so a kill during the merge leaves a `ckpt-N.index` cut short.
     Those files go too: they are an unfinished save, not a checkpoint that rotted."""
-    entries = _entries(directory)
-    for name in entries:
+    for name in _entries(directory):
         if name.startswith("ckpt-") and name.endswith("_temp"):
             prefix = fileio.join(directory, name[: -len("_temp")])
             for path in _checkpoint_files(prefix):
