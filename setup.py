@@ -72,9 +72,18 @@ TRAIN_REQUIRES = [
 ]
 
 # `python -m keras_vit.export`: SavedModel and LiteRT files need TensorFlow, ONNX files torch,
-# onnxscript and onnx (torch.onnx's exporter, on Keras' PyTorch backend); each is checked in
-# onnxruntime or ai-edge-litert's interpreter (TensorFlow's own tf.lite.Interpreter is deprecated).
-EXPORT_REQUIRES = ["tensorflow>=2.16", "torch", "onnxscript", "onnx", "onnxruntime", "ai-edge-litert"]
+# onnxscript, onnx-ir (its graph passes) and onnx (torch.onnx's exporter, on Keras' PyTorch
+# backend); each is checked in onnxruntime or ai-edge-litert's interpreter (TensorFlow's own
+# tf.lite.Interpreter is deprecated).
+EXPORT_REQUIRES = [
+    "tensorflow>=2.16",
+    "torch",
+    "onnxscript",
+    "onnx-ir",
+    "onnx",
+    "onnxruntime",
+    "ai-edge-litert",
+]
 
 # The documentation site (`make docs`, which `make test` runs): MkDocs with the Material theme,
 # mkdocstrings for the API reference from the docstrings, and the plugin that makes the README the

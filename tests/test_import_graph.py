@@ -47,9 +47,12 @@ DELIBERATE_LAZY_IMPORTS = {
     ("keras_vit.export", "onnxruntime"),
     ("keras_vit.export", "ai_edge_litert"),
     # The ONNX conversion runs in a child process on Keras' PyTorch backend (which imports
-    # torch there); the parent never imports torch, onnx only in the child too.
+    # torch there); the parent never imports torch, onnx and ONNX Script's optimizer only in the
+    # child too.
     ("keras_vit.onnx_export", "torch"),
     ("keras_vit.onnx_export", "onnx"),
+    ("keras_vit.onnx_export", "onnx_ir"),
+    ("keras_vit.onnx_export", "onnxscript"),
     # Hugging Face checkpoints need safetensors and huggingface_hub, the optional `hub` extra.
     ("keras_vit.hf_layout", "safetensors"),
     ("keras_vit.hf_export", "safetensors"),

@@ -87,3 +87,50 @@ def test_external_data_that_ends_early_is_an_error(tmp_path):
 def test_the_conversion_refuses_another_backend(tmp_path):
     with pytest.raises(ValueError, match="runs on KERAS_BACKEND=torch, not tensorflow"):
         onnx_export.convert(str(tmp_path), str(tmp_path / "model.onnx"))
+
+
+def test_optimize_folds_the_shape_arithmetic_and_lifts_constants_to_initializers():
+    """The graph torch.onnx writes before its optimizer: a weight as a Constant node, and a
+    reshape target computed from constants. After `optimize`, the weight is an initializer (a
+    Constant node would hold the tensor inside the graph's protobuf, which has a 2 GB limit and
+    which embed_external_data does not stream) and the arithmetic is folded away; the outputs
+    are the same in onnxruntime."""
+    import onnx_ir
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(4, 6)).astype(np.float32)
+
+    def constant(name, value):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value))
+
+    graph = helper.make_graph(
+        [
+            constant("w", w),
+            constant("a", np.array([-2, 2], np.int64)),
+            constant("b", np.array([1, 1], np.int64)),
+            helper.make_node("Add", ["a", "b"], ["shape"]),  # [-1, 3]
+            helper.make_node("MatMul", ["x", "w"], ["h"]),
+            helper.make_node("Reshape", ["h", "shape"], ["y"]),
+        ],
+        "unoptimized",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.normal(size=(5, 4)).astype(np.float32)
+    model = onnx_ir.from_proto(proto)
+    onnx_export.optimize(model)
+    optimized = onnx_ir.to_proto(model)
+
+    assert [node.op_type for node in optimized.graph.node] == ["MatMul", "Reshape"]
+    initializers = {t.name: numpy_helper.to_array(t) for t in optimized.graph.initializer}
+    assert sorted(np.asarray(v).tolist() for v in initializers.values() if v.ndim == 1) == [[-1, 3]]
+    [weight] = [v for v in initializers.values() if v.ndim == 2]
+    np.testing.assert_array_equal(weight, w)
+
+    def run(m):
+        session = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, {"x": x})[0]
+
+    np.testing.assert_array_equal(run(optimized), run(proto))
+    assert run(optimized).shape == (10, 3)

@@ -46,6 +46,8 @@ DISTRIBUTIONS = {
     "nbclient": "nbclient",
     "nbformat": "nbformat",
     "onnx": "onnx",
+    "onnx_ir": "onnx-ir",
+    "onnxscript": "onnxscript",
     "onnxruntime": "onnxruntime",
     "optax": "optax",
     "ai_edge_litert": "ai-edge-litert",
