@@ -133,7 +133,7 @@ def make_fake_tfds(data_dir, dataset, per_class, test_per_class):
         sys.argv = argv
 
 
-def _test_run_folder(tmp_path_factory):
+def shared_run_folder(tmp_path_factory):
     """The folder of this test run that every process of it shares: each pytest-xdist worker's
     base temporary folder is one of its subfolders."""
     base = tmp_path_factory.getbasetemp()
@@ -143,7 +143,7 @@ def _test_run_folder(tmp_path_factory):
 def session_artefact(tmp_path_factory, name, make):
     """The folder `name` of this test run, filled by `make(folder)` by the first process that asks
     (the others wait on its lock), then read by all. A failed `make` leaves it to the next asker."""
-    root = _test_run_folder(tmp_path_factory) / "session_artefacts"
+    root = shared_run_folder(tmp_path_factory) / "session_artefacts"
     root.mkdir(exist_ok=True)
     folder, done = root / name, root / f"{name}.done"
     with open(root / f"{name}.lock", "w") as lock:

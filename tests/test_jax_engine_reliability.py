@@ -8,8 +8,8 @@ to the previous one, a full disk at a save is one line with nothing lost, and tw
 middle, at the end), stop with one line when the other is killed, and end as one process of two
 devices. Every run is the same small digits training on two (simulated) CPU devices, so one
 uninterrupted run is the reference of them all; runs share what they can (one run meets both
-checkpoint faults; the moments' runs are each other's reruns). The slow tests took about 30
-minutes here, in three sessions, with the machine's load average between 17 and 20.
+checkpoint faults; the moments' runs are each other's reruns; the test run's JAX compilation
+cache, tests/conftest.py, holds the step the reference compiled).
 """
 
 import os
@@ -91,18 +91,10 @@ def test_several_jax_processes_save_when_any_of_them_was_signalled(here, elsewhe
 
 
 @pytest.fixture(scope="module")
-def jax_env(tmp_path_factory):
-    """JAX's compilation cache, shared by the module's runs: each process then loads the step
-    the first one compiled (seconds saved per run) instead of compiling it again."""
-    cache = str(tmp_path_factory.mktemp("jax_cache"))
-    return {"JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, jax_env):
+def reference(tmp_path_factory):
     """An uninterrupted run: what every interrupted, recovered or two-process run must end as."""
     workdir = str(tmp_path_factory.mktemp("jax_reference") / "run")
-    proc = run_child("finetune", ONE_PROCESS + [f"--workdir={workdir}"], env=jax_env)
+    proc = run_child("finetune", ONE_PROCESS + [f"--workdir={workdir}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert checkpoint_steps(workdir) == [TOTAL - 2 * EVERY, TOTAL - EVERY, TOTAL]
     return workdir
@@ -136,14 +128,14 @@ def _wait_for(proc, log, done, timeout=240):
 
 @pytest.mark.slow
 def test_sigkill_and_sigterm_mid_training_then_a_rerun_ends_bit_for_bit_as_an_uninterrupted_run(
-    reference, jax_env, tmp_path
+    reference, tmp_path
 ):
     """Killed after its first checkpoint; the rerun resumes from it and is preempted (SIGTERM:
     a save, exit 0); the last rerun resumes from that save and must end as the reference."""
     workdir = str(tmp_path / "run")
     args = ONE_PROCESS + [f"--workdir={workdir}"]
     killed = tmp_path / "killed.log"
-    proc = start_cli("finetune", args, env=jax_env, log_path=str(killed))
+    proc = start_cli("finetune", args, log_path=str(killed))
     _wait_for(proc, killed, lambda: checkpoint_steps(workdir))
     proc.kill()
     proc.wait()
@@ -151,7 +143,7 @@ def test_sigkill_and_sigterm_mid_training_then_a_rerun_ends_bit_for_bit_as_an_un
     kept = checkpoint_steps(workdir)[-1]
 
     preempted = tmp_path / "preempted.log"
-    proc = start_cli("finetune", args, env=jax_env, log_path=str(preempted))
+    proc = start_cli("finetune", args, log_path=str(preempted))
     _wait_for(proc, preempted, lambda: f"/{TOTAL}  loss" in preempted.read_text())  # training again
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0, preempted.read_text()[-3000:]
@@ -161,7 +153,7 @@ def test_sigkill_and_sigterm_mid_training_then_a_rerun_ends_bit_for_bit_as_an_un
     assert kept < step < TOTAL and checkpoint_steps(workdir)[-1] == step
     assert not os.path.exists(os.path.join(workdir, "results.json"))
 
-    proc = run_child("finetune", args, env=jax_env)
+    proc = run_child("finetune", args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"at step {step}." in proc.stdout
     _assert_identical(workdir, reference)
@@ -175,13 +167,13 @@ MOMENTS = ("model:", f"step {TOTAL // 2}/{TOTAL}", f"step {TOTAL}/{TOTAL}", "fin
 
 @pytest.mark.slow
 def test_sigterm_at_every_moment_of_a_run_then_the_reruns_end_bit_for_bit_as_an_uninterrupted_run(
-    reference, jax_env, tmp_path
+    reference, tmp_path
 ):
     """One workdir, one run per moment, each the rerun of the one before; the last rerun must end
     as the reference, bit for bit."""
     workdir = str(tmp_path / "run")
     args = ONE_PROCESS + [f"--workdir={workdir}"]
-    start, middle, last_call, results = (out for _, out in sigterm_at_each(args, MOMENTS, tmp_path, jax_env))
+    start, middle, last_call, results = (out for _, out in sigterm_at_each(args, MOMENTS, tmp_path))
     assert (
         "preempted (SIGTERM) before training began: nothing to save yet; rerun the same command to start."
         in start
@@ -190,7 +182,7 @@ def test_sigterm_at_every_moment_of_a_run_then_the_reruns_end_bit_for_bit_as_an_
     assert TOTAL // 2 <= step < TOTAL
     assert stopped_at_the_end(last_call, TOTAL), last_call[-2000:]
     assert "Resumed from" in results and os.path.exists(os.path.join(workdir, "results.json"))
-    proc = run_child("finetune", args, env=jax_env)
+    proc = run_child("finetune", args)
     assert (
         proc.returncode == 0
         and f"Resumed from {workdir}/checkpoints/ckpt-{TOTAL} at step {TOTAL}." in proc.stdout
@@ -204,7 +196,7 @@ def _read(path):
 
 
 @pytest.fixture(scope="module")
-def faults(reference, jax_env, tmp_path_factory):
+def faults(reference, tmp_path_factory):
     """(workdir, reference's checkpoint files, run) of one run that meets both faults: its newest
     checkpoint is truncated (it falls back to the one before), and the disk is full when it
     saves again (a file-size limit of half a checkpoint)."""
@@ -220,7 +212,7 @@ def faults(reference, jax_env, tmp_path_factory):
     limit = len(original[DATA.format(TOTAL)]) // 2
     proc = subprocess.run(
         file_size_limited(limit, command("finetune", ONE_PROCESS + [f"--workdir={workdir}"])),
-        env=_env(jax_env),
+        env=_env(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -252,16 +244,16 @@ def test_a_full_disk_at_a_save_is_one_line_and_loses_nothing(faults):
     assert not os.path.exists(os.path.join(workdir, "results.json"))
 
 
-def _start_two(tmp_path, workdir, name, env):
-    return start_cluster(tmp_path, TWO_PROCESSES + [f"--workdir={workdir}"], name, env)
+def _start_two(tmp_path, workdir, name):
+    return start_cluster(tmp_path, TWO_PROCESSES + [f"--workdir={workdir}"], name)
 
 
 @pytest.mark.slow
 def test_sigterm_to_one_of_two_processes_stops_both_at_one_step_and_they_end_as_one_process(
-    reference, jax_env, tmp_path
+    reference, tmp_path
 ):
     workdir = str(tmp_path / "run")
-    procs, logs = _start_two(tmp_path, workdir, "preempted", jax_env)
+    procs, logs = _start_two(tmp_path, workdir, "preempted")
     try:
         _wait_for(procs[0], logs[0], lambda: f"/{TOTAL}  loss" in logs[0].read_text())
         procs[1].send_signal(signal.SIGTERM)  # the non-chief: the chief learns of it only by the collective
@@ -276,37 +268,35 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_one_step_and_they_end_as_
     assert not os.path.exists(os.path.join(workdir, "results.json"))
     assert not [n for n in os.listdir(workdir) if n.startswith(".worker_")]
 
-    chief_out, other_out = wait_all(*_start_two(tmp_path, workdir, "resumed", jax_env))
+    chief_out, other_out = wait_all(*_start_two(tmp_path, workdir, "resumed"))
     assert f"at step {step}." in chief_out and "Resumed" not in other_out
     _assert_two_processes_match(workdir, reference)
 
 
 @pytest.mark.slow
-def test_sigterm_to_one_of_two_processes_at_the_start_and_at_the_end_stops_both_together(
-    reference, jax_env, tmp_path
-):
+def test_sigterm_to_one_of_two_processes_at_the_start_and_at_the_end_stops_both_together(reference, tmp_path):
     """At the start the two stop together at the first loop boundary; at the last loop call after
     the final checkpoint or evaluation, with that checkpoint saved. The reruns end as the
     uninterrupted run."""
     workdir = str(tmp_path / "run")
     markers = ("model:", f"step {TOTAL}/{TOTAL}")
     args = TWO_PROCESSES + [f"--workdir={workdir}"]
-    (_, start), (_, end) = sigterm_to_the_second_at_each(args, markers, tmp_path, jax_env)
+    (_, start), (_, end) = sigterm_to_the_second_at_each(args, markers, tmp_path)
     assert stop_step_of_two(start) == 1  # a fresh run's first loop call is one step
     assert stopped_at_the_end(end[1], TOTAL), end[1][-2000:]
-    chief_out, _ = wait_all(*_start_two(tmp_path, workdir, "resumed", jax_env))
+    chief_out, _ = wait_all(*_start_two(tmp_path, workdir, "resumed"))
     assert f"at step {TOTAL}." in chief_out
     _assert_two_processes_match(workdir, reference)
 
 
 @pytest.mark.slow
 def test_a_killed_process_stops_the_other_with_one_line_and_the_rerun_resumes_from_its_checkpoint(
-    reference, jax_env, tmp_path
+    reference, tmp_path
 ):
     workdir = str(tmp_path / "run")
-    procs, logs = _start_two(tmp_path, workdir, "killed", jax_env)
+    procs, logs = _start_two(tmp_path, workdir, "killed")
     _, named = kill_one_of_two(procs, logs, workdir, peer_watch.LOST_AFTER_S)
-    chief_out, _ = wait_all(*_start_two(tmp_path, workdir, "resumed", jax_env))
+    chief_out, _ = wait_all(*_start_two(tmp_path, workdir, "resumed"))
     assert f"Resumed from {named} at step" in chief_out
     _assert_two_processes_match(workdir, reference)
 
