@@ -74,13 +74,9 @@ def children_temporary_folder(tmp_path_factory):
     `__autograph_generated_file*.py` files in /tmp from one test that kills a trainer run
     repeatedly, and the whole suite about 220."""
     folder = tmp_path_factory.mktemp("children_tmp", numbered=False)
-    previous = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(folder)
-    yield folder
-    if previous is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = previous
+    with pytest.MonkeyPatch.context() as environment:  # put back after the session
+        environment.setenv("TMPDIR", str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -93,19 +89,11 @@ def jax_compilation_cache(tmp_path_factory):
     from fixtures import shared_run_folder
 
     folder = shared_run_folder(tmp_path_factory) / "jax_compilation_cache"
-    cache = {
-        "JAX_COMPILATION_CACHE_DIR": str(folder),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        "JAX_COMPILATION_CACHE_MAX_SIZE": str(2**30),
-    }
-    previous = {name: os.environ.get(name) for name in cache}
-    os.environ.update(cache)
-    yield folder
-    for name, value in previous.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("JAX_COMPILATION_CACHE_DIR", str(folder))
+        environment.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        environment.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", str(2**30))
+        yield folder
 
 
 _MODULE_RUNNING = {}
