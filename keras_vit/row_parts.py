@@ -14,8 +14,10 @@ float rounding (oneDNN may block a half's product otherwise than the whole's).
 `count` decides, per traced call, whether a block takes its rows in parts: only on the
 TensorFlow backend, inside a `tf.function` that XLA does not compile (XLA ran the halves
 slower), with no GPU, with oneDNN's kernels on and at least two threads, and only while the
-attention's projection of all the rows is a product that fits in L2 by the rule above, and not
-so small that the extra operations cost more than the second core gives (MIN_MULTIPLY_ADDS).
+attention's projection of all the rows is a product that fits in L2 by the rule above, not so
+small that the extra operations cost more than the second core gives (MIN_MULTIPLY_ADDS), and
+not so large that the parts cost more than they give (MAX_MULTIPLY_ADDS: a larger L2 lets larger
+products through the rule, and on a 2 MB L2 those ran slower in parts).
 KERAS_VIT_ROW_PARTS=0 keeps the rows whole (read at each trace).
 """
 
@@ -33,6 +35,12 @@ PARTS = 2
 # 64 wide on 17 tokens ran 0.94x in halves at 0.56 million, level at 1.1 million, and 1.03x to
 # 1.10x at 1.7 to 4.5 million (ViT-Ti/16 at batch 1: 7.3 million).
 MIN_MULTIPLY_ADDS = 2**20
+# ... and at most this many: on an Intel Xeon with AMX (2 MB of L2, so TensorFlow's rule runs
+# larger products on one thread than on the 1 MB EPYC) ViT-Ti/16 in bfloat16 ran 1.15x in parts
+# at batch 4 (29 million), level at batch 5 (36 million), 0.90x at batch 6 (44 million), 0.91x at
+# batch 8, and ViT-B/16 at batch 1 (116 million) 0.87x. On the 1 MB EPYC this also ends the parts
+# at ViT-Ti/16 batch 5 and 6 in bfloat16, which its L2 rule let through (docs/guides/benchmarks.md).
+MAX_MULTIPLY_ADDS = 2**25
 _L2_SIZE_FILE = "/sys/devices/system/cpu/cpu0/cache/index{}/{}"
 
 
@@ -80,7 +88,7 @@ def count(tokens, compute_dtype):
     batch, length, width = tokens.shape
     if not (isinstance(batch, int) and isinstance(length, int) and length >= 2 * PARTS):
         return 1
-    if batch * length * width * width < MIN_MULTIPLY_ADDS:
+    if not MIN_MULTIPLY_ADDS <= batch * length * width * width <= MAX_MULTIPLY_ADDS:
         return 1
     l2 = l2_bytes()
     if l2 is None or not onednn_graph.runs_on_onednn():

@@ -11,6 +11,7 @@ from keras_vit import layers, onednn_graph, part_attention, row_parts
 from keras_vit.posembs import relative
 
 L2_OF_THE_EPYC = 1024 * 1024  # one core's L2 on the CPU the split was measured on
+L2_OF_THE_XEON = 2 * 1024 * 1024  # the Intel Xeon with AMX, where larger products ran slower in parts
 
 
 @pytest.mark.parametrize(
@@ -94,6 +95,22 @@ def test_a_small_traced_call_takes_its_rows_in_two_parts(two_core_epyc):
 )
 def test_whole_rows_where_parts_would_not_help(two_core_epyc, why, shape, kwargs):
     assert _count_traced(shape, **kwargs) == 1, why
+
+
+@pytest.mark.parametrize(
+    "shape, expected",
+    [
+        ((4, 197, 192), 2),  # 29 million multiply-adds: 1.15x in parts
+        ((6, 197, 192), 1),  # 44 million: 0.90x
+        ((8, 197, 192), 1),  # 0.91x
+        ((1, 197, 768), 1),  # ViT-B/16 at batch 1, 116 million: 0.87x
+    ],
+)
+def test_on_a_2_mb_l2_larger_products_keep_whole_rows(two_core_epyc, monkeypatch, shape, expected):
+    # Each of these fits a 2 MB L2 by TensorFlow's one-thread rule; above MAX_MULTIPLY_ADDS the
+    # parts measured slower on the Xeon, so the rule alone would have split them.
+    monkeypatch.setattr(row_parts, "l2_bytes", lambda: L2_OF_THE_XEON)
+    assert _count_traced(shape) == expected
 
 
 def test_whole_rows_eager_on_one_thread_without_onednn_on_a_gpu_or_switched_off(two_core_epyc, monkeypatch):
