@@ -46,10 +46,10 @@ DEMO_PROBES = {
 ORDER = (
     "inference",
     "train",
-    # The same two tables from the other kinds of CPU they ran on, kept as they were measured (their
-    # JSON renamed). Those runs recorded the model name alone ("AMD EPYC" for both EPYCs): the
-    # family-26 EPYC's runs are the ones at its bfloat16 matmul peak of 856-892 GFLOP/s (on 2
-    # cores; the family-25 EPYC's is 392-413), the Xeon's the ones whose peak shows its AMX.
+    # The same two tables from the other kinds of CPU they ran on (their --out names them). The
+    # family-26 EPYC's runs recorded the model name alone ("AMD EPYC" for both EPYCs): they are
+    # the ones at its bfloat16 matmul peak of 856-892 GFLOP/s (on 2 cores; the family-25 EPYC's
+    # is 392-413). The Xeon's runs name its family, model and AMX.
     "inference_epyc_family26",
     "train_epyc_family26",
     "inference_xeon_amx",
@@ -60,8 +60,7 @@ ORDER = (
     # under XLA in float32 then.
     "scaling_xeon_amx",
     "op_profile",
-    # The same profile from the 2-core Intel Xeon with AMX, kept beside this CPU's (its JSON
-    # renamed), under mixed_bfloat16, the policy the inference benchmark used then.
+    # The same profile from the 2-core Intel Xeon with AMX (its --out names it), beside this CPU's.
     "op_profile_xeon",
     # benchmarks.accelerator, run on a GPU once per dtype and part (its --out names them).
     "accelerator_inference_bfloat16",
@@ -74,13 +73,13 @@ TITLES = {
     "train": "Training step",
     "inference_epyc_family26": "Inference on the AMD EPYC of family 26 (an earlier run)",
     "train_epyc_family26": "Training step on the AMD EPYC of family 26 (an earlier run)",
-    "inference_xeon_amx": "Inference on the Intel Xeon with AMX (an earlier run)",
-    "train_xeon_amx": "Training step on the Intel Xeon with AMX (an earlier run)",
+    "inference_xeon_amx": "Inference on the Intel Xeon with AMX",
+    "train_xeon_amx": "Training step on the Intel Xeon with AMX",
     "input_pipeline": "Input pipeline",
     "scaling": "Resolution scaling",
     "scaling_xeon_amx": "Resolution scaling on the Intel Xeon with AMX (an earlier run)",
     "op_profile": "Where inference time goes on TensorFlow",
-    "op_profile_xeon": "Where inference time went on an Intel Xeon with AMX, under mixed_bfloat16",
+    "op_profile_xeon": "Where inference time goes on the Intel Xeon with AMX",
     "accelerator_inference_bfloat16": "GPU inference, bfloat16",
     "accelerator_train_bfloat16": "GPU training step, bfloat16",
     "accelerator_inference_float32": "GPU inference, float32 (TF32 matmuls)",
