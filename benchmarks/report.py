@@ -56,8 +56,7 @@ ORDER = (
     "train_xeon_amx",
     "input_pipeline",
     "scaling",
-    # The Xeon's scaling run, kept as it was measured (its JSON and plot renamed): keras_vit ran
-    # under XLA in float32 then.
+    # The same from the 2-core Intel Xeon with AMX (its --out names it and its plot).
     "scaling_xeon_amx",
     "op_profile",
     # The same profile from the 2-core Intel Xeon with AMX (its --out names it), beside this CPU's.
@@ -77,7 +76,7 @@ TITLES = {
     "train_xeon_amx": "Training step on the Intel Xeon with AMX",
     "input_pipeline": "Input pipeline",
     "scaling": "Resolution scaling",
-    "scaling_xeon_amx": "Resolution scaling on the Intel Xeon with AMX (an earlier run)",
+    "scaling_xeon_amx": "Resolution scaling on the Intel Xeon with AMX",
     "op_profile": "Where inference time goes on TensorFlow",
     "op_profile_xeon": "Where inference time goes on the Intel Xeon with AMX",
     "accelerator_inference_bfloat16": "GPU inference, bfloat16",
