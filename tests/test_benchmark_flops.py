@@ -48,7 +48,7 @@ def test_paper_estimate_at_the_implied_efficiency_gives_the_papers_core_days():
     for row in flops.paper_estimates(0.4):
         again = {r["variant"]: r for r in flops.paper_estimates(row["implied_efficiency"])}[row["variant"]]
         assert again["core_days"] == pytest.approx(row["paper_core_days"])
-        # Twice the efficiency, half the days.
-        assert flops.paper_estimates(0.8)[0]["core_days"] == pytest.approx(
-            flops.paper_estimates(0.4)[0]["core_days"] / 2
-        )
+    # Twice the efficiency, half the days.
+    assert flops.paper_estimates(0.8)[0]["core_days"] == pytest.approx(
+        flops.paper_estimates(0.4)[0]["core_days"] / 2
+    )
