@@ -16,6 +16,7 @@ tracing, as for keras_vit/row_parts.py: graphs traced for any batch size (Keras'
 that what is saved runs wherever TensorFlow, TensorFlow Serving or LiteRT does. A gradient of such
 a call (a saliency map) is Keras' own formula's. KERAS_VIT_FUSED_LAYER_NORM=0 keeps Keras' form
 (read at each trace): set it when tracing a fixed-batch graph that will be saved and run elsewhere.
+A bfloat16 training call has XLA-compiled kernels of its own (keras_vit/compiled_layer_norm.py).
 """
 
 import functools
@@ -24,7 +25,7 @@ import math
 import keras
 from keras import ops
 
-from keras_vit import onednn_graph
+from keras_vit import compiled_layer_norm, onednn_graph
 
 SWITCH = "KERAS_VIT_FUSED_LAYER_NORM"
 # Below this many elements Keras' form was as fast or faster. A tf.function of the norm alone in
@@ -69,7 +70,10 @@ def op_registered():
 
 def layer_norm(layer, tokens, training=None):
     """`layer(tokens)` for a built keras.layers.LayerNormalization: on oneDNN's fused kernel where
-    `applies`, else the layer's own call."""
+    `applies`, in a training call on keras_vit/compiled_layer_norm.py's kernels where those apply,
+    else the layer's own call."""
+    if training:
+        return compiled_layer_norm.layer_norm(layer, tokens, training)
     if not applies(layer, tokens, training):
         return layer(tokens)
     gamma, beta = (ops.cast(weight, tokens.dtype) for weight in (layer.gamma, layer.beta))

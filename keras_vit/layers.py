@@ -1,6 +1,7 @@
 """The building blocks of the Vision Transformer, as Keras 3 layers (keras.ops only; on TensorFlow,
 two CPU inference paths change the graph, keras_vit/row_parts.py and keras_vit/fused_layer_norm.py,
-and one training path, keras_vit/fused_gelu.py).
+and four in bfloat16 training, keras_vit/fused_gelu.py, keras_vit/compiled_layer_norm.py,
+keras_vit/bias_add.py and keras_vit/patch_matmul.py).
 
 Sub-layer and weight names follow the official Flax parameter names, because they are
 part of the weight format: `keras_vit.weights` maps official checkpoint keys onto them.
@@ -12,12 +13,14 @@ import keras
 from keras import ops
 
 from keras_vit import (
+    bias_add,
     flat_tokens,
     fused_attention,
     fused_gelu,
     fused_layer_norm,
     initializers,
     part_attention,
+    patch_matmul,
     row_parts,
 )
 
@@ -59,9 +62,9 @@ class PatchEmbedding(keras.layers.Layer):
             name="bias", shape=(self.hidden_size,), initializer=initializers.for_weight(self.bias_initializer)
         )
 
-    def call(self, images):
-        patch = _pair(self.patch_size)
-        x = ops.conv(images, self.kernel, strides=patch, padding="valid") + self.bias
+    def call(self, images, training=None):
+        # A bfloat16 training step on a CPU computes it as one matrix product (keras_vit.patch_matmul).
+        x = patch_matmul.embed(images, self.kernel, self.bias, training)
         shape = ops.shape(x)
         return ops.reshape(x, (shape[0], shape[1] * shape[2], self.hidden_size))
 
@@ -344,7 +347,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # bfloat16 inference on a CPU took 1.1-1.2x less CPU time; training keeps the einsums,
         # where the two measured level (docs/guides/benchmarks.md, "Making the defaults fast").
         def project(layer, x, contracted_axes):
-            return layer(x) if training else flat_tokens.project(layer, x, contracted_axes)
+            if training:
+                return bias_add.call(layer, x, training)
+            return flat_tokens.project(layer, x, contracted_axes)
 
         query = project(self.query, tokens, 1)
         key = project(self.key, tokens, 1)
@@ -467,11 +472,11 @@ class MlpBlock(keras.layers.Layer):
         return ops.reshape(x, shape)
 
     def _mlp(self, x, training):
-        x = self.dense_0(x)
+        x = bias_add.call(self.dense_0, x, training)
         # In a traced bfloat16 training step on the CPU, one compiled kernel each way (fused_gelu.py).
         x = fused_gelu.gelu(x, approximate=self.gelu_approximate, training=training)
         x = self.dropout(x, training=training)
-        x = self.dense_1(x)
+        x = bias_add.call(self.dense_1, x, training)
         return self.dropout(x, training=training)
 
     def compute_output_shape(self, input_shape):

@@ -72,12 +72,14 @@ DELIBERATE_LAZY_IMPORTS = {
     ("keras_vit.fused_attention", "jax"),
     # TensorFlow's threads, devices and tracing state, asked only on the TensorFlow backend,
     # which has imported TensorFlow already (inference in parts of the rows and their attention,
-    # the fused layer norm, the training step's compiled GELU, and the oneDNN checks they make
-    # before changing a traced graph).
+    # the fused layer norm, the training step's compiled GELU and layer norms, its bias adds and
+    # patch embedding, and the oneDNN checks they make before changing a traced graph).
     ("keras_vit.row_parts", "tensorflow"),
     ("keras_vit.onednn_graph", "tensorflow"),
     ("keras_vit.fused_layer_norm", "tensorflow"),
     ("keras_vit.fused_gelu", "tensorflow"),
+    ("keras_vit.bias_add", "tensorflow"),
+    ("keras_vit.compiled_layer_norm", "tensorflow"),
     ("keras_vit.part_attention", "tensorflow"),
     # The one import of Keras that starts its backend, inside keras_vit/startup.py's import_keras,
     # which __init__.py runs first: with the backend's start-up lines hidden, and one line naming
