@@ -12,7 +12,7 @@ and backends"), float32 everywhere else:
   products. On a 2-core Zen 4 EPYC with nothing else running, the ViT-Ti/16 224 px training
   step ran at 1.28x and 1.46x its float32 speed in bfloat16 (two runs of benchmarks.train;
   docs/guides/benchmarks.md); an earlier run on a shared machine had measured 0.80x. On a
-  2-core Xeon with AMX, 1.50x (20.7 against 13.8 images/s; 14.6 with XLA in float32).
+  2-core Xeon with AMX, 1.97x (31.7 against 16.1 images/s; 18.7 with XLA in float32).
 Variables stay float32 under every policy, so a checkpoint resumes at any precision.
 """
 
