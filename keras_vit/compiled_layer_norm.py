@@ -22,25 +22,24 @@ from keras import ops
 
 from keras_vit import onednn_graph
 
-# The switch of keras_vit/fused_layer_norm.py, the inference path's.
+# One switch for these kernels and keras_vit/fused_layer_norm.py's inference kernel.
 SWITCH = "KERAS_VIT_FUSED_LAYER_NORM"
-# The dtypes of the tokens that take the kernels: float32 keeps Keras' form and its runs' bits.
-_DTYPES = ("bfloat16",)
 
 
 def applies(layer, tokens, training=None):
     """Whether `layer_norm(layer, tokens, training)` runs on the compiled kernels in this trace."""
-    if not training or keras.backend.backend() != "tensorflow" or not onednn_graph.switched_on(SWITCH):
-        return False
-    dtype = keras.backend.standardize_dtype(tokens.dtype)
-    if dtype not in _DTYPES or dtype != layer.compute_dtype:
+    return onednn_graph.bfloat16_training_call(tokens, training, SWITCH) and plain_norm(layer, tokens)
+
+
+def plain_norm(layer, tokens):
+    """Whether `layer` normalises `tokens` the way the fused kernels compute: in its own compute
+    dtype, over the last axis only, with a scale and an offset, without RMS scaling."""
+    if keras.backend.standardize_dtype(tokens.dtype) != layer.compute_dtype:
         return False
     axis = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
     if [a % len(tokens.shape) for a in axis] != [len(tokens.shape) - 1]:
         return False
-    if not (layer.center and layer.scale) or getattr(layer, "rms_scaling", False):
-        return False
-    return onednn_graph.runs_on_onednn()
+    return bool(layer.center and layer.scale) and not getattr(layer, "rms_scaling", False)
 
 
 def layer_norm(layer, tokens, training=None):

@@ -28,25 +28,14 @@ import keras
 from keras_vit import onednn_graph
 
 SWITCH = "KERAS_VIT_FUSED_GELU"
-# The dtypes of the activations that take the kernels (see above).
-_DTYPES = ("bfloat16",)
 # The tanh approximation's constants, as tf.nn.gelu and jax.nn.gelu write them.
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _CUBIC = 0.044715
 
 
-def enabled():
-    """Whether KERAS_VIT_FUSED_GELU lets training use the compiled kernels (unset: yes)."""
-    return onednn_graph.switched_on(SWITCH)
-
-
 def applies(x, training=None):
     """Whether `gelu(x, ..., training)` runs on the compiled kernels in this trace."""
-    if not training or keras.backend.backend() != "tensorflow" or not enabled():
-        return False
-    if keras.backend.standardize_dtype(x.dtype) not in _DTYPES:
-        return False
-    return onednn_graph.runs_on_onednn()
+    return onednn_graph.bfloat16_training_call(x, training, SWITCH)
 
 
 def gelu(x, approximate=True, training=None):

@@ -27,7 +27,7 @@ from keras import ops
 
 from keras_vit import compiled_layer_norm, onednn_graph
 
-SWITCH = "KERAS_VIT_FUSED_LAYER_NORM"
+SWITCH = compiled_layer_norm.SWITCH
 # Below this many elements Keras' form was as fast or faster. A tf.function of the norm alone in
 # bfloat16 on the 2-core EPYC: 0.65x at 197 x 192 (ViT-Ti/16 at batch 1), level at 197 x 384 and
 # 2 x 197 x 192, 1.5x to 3x from 197 x 512 to 8 x 197 x 768.
@@ -48,13 +48,9 @@ def applies(layer, tokens, training=None):
     shape = tuple(tokens.shape)
     if len(shape) not in (2, 3) or not all(isinstance(size, int) for size in shape):
         return False
-    dtype = keras.backend.standardize_dtype(tokens.dtype)
-    if dtype not in _DTYPES or dtype != layer.compute_dtype:
+    if keras.backend.standardize_dtype(tokens.dtype) not in _DTYPES:
         return False
-    axis = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
-    if [a % len(shape) for a in axis] != [len(shape) - 1]:
-        return False
-    if not (layer.center and layer.scale) or getattr(layer, "rms_scaling", False):
+    if not compiled_layer_norm.plain_norm(layer, tokens):
         return False
     return math.prod(shape) >= MIN_ELEMENTS and onednn_graph.runs_on_onednn() and op_registered()
 

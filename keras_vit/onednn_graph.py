@@ -1,14 +1,17 @@
 """Whether a call being traced runs on TensorFlow's oneDNN CPU kernels, outside XLA.
 
-keras_vit's CPU inference paths (keras_vit/row_parts.py, keras_vit/fused_layer_norm.py) change
-the graph only where TensorFlow will run it with its own x86 oneDNN kernels: traced (not eager),
-not compiled by XLA, with no GPU, and with oneDNN's optimisations on; each path also has an
-environment variable that turns it off (`switched_on`).
+keras_vit's CPU inference paths (keras_vit/row_parts.py, keras_vit/fused_layer_norm.py) and its
+kernels of bfloat16 training (`bfloat16_training_call`) change the graph only where TensorFlow
+will run it with its own x86 oneDNN kernels: traced (not eager), not compiled by XLA, with no GPU,
+and with oneDNN's optimisations on; each path also has an environment variable that turns it off
+(`switched_on`).
 """
 
 import functools
 import os
 import platform
+
+import keras
 
 # CPUs whose TensorFlow wheels run their kernels on oneDNN's x86 code.
 X86 = ("x86_64", "amd64", "x86", "i686")
@@ -51,3 +54,13 @@ def has_gpu():
 def runs_on_onednn():
     """All of the above: a traced call that TensorFlow's oneDNN kernels will run."""
     return onednn_on() and traced_without_xla() and not has_gpu()
+
+
+def bfloat16_training_call(x, training, switch):
+    """Whether a call on `x` is where keras_vit's kernels of bfloat16 training apply: a training
+    call on Keras' TensorFlow backend whose activations are bfloat16 (float32 keeps Keras' ops and
+    the bits of its runs), traced for TensorFlow's oneDNN kernels (`runs_on_onednn`), with the
+    KERAS_VIT_* `switch` left on (keras_vit/fused_gelu.py, compiled_layer_norm.py, patch_matmul.py)."""
+    if not training or keras.backend.backend() != "tensorflow" or not switched_on(switch):
+        return False
+    return keras.backend.standardize_dtype(x.dtype) == "bfloat16" and runs_on_onednn()

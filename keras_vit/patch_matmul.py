@@ -16,28 +16,16 @@ backends, TF_ENABLE_ONEDNN_OPTS=0) it is the convolution. KERAS_VIT_PATCH_MATMUL
 convolution everywhere (read at each trace).
 """
 
-import keras
 from keras import ops
 
 from keras_vit import onednn_graph
 
 SWITCH = "KERAS_VIT_PATCH_MATMUL"
-# The dtypes of the images that take the product (see above).
-_DTYPES = ("bfloat16",)
-
-
-def enabled():
-    """Whether KERAS_VIT_PATCH_MATMUL lets training use the product (unset: yes)."""
-    return onednn_graph.switched_on(SWITCH)
 
 
 def applies(images, training=None):
     """Whether `embed(images, ..., training)` is the matrix product in this trace."""
-    if not training or keras.backend.backend() != "tensorflow" or not enabled():
-        return False
-    if keras.backend.standardize_dtype(images.dtype) not in _DTYPES:
-        return False
-    return onednn_graph.runs_on_onednn()
+    return onednn_graph.bfloat16_training_call(images, training, SWITCH)
 
 
 def embed(images, kernel, bias, training=None):
