@@ -7,7 +7,9 @@ gradient is the BiasAddGrad op; on the CPU its bfloat16 kernel sums the rows in 
 the float64 sum's), where `tf.reduce_sum`, the gradient of a broadcasting add, sums bfloat16 in
 float32 (0.2% off: the rounding of the result) and took 0.3x to 0.6x the time. The MLP's two
 Dense layers and the attention's output projection had such biases: in a bfloat16 training step
-of ViT-Ti/16 their gradients were 6% of TensorFlow's op time (docs/guides/benchmarks.md).
+of ViT-Ti/16 their gradients were 6% of TensorFlow's op time (docs/guides/benchmarks.md). So has
+the pre-logits layer of pre-training (`representation_size`), over the batch's rows: it is
+`SummedBiasDense`, a Dense of the model's graph that does in its own call what `call` does.
 
 `call(layer, x, training)` computes the layer's output as its own call does, `tf.nn.bias_add`
 included, but with a gradient of its own for that add: `tf.reduce_sum` over the rows. It does so
@@ -41,10 +43,30 @@ def call(layer, x, training=None):
     where `applies`. Called inside the enclosing layer's call, so that the kernel and bias are read
     under its dtype policy (cast to bfloat16 under mixed_bfloat16), as the layer's own call reads
     them."""
+    if not _sums_in_float32(layer, x, training):
+        return layer(x)
+    return _call_summed(layer, x)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SummedBiasDense(keras.layers.Dense):
+    """keras.layers.Dense whose bias gradient is summed in float32 where `applies`, for a Dense
+    layer of the model's functional graph (the pre-logits layer), which no enclosing layer's
+    call reaches: its own call does what `call` does. Its weights and their names are Dense's."""
+
+    def call(self, inputs, training=None):
+        if not _sums_in_float32(self, inputs, training):
+            return super().call(inputs, training=training)
+        return _call_summed(self, inputs)
+
+
+def _sums_in_float32(layer, x, training):
     if not applies(x, training) or layer.bias is None or len(layer.bias.shape) != 1:
-        return layer(x)
-    if getattr(layer, "quantization_mode", None) or getattr(layer, "lora_enabled", False):
-        return layer(x)
+        return False
+    return not (getattr(layer, "quantization_mode", None) or getattr(layer, "lora_enabled", False))
+
+
+def _call_summed(layer, x):
     if isinstance(layer, keras.layers.EinsumDense):
         y = ops.einsum(layer.equation, x, layer.kernel)
     else:

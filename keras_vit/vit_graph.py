@@ -15,7 +15,7 @@ import operator
 
 import keras
 
-from keras_vit import grids, initializers, posembs, resnet
+from keras_vit import bias_add, grids, initializers, posembs, resnet
 from keras_vit import layers as vit_layers
 
 DEFAULT_CLASSES = 1000
@@ -198,8 +198,9 @@ def _pool_and_head(x, s):
                 x
             )
     if s.pooling and s.representation_size:
-        # Flax's nn.Dense default (LeCun normal, zero bias), not Keras' glorot_uniform.
-        x = keras.layers.Dense(
+        # Flax's nn.Dense default (LeCun normal, zero bias), not Keras' glorot_uniform; the bias
+        # gradient of a bfloat16 training call summed in float32 (keras_vit.bias_add).
+        x = bias_add.SummedBiasDense(
             s.representation_size,
             activation="tanh",
             name="pre_logits",

@@ -1,6 +1,7 @@
 """keras_vit.bias_add: a bfloat16 training call sums the bias gradients of the MLP and of the
 attention's output projection in float32, and keeps the layers' outputs, weights and names."""
 
+import fixtures
 import keras
 import numpy as np
 import pytest
@@ -128,3 +129,26 @@ def test_the_float32_training_graph_is_keras_own():
     block = layers.MlpBlock(mlp_dim=16)
     block.build((1, 4, WIDTH))
     assert {"BiasAdd", "BiasAddGrad"} <= _gradient_op_types(block, tf.zeros((1, 4, WIDTH)))
+
+
+def test_a_bfloat16_training_call_counts_every_example_into_the_pre_logits_bias_gradient(
+    mixed_bfloat16, monkeypatch
+):
+    # The pre-logits layer of pre-training sums its bias gradient over the batch's examples: with
+    # BiasAddGrad's bfloat16 sum a batch of 4096 stalls at a few hundred. Against float64 sums of
+    # tanh's slope at the layer's own bfloat16 inputs.
+    monkeypatch.setattr(onednn_graph, "has_gpu", lambda: False)
+    model = fixtures.tiny_vit(representation_size=WIDTH, include_top=False, pooling="token")
+    images = tf.constant(np.random.default_rng(3).uniform(-1, 1, (ROWS, 32, 32, 3)), tf.float32)
+    pre_logits = model.get_layer("pre_logits")
+    features = keras.Model(model.input, pre_logits.input)(images).numpy().astype(np.float64)
+    kernel, bias = (np.asarray(tf.cast(tf.cast(w, tf.bfloat16), tf.float64)) for w in pre_logits.weights)
+    want = (1.0 - np.tanh(features @ kernel + bias) ** 2).sum(axis=0)
+
+    @tf.function
+    def bias_gradient(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x, training=True))
+        return tape.gradient(loss, pre_logits.bias)
+
+    np.testing.assert_allclose(bias_gradient(images).numpy(), want, rtol=0.01)
