@@ -27,15 +27,11 @@ from keras import ops
 
 from keras_vit import onednn_graph
 
-# The dtypes of the activations whose bias gradients take the float32 sum (see above).
-_DTYPES = ("bfloat16",)
-
 
 def applies(x, training=None):
-    """Whether `call(layer, x, training)` sums the bias gradient in float32 in this call."""
-    if not training or keras.backend.backend() != "tensorflow":
-        return False
-    return keras.backend.standardize_dtype(x.dtype) in _DTYPES and not onednn_graph.has_gpu()
+    """Whether `call(layer, x, training)` sums the bias gradient in float32 in this call: any
+    bfloat16 training call on TensorFlow without a GPU, oneDNN's kernels on or off (see above)."""
+    return onednn_graph.bfloat16_training(x, training) and not onednn_graph.has_gpu()
 
 
 def call(layer, x, training=None):

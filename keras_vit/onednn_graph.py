@@ -56,11 +56,16 @@ def runs_on_onednn():
     return onednn_on() and traced_without_xla() and not has_gpu()
 
 
-def bfloat16_training_call(x, training, switch):
-    """Whether a call on `x` is where keras_vit's kernels of bfloat16 training apply: a training
-    call on Keras' TensorFlow backend whose activations are bfloat16 (float32 keeps Keras' ops and
-    the bits of its runs), traced for TensorFlow's oneDNN kernels (`runs_on_onednn`), with the
-    KERAS_VIT_* `switch` left on (keras_vit/fused_gelu.py, compiled_layer_norm.py, patch_matmul.py)."""
-    if not training or keras.backend.backend() != "tensorflow" or not switched_on(switch):
+def bfloat16_training(x, training):
+    """Whether a call on `x` is a training call on Keras' TensorFlow backend whose activations are
+    bfloat16 (float32 keeps Keras' ops and the bits of its runs)."""
+    if not training or keras.backend.backend() != "tensorflow":
         return False
-    return keras.backend.standardize_dtype(x.dtype) == "bfloat16" and runs_on_onednn()
+    return keras.backend.standardize_dtype(x.dtype) == "bfloat16"
+
+
+def bfloat16_training_call(x, training, switch):
+    """Whether a call on `x` is where keras_vit's kernels of bfloat16 training apply: a
+    `bfloat16_training` call traced for TensorFlow's oneDNN kernels (`runs_on_onednn`), with the
+    KERAS_VIT_* `switch` left on (keras_vit/fused_gelu.py, compiled_layer_norm.py, patch_matmul.py)."""
+    return bfloat16_training(x, training) and switched_on(switch) and runs_on_onednn()
