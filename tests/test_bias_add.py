@@ -1,5 +1,6 @@
-"""keras_vit.bias_add: a bfloat16 training call sums the bias gradients of the MLP and of the
-attention's output projection in float32, and keeps the layers' outputs, weights and names."""
+"""keras_vit.bias_add: a bfloat16 training call sums the bias gradients of the MLP, of the
+attention's output projection and of the pre-logits layer in float32, and keeps the layers'
+outputs, weights and names."""
 
 import fixtures
 import keras

@@ -76,10 +76,10 @@ def test_a_bfloat16_training_call_is_one_product_with_the_convolutions_values(cp
 
 def test_float32_and_inference_keep_the_convolution(cpu_kernels):
     want, want_kernel_gradient, _ = _reference(*_inputs())
-    for dtype, training in ((tf.float32, True), (tf.bfloat16, False)):
-        y, kernel_gradient, _, ops = _embed_with_gradients(dtype, training)
-        assert "Conv2D" in ops and "MatMul" not in ops
-    y, kernel_gradient, _, _ = _embed_with_gradients(tf.float32, True)
+    *_, ops = _embed_with_gradients(tf.bfloat16, training=False)
+    assert "Conv2D" in ops and "MatMul" not in ops
+    y, kernel_gradient, _, ops = _embed_with_gradients(tf.float32, training=True)
+    assert "Conv2D" in ops and "MatMul" not in ops
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(kernel_gradient.numpy(), want_kernel_gradient, rtol=1e-5, atol=1e-5)
 
