@@ -36,6 +36,7 @@ def _import_after_keras(backend):
     )
 
 
+@pytest.mark.slow  # 8 s on the 2-core Xeon: a child imports Keras and PyTorch
 def test_keras_already_on_pytorch_is_one_clear_error():
     proc = _import_after_keras("torch")
     assert proc.returncode == 1
@@ -46,6 +47,7 @@ def test_keras_already_on_pytorch_is_one_clear_error():
     )
 
 
+@pytest.mark.slow  # 8 s on the 2-core Xeon: a child on JAX
 def test_keras_already_on_jax_is_the_jax_engine_s_backend():
     proc = _import_after_keras("jax")
     assert proc.returncode == 0, proc.stderr[-2000:]

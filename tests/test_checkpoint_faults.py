@@ -106,6 +106,7 @@ def test_a_truncated_newest_checkpoint_is_moved_aside_and_the_run_resumes_from_t
     _assert_same_results(read_results(workdir), read_results(reference))
 
 
+@pytest.mark.slow  # 16 s on the 2-core Xeon: its reference run and a killed run
 def test_a_save_killed_while_tensorflow_merges_its_files_is_dropped_and_the_run_resumes(
     data_dir, reference, tmp_path
 ):

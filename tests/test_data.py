@@ -253,6 +253,7 @@ def test_exact_resume_matches_uninterrupted_stream(dataset, digits, pets):
     assert not np.array_equal(other_seed[0][0], fresh[0][0])
 
 
+@pytest.mark.slow  # 6 to 12 s each on the 2-core Xeon
 @pytest.mark.parametrize("dataset", ["digits", "pets"])
 def test_global_batches_do_not_depend_on_pipelines_or_replicas(dataset, digits, pets):
     spec = {"digits": digits, "pets": pets}[dataset]

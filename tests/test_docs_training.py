@@ -48,6 +48,7 @@ def small_presets(monkeypatch):
     monkeypatch.setattr(finetune_config, "get_config", small)
 
 
+@pytest.mark.slow  # 9 s on the 2-core Xeon: a trainer run from Python
 def test_finetune_from_python(small_presets, default_tfds, tmp_path):
     workdir = str(tmp_path / "pets")
     ns, _ = run_python(block("finetune-python"), replacements={"/tmp/pets": workdir})
@@ -179,6 +180,7 @@ def test_config_described_run(tmp_path, capsys):
     assert results["eval"]["test"]["examples"] == 360 and 0 <= results["top5/top5_accuracy"] <= 1
 
 
+@pytest.mark.slow  # 6-7 s on the 2-core Xeon
 def test_augreg_block(tmp_path, capsys):
     (command,) = block("augreg").commands
     config = trainer_config(command)

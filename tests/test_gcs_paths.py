@@ -49,6 +49,7 @@ def _assert_run_written(workdir):
     assert tf.io.gfile.glob(f"{workdir}/eval/events.out.tfevents.*")
 
 
+@pytest.mark.slow  # 13 s on the 2-core Xeon: three trainer runs
 def test_pretrain_then_finetune_then_resume_on_a_remote_file_system(bucket, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     upstream = pretrain.get_config("digits")

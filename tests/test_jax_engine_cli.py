@@ -199,6 +199,7 @@ def jax_side(tmp_path_factory):
     return {"losses": losses, "float16": (workdir, procs[1])}
 
 
+@pytest.mark.slow  # with the next test, 12 s on the 2-core Xeon: the module's JAX child
 def test_float16_on_the_jax_engine_is_a_one_line_error(jax_side):
     """A float16 run on the jax engine (which has no loss scaling) must not start: exactly this
     one line, status 2, no workdir. (With tests/test_engines.py's former
@@ -219,6 +220,7 @@ def test_float16_on_the_jax_engine_is_a_one_line_error(jax_side):
 # its own micro-batch; the jax step, holding every replica's rows, must choose the same). The jax
 # side (tests/jax_engine_losses.py) runs in the module's child on Keras' JAX backend and saves its
 # inputs and results; the tf side runs here.
+@pytest.mark.slow  # shares the JAX child above
 def test_the_jax_engines_losses_match_the_tf_engines(jax_side):
     import tensorflow as tf
 

@@ -1,6 +1,7 @@
 """Re-running a workdir: same flags resume; other settings stop with one line unless accepted."""
 
 import json
+import shutil
 
 import pytest
 from fixtures import TINY_SHAPE, flags
@@ -25,12 +26,18 @@ def _run(capsys, workdir, *extra):
     return code, capsys.readouterr()
 
 
-@pytest.fixture
-def finished(capsys, tmp_path):
-    workdir = tmp_path / "run"
-    code, _ = _run(capsys, workdir)
-    assert code == 0
+@pytest.fixture(scope="module")
+def _finished_once(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("rerun") / "run"
+    assert finetune.main(["finetune", f"--workdir={workdir}", *TINY]) == 0
     return workdir
+
+
+@pytest.fixture
+def finished(_finished_once, tmp_path):
+    """A finished run's workdir of this test's own: one run trained per module, copied for each
+    test, since each re-runs it with other flags and rewrites its files."""
+    return shutil.copytree(_finished_once, tmp_path / "run")
 
 
 def test_other_settings_stop_with_one_line_listing_them(capsys, finished):
