@@ -124,6 +124,8 @@ TEST_REQUIRES = [
     "timm",
     "transformers",
     "torch",
+    # docs/guides/deploy.md runs an ONNX export on OpenVINO too.
+    "openvino",
 ]
 
 # Not "keras-vit": that name on the package index is an unrelated project that also installs a
@@ -155,8 +157,8 @@ setup(
         # timm on PyTorch (timm brings torchvision); JAX runs the Keras contestants on a GPU
         # (benchmarks.accelerator; there, install JAX's CUDA build). keras_vit itself also runs
         # on Keras' PyTorch backend and, exported to ONNX (torch.onnx with onnxscript, onnx), on
-        # ONNX Runtime.
-        "bench": ["keras-hub", "timm", "torch", "jax", "onnxscript", "onnx", "onnxruntime"],
+        # ONNX Runtime and OpenVINO.
+        "bench": ["keras-hub", "timm", "torch", "jax", "onnxscript", "onnx", "onnxruntime", "openvino"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

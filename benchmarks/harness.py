@@ -26,15 +26,25 @@ from keras_vit import cpu_info, fileio
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "docs", "benchmarks")
 # The distributions whose versions a result records (the ones installed).
-VERSIONS = ("tensorflow", "keras", "keras-hub", "torch", "timm", "jax", "onnxruntime", "onnxscript")
+VERSIONS = (
+    "tensorflow",
+    "keras",
+    "keras-hub",
+    "torch",
+    "timm",
+    "jax",
+    "onnxruntime",
+    "onnxscript",
+    "openvino",
+)
 # Peer name -> the modules it needs.
 PEER_MODULES = {"keras-hub": ("keras_hub",), "timm": ("timm", "torch")}
 
 
 class Contestant:
     """`name` as the table shows it; `build()` -> step, called once, before any timing;
-    `framework` ("tf", "jax", "torch" or "onnxruntime"): whose matmul peak its FLOP/s are compared
-    with (none is measured for ONNX Runtime)."""
+    `framework` ("tf", "jax", "torch", "onnxruntime" or "openvino"): whose matmul peak its FLOP/s
+    are compared with (none is measured for ONNX Runtime and OpenVINO)."""
 
     def __init__(self, name, build, ours=False, framework="tf"):
         self.name, self.build, self.ours, self.framework = name, build, ours, framework

@@ -11,7 +11,9 @@ each contestant in its own process.
 keras_vit itself also runs where a user may deploy it on a CPU (--runtimes): on Keras' PyTorch
 backend (eager, under torch.inference_mode, in a child process, since Keras fixes its backend per
 process; its rounds still take turns with the others), and exported to ONNX by keras_vit's own
-export, on ONNX Runtime (float32 only: the export is float32), and in float32 XLA-compiled. In
+export, on ONNX Runtime (float32 only: the export is float32) and on OpenVINO (float32, and
+bfloat16 as OpenVINO's inference precision where the CPU has bfloat16 instructions: OpenVINO
+converts the float32 file's weights as it compiles), and in float32 XLA-compiled. In
 bfloat16 it also runs with its inference in parts of the token rows switched off
 (keras_vit/row_parts.py), the gain of that measured in the same run.
 
@@ -33,16 +35,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before TensorFlow)
 from benchmarks import flops, harness, peak, shared  # noqa: E402
+from keras_vit import cpu_info  # noqa: E402
 
 NUM_CLASSES = 1000
 OURS = "keras_vit TF"
 # keras_vit on the other runtimes --runtimes names, and without inference in parts of the rows.
 ON_TORCH, ON_ONNX, WHOLE_ROWS = "keras_vit-torch", "keras_vit-onnxruntime", "keras_vit-whole-rows"
+ON_OPENVINO = "keras_vit-openvino"
 ON_XLA = "keras_vit-xla"
 NAMES = {
     "keras_vit": OURS,
     ON_TORCH: "keras_vit PyTorch",
     ON_ONNX: "keras_vit ONNX Runtime",
+    ON_OPENVINO: "keras_vit OpenVINO",
     WHOLE_ROWS: "keras_vit TF, whole rows",
     ON_XLA: "keras_vit TF+XLA",
     "keras-hub": "keras-hub TF+XLA",
@@ -53,6 +58,7 @@ NAMES = {
 RUNTIMES = {
     "torch": (ON_TORCH, ("torch",)),
     "onnxruntime": (ON_ONNX, ("onnxruntime", "torch", "onnxscript", "onnx")),
+    "openvino": (ON_OPENVINO, ("openvino", "torch", "onnxscript", "onnx")),
     "tf-whole-rows": (WHOLE_ROWS, ()),
     "tf-xla": (ON_XLA, ()),
 }
@@ -189,19 +195,31 @@ def onnx_step(path, image_size, batch):
     return lambda: session.run(None, {name: pixels})[0]
 
 
+def openvino_step(path, image_size, batch, dtype):
+    """The same ONNX file compiled by OpenVINO, at `dtype`'s inference precision."""
+    request = contestants.openvino_model(path, dtype).create_infer_request()
+    pixels = (shared.synthetic_images(batch, image_size) + 1.0) * 127.5
+    return lambda: request.infer({0: pixels})[0]
+
+
 def runs_in(kind, dtype):
-    """Whether contestant `kind` has a `dtype` mode: the ONNX export and XLA run float32 only,
-    and the whole rows bfloat16 only, the dtype whose gain from the parts the table follows."""
+    """Whether contestant `kind` has a `dtype` mode: the ONNX export on ONNX Runtime and XLA run
+    float32 only, OpenVINO bfloat16 only on a CPU with bfloat16 instructions (elsewhere it would
+    compute in float32 under the bfloat16 name), and the whole rows bfloat16 only, the dtype
+    whose gain from the parts the table follows."""
     if kind == WHOLE_ROWS:
         return dtype == "bfloat16"
+    if kind == ON_OPENVINO:
+        return dtype == "float32" or bool(cpu_info.flags() & {"avx512_bf16", "amx_bf16"})
     return kind not in (ON_ONNX, ON_XLA) or dtype == "float32"
 
 
 def framework_of(kind, keras="tf"):
-    """Whose matmul peak a contestant's FLOP/s are compared with (none measured for ONNX Runtime)."""
+    """Whose matmul peak a contestant's FLOP/s are compared with (none measured for ONNX Runtime
+    and OpenVINO)."""
     if kind.startswith("timm") or kind == ON_TORCH:
         return "torch"
-    return "onnxruntime" if kind == ON_ONNX else keras
+    return {ON_ONNX: "onnxruntime", ON_OPENVINO: "openvino"}.get(kind, keras)
 
 
 def contestant_name(kind, dtype):
@@ -238,6 +256,8 @@ def build(kind, shape, image_size, batch, dtype):
         return harness.ChildStep(_TORCH_SERVER, kind, shape, image_size, batch, dtype)
     if kind == ON_ONNX:
         return onnx_step(onnx_file(shape, image_size), image_size, batch)
+    if kind == ON_OPENVINO:
+        return openvino_step(onnx_file(shape, image_size), image_size, batch, dtype)
     return local_step(kind, shape, image_size, batch, dtype)
 
 
@@ -349,7 +369,7 @@ MEMORY_COLUMNS = (
 
 def child(argv):
     """In a child process: build one contestant, run a few steps, print the peak memory as JSON.
-    The ONNX contestant gets its exported file's path as a last argument."""
+    The ONNX Runtime and OpenVINO contestants get the exported file's path as a last argument."""
     kind, variant, image_size, batch, dtype, num_layers, *onnx_path = argv
     # The framework's own memory is not the model's: import it before the baseline.
     if kind.startswith("timm"):
@@ -358,11 +378,15 @@ def child(argv):
         import keras_hub  # noqa: F401
     elif kind == ON_ONNX:
         import onnxruntime  # noqa: F401
+    elif kind == ON_OPENVINO:
+        import openvino  # noqa: F401
     else:
         import keras_vit  # noqa: F401
     base = harness.rss_mb()
     if kind == ON_ONNX:
         step = onnx_step(onnx_path[0], int(image_size), int(batch))
+    elif kind == ON_OPENVINO:
+        step = openvino_step(onnx_path[0], int(image_size), int(batch), dtype)
     else:
         shape = flops.shape(variant, num_layers=int(num_layers))
         step = local_step(kind, shape, int(image_size), int(batch), dtype)
@@ -383,7 +407,7 @@ def memory_rows(module, case, kinds_, num_layers):
             "KERAS_BACKEND": "torch" if framework == "torch" else "tensorflow",
         }
         argv = ["--child", kind, variant, size, batch, "float32", str(num_layers or 0)]
-        if kind == ON_ONNX:  # exported here, so the child's peak is the runtime's alone
+        if kind in (ON_ONNX, ON_OPENVINO):  # exported here: the child's peak is the runtime's alone
             argv.append(onnx_file(flops.shape(variant, num_layers=num_layers), int(size)))
         got = harness.run_child(module, argv, env)
         rows.append(
@@ -420,8 +444,9 @@ def main(argv=None):
     p.add_argument("--cases", default="ViT-Ti_16:224,ViT-B_16:224,ViT-B_16:384", help="VARIANT:SIZE,...")
     p.add_argument(
         "--runtimes",
-        default="torch,onnxruntime,tf-whole-rows,tf-xla",
-        help="keras_vit also on: torch (Keras' PyTorch backend), onnxruntime (its ONNX export), "
+        default="torch,onnxruntime,openvino,tf-whole-rows,tf-xla",
+        help="keras_vit also on: torch (Keras' PyTorch backend), onnxruntime and openvino (its ONNX "
+        "export), "
         "tf-whole-rows (TensorFlow without inference in parts of the rows, bfloat16), tf-xla "
         "(XLA-compiled, float32), or none",
     )

@@ -292,37 +292,45 @@ def test_only_keras_hub_and_the_xla_runtime_compile_and_only_in_float32():
 @pytest.mark.slow
 def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
     """As a command: keras_vit on Keras' PyTorch backend (a child process serving its steps) and
-    its ONNX export on ONNX Runtime, and timm eager where installed, beside keras_vit on
-    TensorFlow; each one's peak memory measured in a child process of its own."""
+    its ONNX export on ONNX Runtime and on OpenVINO, and timm eager where installed, beside
+    keras_vit on TensorFlow; each one's peak memory measured in a child process of its own."""
     with_timm = timm_installed()
+    # OpenVINO's bfloat16 row only where the CPU computes in bfloat16 (AVX-512 BF16 or AMX).
+    openvino_bf16 = inference.runs_in(inference.ON_OPENVINO, "bfloat16")
     argv = ["--cases=ViT-Ti_16:32", "--batch_sizes=2", "--dtypes=float32,bfloat16", "--timm_modes=eager"]
     argv += [
         f"--peers={'timm' if with_timm else 'none'}",
-        "--runtimes=torch,onnxruntime",
+        "--runtimes=torch,onnxruntime,openvino",
         "--memory_case=ViT-Ti_16:32:2",
         f"--out={tmp_path}/i.json",
     ]
     run_benchmark("inference", argv, timeout=900)
     data = read_json(tmp_path / "i.json")
-    names = ["keras_vit TF", "keras_vit PyTorch", "keras_vit ONNX Runtime"]
+    names = ["keras_vit TF", "keras_vit PyTorch", "keras_vit ONNX Runtime", "keras_vit OpenVINO"]
     names += ["timm eager"] if with_timm else []
     rows = table_rows(data)
     assert [(r["contestant"], r["dtype"]) for r in rows] == [(name, "float32") for name in names] + [
         ("keras_vit TF", "bfloat16"),
-        ("keras_vit PyTorch", "bfloat16"),  # the export is float32 only: said in a note
-    ] + ([("timm eager", "bfloat16")] if with_timm else [])
+        ("keras_vit PyTorch", "bfloat16"),  # the export is float32 only on ONNX Runtime: a note
+    ] + ([("keras_vit OpenVINO", "bfloat16")] if openvino_bf16 else []) + (
+        [("timm eager", "bfloat16")] if with_timm else []
+    )
     assert "keras_vit ONNX Runtime runs float32 only: keras_vit's ONNX export is float32" in data["notes"]
     ours = rows[0]
     for row in rows[1 : len(names)]:
         assert row["images_per_s"] > 0
         assert row["ours_over_this"] == pytest.approx(ours["images_per_s"] / row["images_per_s"])
-    torch_row, onnx_row = rows[1], rows[2]
+    torch_row, onnx_row, openvino_row = rows[1], rows[2], rows[3]
     # PyTorch loaded before TensorFlow in that process, so its matmul peak is there; ONNX
-    # Runtime has no peak of its own.
+    # Runtime and OpenVINO have no peak of their own.
     assert {"torch float32", "torch bfloat16"} <= set(data["matmul_peak_flops"])
     assert torch_row["framework"] == "torch" and torch_row["fraction_of_peak"] > 0
-    assert onnx_row["fraction_of_peak"] is None
-    assert data["settings"]["runtimes"] == ["keras_vit PyTorch", "keras_vit ONNX Runtime"]
+    assert onnx_row["fraction_of_peak"] is None and openvino_row["fraction_of_peak"] is None
+    assert data["settings"]["runtimes"] == [
+        "keras_vit PyTorch",
+        "keras_vit ONNX Runtime",
+        "keras_vit OpenVINO",
+    ]
     assert [r["contestant"] for r in table_rows(data, 1)] == names
     for row in table_rows(data, 1):
         # Each child's own peak: a process with TensorFlow and PyTorch both loaded holds more.
@@ -384,7 +392,8 @@ def test_bad_flags_are_one_line_errors(capsys):
         inference.main(["--cases=ViT-Ti_16:32", "--dtypes=float16", "--peers=none"])
     with pytest.raises(
         SystemExit,
-        match="unknown runtime 'tflite': choose from torch, onnxruntime, tf-whole-rows, tf-xla or none",
+        match="unknown runtime 'tflite': choose from torch, onnxruntime, openvino, tf-whole-rows, tf-xla "
+        "or none",
     ):
         inference.main(["--cases=ViT-Ti_16:32", "--peers=none", "--runtimes=tflite"])
 
@@ -461,6 +470,33 @@ def test_the_matmul_limit_lines_judge_the_best_case_and_compare_the_kernels():
     assert "TensorFlow 300 GFLOP/s against PyTorch 1500 GFLOP/s" in kernel and "(0.20x)" in kernel
     data["tables"][0]["rows"][1]["fraction_of_peak"] = 0.85
     assert "**not met** (best 85%" in report._limit_lines(data)[0]
+
+
+def test_the_fastest_route_line_takes_each_sides_best_row_of_each_case():
+    """keras_vit's fastest row of a case against the peers' fastest of the same case: a case
+    where keras_vit's default loses but another of its rows wins counts as won, and the verdict
+    names the worst case's two rows."""
+
+    def row(case, contestant, images_per_s):
+        return {"case": case, "contestant": contestant, "images_per_s": images_per_s}
+
+    rows = [
+        row("a", "keras_vit TF", 10.0),
+        row("a", "keras_vit OpenVINO", 30.0),
+        row("a", "timm eager", 20.0),
+        row("a", "timm torch.compile", 25.0),
+        row("b", "keras_vit TF", 9.0),
+        row("b", "keras_vit OpenVINO", 8.0),
+        row("b", "timm torch.compile", 10.0),
+    ]
+    (line,) = report._fastest_route_line("Inference", rows)
+    assert "**not met** (at worst 0.90x, b: keras_vit TF against timm torch.compile)" in line
+    assert "keras_vit OpenVINO in 1, keras_vit TF in 1 of the 2 cases" in line
+    rows[4]["images_per_s"] = 12.0
+    assert (
+        "**met** (at worst 1.20x, a: keras_vit OpenVINO against timm torch.compile)"
+        in (report._fastest_route_line("Inference", rows)[0])
+    )
 
 
 def test_a_run_prints_its_machine_and_each_frameworks_matmul_peak(tmp_path, capsys):

@@ -2,6 +2,7 @@
 digits run.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -101,8 +102,15 @@ def test_deploy_export_blocks(deploy_dir, monkeypatch, capsys):
     saved_model, _, _ = block("serving").commands  # docker, curl: test_deploy_unrunnable_commands
     code, stdout, err = run_command(saved_model, capsys, {"/tmp/vit": str(deploy_dir / "vit"), **paths})
     assert code == 0 and "(saved_model, " in stdout, err
-    namespace, _ = run_python(block("onnx-litert"))
+    runtimes = block("onnx-litert")
+    on_onnx_runtime, _ = run_python(dataclasses.replace(runtimes, text=runtimes.text.split("runner = ")[0]))
+    namespace, _ = run_python(runtimes)
     assert namespace["probs"].shape == (2, 10)
+    np.testing.assert_allclose(on_onnx_runtime["probs"], namespace["probs"], atol=1e-5)  # LiteRT's
+    # OpenVINO computes in bfloat16 on CPUs that have it: the same classes, probabilities to 2e-2.
+    openvino_probs = namespace["probs_openvino"]
+    assert openvino_probs.argmax(1).tolist() == namespace["probs"].argmax(1).tolist()
+    np.testing.assert_allclose(openvino_probs, namespace["probs"], atol=2e-2)
 
     # saved_model_cli on the guide's input file: the sample's keys and shapes.
     np.save(

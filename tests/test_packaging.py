@@ -49,6 +49,7 @@ DISTRIBUTIONS = {
     "onnx_ir": "onnx-ir",
     "onnxscript": "onnxscript",
     "onnxruntime": "onnxruntime",
+    "openvino": "openvino",
     "optax": "optax",
     "ai_edge_litert": "ai-edge-litert",
     "numpy": "numpy",
