@@ -63,19 +63,25 @@ def onnx_session(path):
     return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
-def openvino_model(path, dtype):
-    """The ONNX export compiled by OpenVINO for the CPU with every core. bfloat16 is OpenVINO's
-    bf16 inference precision: the file stays float32, OpenVINO converts the weights as it
-    compiles (on CPUs with AVX-512 BF16 or AMX)."""
+def openvino_model(path, dtype, batch, image_size):
+    """The ONNX export compiled by OpenVINO for the CPU with every core, for batches of `batch`
+    images: a static shape, as a server with a fixed batch compiles it and as torch.compile
+    specialises timm's (on the 2-core Xeon 1.15x over the file's dynamic batch for ViT-Ti/16 at
+    batch 8, the same outputs). bfloat16 is OpenVINO's bf16 inference precision: the file stays
+    float32, OpenVINO converts the weights as it compiles (on CPUs with AVX-512 BF16 or AMX).
+    `import openvino` sends OpenVINO's usage telemetry unless opted out (docs/guides/deploy.md)."""
     import openvino
 
+    core = openvino.Core()
+    model = core.read_model(path)
+    model.reshape([batch, image_size, image_size, 3])
     precision = {"float32": "f32", "bfloat16": "bf16"}[dtype]
     settings = {
         "INFERENCE_NUM_THREADS": os.cpu_count() or 1,
         "PERFORMANCE_HINT": "LATENCY",
         "INFERENCE_PRECISION_HINT": precision,
     }
-    return openvino.Core().compile_model(path, "CPU", settings)
+    return core.compile_model(model, "CPU", settings)
 
 
 def keras_hub_model(shape, image_size, num_classes):

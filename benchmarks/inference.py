@@ -196,8 +196,8 @@ def onnx_step(path, image_size, batch):
 
 
 def openvino_step(path, image_size, batch, dtype):
-    """The same ONNX file compiled by OpenVINO, at `dtype`'s inference precision."""
-    request = contestants.openvino_model(path, dtype).create_infer_request()
+    """The same ONNX file compiled by OpenVINO for this batch, at `dtype`'s inference precision."""
+    request = contestants.openvino_model(path, dtype, batch, image_size).create_infer_request()
     pixels = (shared.synthetic_images(batch, image_size) + 1.0) * 127.5
     return lambda: request.infer({0: pixels})[0]
 
@@ -446,9 +446,8 @@ def main(argv=None):
         "--runtimes",
         default="torch,onnxruntime,openvino,tf-whole-rows,tf-xla",
         help="keras_vit also on: torch (Keras' PyTorch backend), onnxruntime and openvino (its ONNX "
-        "export), "
-        "tf-whole-rows (TensorFlow without inference in parts of the rows, bfloat16), tf-xla "
-        "(XLA-compiled, float32), or none",
+        "export), tf-whole-rows (TensorFlow without inference in parts of the rows, bfloat16), "
+        "tf-xla (XLA-compiled, float32), or none",
     )
     add_flags(p)
     args = p.parse_args(argv)

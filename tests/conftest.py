@@ -20,6 +20,10 @@ import pytest
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# `import openvino` (the deploy guide's runtime) sends usage telemetry from a forked process unless
+# the user opted out or the process runs in a CI job, which openvino_telemetry reads from CI=true:
+# the suite never sends it, and no fork happens in a worker that has JAX's threads running.
+os.environ["CI"] = "true"
 
 # The repository root, so tests import keras_vit, trainers and configs from the work tree.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
