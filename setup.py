@@ -51,6 +51,8 @@ BACKEND_REQUIRES = {
     "tensorflow": ["tensorflow>=2.16"],
     "jax": ["jax"],
     "torch": ["torch"],
+    # Inference only: Keras' OpenVINO backend runs `predict` and calls, not training.
+    "openvino": ["openvino"],
 }
 
 # The trainers and configs (TensorFlow only): pip install "keras-vision-transformer[train]".

@@ -16,12 +16,12 @@ import sys
 # process when it is loaded after TensorFlow's, so where timm is installed it is imported
 # before anything imports TensorFlow (the benchmarks import this module first). Where TensorFlow
 # is already loaded (a test process), or a child measures a Keras contestant alone
-# (CHILD_FRAMEWORK "tf" or "jax"), PyTorch stays out and timm runs in its own process.
+# (CHILD_FRAMEWORK "tf", "jax" or "openvino"), PyTorch stays out and timm runs in its own process.
 CHILD_FRAMEWORK = "VIT_BENCHMARK_FRAMEWORK"
 TORCH_FIRST = (
     importlib.util.find_spec("torch") is not None
     and "tensorflow" not in sys.modules
-    and os.environ.get(CHILD_FRAMEWORK) not in ("tf", "jax")
+    and os.environ.get(CHILD_FRAMEWORK) not in ("tf", "jax", "openvino")
 )
 if TORCH_FIRST:
     import torch._dynamo  # noqa: F401  (loads triton)

@@ -13,7 +13,9 @@ backend (eager, under torch.inference_mode, in a child process, since Keras fixe
 process; its rounds still take turns with the others), and exported to ONNX by keras_vit's own
 export, on ONNX Runtime (float32 only: the export is float32) and on OpenVINO (float32, and
 bfloat16 as OpenVINO's inference precision where the CPU has bfloat16 instructions: OpenVINO
-converts the float32 file's weights as it compiles), and in float32 XLA-compiled. In
+converts the float32 file's weights as it compiles), on Keras' OpenVINO backend (no export:
+`predict_on_batch` in a child process, in the one precision OpenVINO picks for the CPU, bfloat16
+where it has bfloat16 instructions), and in float32 XLA-compiled. In
 bfloat16 it also runs with its inference in parts of the token rows switched off
 (keras_vit/row_parts.py), the gain of that measured in the same run.
 
@@ -42,28 +44,35 @@ OURS = "keras_vit TF"
 # keras_vit on the other runtimes --runtimes names, and without inference in parts of the rows.
 ON_TORCH, ON_ONNX, WHOLE_ROWS = "keras_vit-torch", "keras_vit-onnxruntime", "keras_vit-whole-rows"
 ON_OPENVINO = "keras_vit-openvino"
+ON_KERAS_OPENVINO = "keras_vit-keras-openvino"
 ON_XLA = "keras_vit-xla"
 NAMES = {
     "keras_vit": OURS,
     ON_TORCH: "keras_vit PyTorch",
     ON_ONNX: "keras_vit ONNX Runtime",
     ON_OPENVINO: "keras_vit OpenVINO",
+    ON_KERAS_OPENVINO: "keras_vit Keras-OpenVINO",
     WHOLE_ROWS: "keras_vit TF, whole rows",
     ON_XLA: "keras_vit TF+XLA",
     "keras-hub": "keras-hub TF+XLA",
     "timm-eager": "timm eager",
     "timm-compile": "timm torch.compile",
 }
+# The CPU flags with which OpenVINO computes in bfloat16 by default.
+BFLOAT16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # --runtimes value -> (its kind, the modules it needs).
 RUNTIMES = {
     "torch": (ON_TORCH, ("torch",)),
     "onnxruntime": (ON_ONNX, ("onnxruntime", "torch", "onnxscript", "onnx")),
     "openvino": (ON_OPENVINO, ("openvino", "torch", "onnxscript", "onnx")),
+    "keras-openvino": (ON_KERAS_OPENVINO, ("openvino",)),
     "tf-whole-rows": (WHOLE_ROWS, ()),
     "tf-xla": (ON_XLA, ()),
 }
 # The child process that runs keras_vit on Keras' PyTorch backend (harness.ChildServer).
 TORCH_CHILD_ENV = {"KERAS_BACKEND": "torch", contestants.CHILD_FRAMEWORK: "torch"}
+# The one that runs it on Keras' OpenVINO backend.
+OPENVINO_CHILD_ENV = {"KERAS_BACKEND": "openvino", contestants.CHILD_FRAMEWORK: "openvino"}
 
 
 def parse_cases(text):
@@ -162,8 +171,29 @@ def keras_torch_step(shape, image_size, batch, dtype):
     return step
 
 
+def keras_openvino_step(shape, image_size, batch):
+    """keras_vit on Keras' OpenVINO backend (this process must run on it): `predict_on_batch`, which
+    compiles the model's graph once per input shape with OpenVINO's defaults and then calls it.
+    The weights stay float32; OpenVINO computes in bfloat16 where the CPU has bfloat16
+    instructions, else in float32 (`keras_openvino_dtype`)."""
+    import keras
+
+    assert keras.backend.backend() == "openvino", keras.backend.backend()
+    model = contestants.keras_model("keras_vit", shape, image_size, NUM_CLASSES, "float32", policy="float32")
+    images = shared.synthetic_images(batch, image_size)
+    return lambda: model.predict_on_batch(images)
+
+
+def keras_openvino_dtype():
+    """The dtype OpenVINO computes a float32 model in by default on this CPU, so the one row of
+    the Keras-OpenVINO contestant: Keras' backend passes no precision of its own."""
+    return "bfloat16" if cpu_info.flags() & BFLOAT16_FLAGS else "float32"
+
+
 _TORCH_SERVER = harness.ChildServer("benchmarks.inference", TORCH_CHILD_ENV)
 atexit.register(_TORCH_SERVER.close)
+_OPENVINO_SERVER = harness.ChildServer("benchmarks.inference", OPENVINO_CHILD_ENV)
+atexit.register(_OPENVINO_SERVER.close)
 _ONNX_FILES = {}
 
 
@@ -210,7 +240,9 @@ def runs_in(kind, dtype):
     if kind == WHOLE_ROWS:
         return dtype == "bfloat16"
     if kind == ON_OPENVINO:
-        return dtype == "float32" or bool(cpu_info.flags() & {"avx512_bf16", "amx_bf16"})
+        return dtype == "float32" or bool(cpu_info.flags() & BFLOAT16_FLAGS)
+    if kind == ON_KERAS_OPENVINO:
+        return dtype == keras_openvino_dtype()
     return kind not in (ON_ONNX, ON_XLA) or dtype == "float32"
 
 
@@ -219,7 +251,7 @@ def framework_of(kind, keras="tf"):
     and OpenVINO)."""
     if kind.startswith("timm") or kind == ON_TORCH:
         return "torch"
-    return {ON_ONNX: "onnxruntime", ON_OPENVINO: "openvino"}.get(kind, keras)
+    return {ON_ONNX: "onnxruntime", ON_OPENVINO: "openvino", ON_KERAS_OPENVINO: "openvino"}.get(kind, keras)
 
 
 def contestant_name(kind, dtype):
@@ -254,6 +286,8 @@ def build(kind, shape, image_size, batch, dtype):
     child process that serves it."""
     if kind == ON_TORCH:
         return harness.ChildStep(_TORCH_SERVER, kind, shape, image_size, batch, dtype)
+    if kind == ON_KERAS_OPENVINO:
+        return harness.ChildStep(_OPENVINO_SERVER, kind, shape, image_size, batch, dtype)
     if kind == ON_ONNX:
         return onnx_step(onnx_file(shape, image_size), image_size, batch)
     if kind == ON_OPENVINO:
@@ -267,6 +301,8 @@ def local_step(kind, shape, image_size, batch, dtype):
         return timm_step(kind, shape, image_size, batch, dtype)
     if kind == ON_TORCH:
         return keras_torch_step(shape, image_size, batch, dtype)
+    if kind == ON_KERAS_OPENVINO:
+        return keras_openvino_step(shape, image_size, batch)
     if kind == WHOLE_ROWS:
         return keras_step("keras_vit", shape, image_size, batch, dtype, whole_rows=True)
     return keras_step(kind, shape, image_size, batch, dtype)
@@ -406,6 +442,8 @@ def memory_rows(module, case, kinds_, num_layers):
             contestants.CHILD_FRAMEWORK: framework,
             "KERAS_BACKEND": "torch" if framework == "torch" else "tensorflow",
         }
+        if kind == ON_KERAS_OPENVINO:
+            env = OPENVINO_CHILD_ENV
         argv = ["--child", kind, variant, size, batch, "float32", str(num_layers or 0)]
         if kind in (ON_ONNX, ON_OPENVINO):  # exported here: the child's peak is the runtime's alone
             argv.append(onnx_file(flops.shape(variant, num_layers=num_layers), int(size)))
@@ -444,10 +482,11 @@ def main(argv=None):
     p.add_argument("--cases", default="ViT-Ti_16:224,ViT-B_16:224,ViT-B_16:384", help="VARIANT:SIZE,...")
     p.add_argument(
         "--runtimes",
-        default="torch,onnxruntime,openvino,tf-whole-rows,tf-xla",
+        default="torch,onnxruntime,openvino,keras-openvino,tf-whole-rows,tf-xla",
         help="keras_vit also on: torch (Keras' PyTorch backend), onnxruntime and openvino (its ONNX "
-        "export), tf-whole-rows (TensorFlow without inference in parts of the rows, bfloat16), "
-        "tf-xla (XLA-compiled, float32), or none",
+        "export), keras-openvino (Keras' OpenVINO backend, predict_on_batch), tf-whole-rows "
+        "(TensorFlow without inference in parts of the rows, bfloat16), tf-xla (XLA-compiled, "
+        "float32), or none",
     )
     add_flags(p)
     args = p.parse_args(argv)

@@ -119,6 +119,14 @@ def _concrete_min(x):
 
         if torch.compiler.is_compiling():
             return None
+    elif backend == "openvino":
+        # Keras' OpenVINO backend builds `predict`'s graph from tensors that hang on its input
+        # parameter: those have no value, and OpenVINO refuses to compute them (RuntimeError).
+        try:
+            values = keras.ops.convert_to_numpy(x)
+        except RuntimeError:
+            return None
+        return float(np.min(values)) if values.size else None
     else:
         return None
     if not all(isinstance(size, int) for size in x.shape) or 0 in x.shape:

@@ -51,7 +51,12 @@ QUIET_LOG_LEVEL = "3"
 LOG_LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 # Keras' backends that an extra of ours installs: the backend's name (KERAS_BACKEND), which is
 # also the extra's name, -> the top-level modules whose absence means it is not installed.
-BACKEND_MODULES = {"tensorflow": ("tensorflow",), "jax": ("jax", "jaxlib"), "torch": ("torch",)}
+BACKEND_MODULES = {
+    "tensorflow": ("tensorflow",),
+    "jax": ("jax", "jaxlib"),
+    "torch": ("torch",),
+    "openvino": ("openvino",),  # inference only
+}
 DISTRIBUTION = "keras-vision-transformer"
 # The module in which Keras decides its backend (KERAS_BACKEND, ~/.keras/keras.json, default).
 KERAS_CONFIG = "keras.src.backend.config"

@@ -291,28 +291,33 @@ def test_only_keras_hub_and_the_xla_runtime_compile_and_only_in_float32():
 
 @pytest.mark.slow
 def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
-    """As a command: keras_vit on Keras' PyTorch backend (a child process serving its steps) and
-    its ONNX export on ONNX Runtime and on OpenVINO, and timm eager where installed, beside
-    keras_vit on TensorFlow; each one's peak memory measured in a child process of its own."""
+    """As a command: keras_vit on Keras' PyTorch and OpenVINO backends (a child process serving
+    each one's steps) and its ONNX export on ONNX Runtime and on OpenVINO, and timm eager where
+    installed, beside keras_vit on TensorFlow; each one's peak memory measured in a child process
+    of its own."""
     with_timm = timm_installed()
-    # OpenVINO's bfloat16 row only where the CPU computes in bfloat16 (AVX-512 BF16 or AMX).
+    # OpenVINO's bfloat16 row only where the CPU computes in bfloat16 (AVX-512 BF16 or AMX); on
+    # Keras' OpenVINO backend the one row of the precision OpenVINO picks there.
     openvino_bf16 = inference.runs_in(inference.ON_OPENVINO, "bfloat16")
+    keras_openvino = [("keras_vit Keras-OpenVINO", inference.keras_openvino_dtype())]
+    assert keras_openvino[0][1] == ("bfloat16" if openvino_bf16 else "float32")
     argv = ["--cases=ViT-Ti_16:32", "--batch_sizes=2", "--dtypes=float32,bfloat16", "--timm_modes=eager"]
     argv += [
         f"--peers={'timm' if with_timm else 'none'}",
-        "--runtimes=torch,onnxruntime,openvino",
+        "--runtimes=torch,onnxruntime,openvino,keras-openvino",
         "--memory_case=ViT-Ti_16:32:2",
         f"--out={tmp_path}/i.json",
     ]
     run_benchmark("inference", argv, timeout=900)
     data = read_json(tmp_path / "i.json")
     names = ["keras_vit TF", "keras_vit PyTorch", "keras_vit ONNX Runtime", "keras_vit OpenVINO"]
+    names += [] if openvino_bf16 else ["keras_vit Keras-OpenVINO"]
     names += ["timm eager"] if with_timm else []
     rows = table_rows(data)
     assert [(r["contestant"], r["dtype"]) for r in rows] == [(name, "float32") for name in names] + [
         ("keras_vit TF", "bfloat16"),
         ("keras_vit PyTorch", "bfloat16"),  # the export is float32 only on ONNX Runtime: a note
-    ] + ([("keras_vit OpenVINO", "bfloat16")] if openvino_bf16 else []) + (
+    ] + ([("keras_vit OpenVINO", "bfloat16"), *keras_openvino] if openvino_bf16 else []) + (
         [("timm eager", "bfloat16")] if with_timm else []
     )
     assert "keras_vit ONNX Runtime runs float32 only: keras_vit's ONNX export is float32" in data["notes"]
@@ -326,10 +331,13 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
     assert {"torch float32", "torch bfloat16"} <= set(data["matmul_peak_flops"])
     assert torch_row["framework"] == "torch" and torch_row["fraction_of_peak"] > 0
     assert onnx_row["fraction_of_peak"] is None and openvino_row["fraction_of_peak"] is None
+    keras_openvino_row = next(r for r in rows if r["contestant"] == "keras_vit Keras-OpenVINO")
+    assert keras_openvino_row["images_per_s"] > 0 and keras_openvino_row["fraction_of_peak"] is None
     assert data["settings"]["runtimes"] == [
         "keras_vit PyTorch",
         "keras_vit ONNX Runtime",
         "keras_vit OpenVINO",
+        "keras_vit Keras-OpenVINO",
     ]
     assert [r["contestant"] for r in table_rows(data, 1)] == names
     for row in table_rows(data, 1):
@@ -392,8 +400,8 @@ def test_bad_flags_are_one_line_errors(capsys):
         inference.main(["--cases=ViT-Ti_16:32", "--dtypes=float16", "--peers=none"])
     with pytest.raises(
         SystemExit,
-        match="unknown runtime 'tflite': choose from torch, onnxruntime, openvino, tf-whole-rows, tf-xla "
-        "or none",
+        match="unknown runtime 'tflite': choose from torch, onnxruntime, openvino, keras-openvino, "
+        "tf-whole-rows, tf-xla or none",
     ):
         inference.main(["--cases=ViT-Ti_16:32", "--peers=none", "--runtimes=tflite"])
 

@@ -68,7 +68,7 @@ DISTRIBUTIONS = {
 # Ours: the index's "keras-vit" is an unrelated project (keras_vit/_clash.py).
 DISTRIBUTION = "keras-vision-transformer"
 # Keras backends: keras_vit imports one inside a function only when it is the running backend.
-BACKENDS = {"tensorflow", "jax", "torch"}
+BACKENDS = {"tensorflow", "jax", "torch", "openvino"}
 # The training stack a JAX or PyTorch user of the library must not get.
 TRAINING_ONLY = {
     "tensorflow",

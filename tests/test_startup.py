@@ -242,7 +242,8 @@ class _BackendConfig:
         ("jax", "tensorflow", None),
         ("tensorflow", "h5py", None),
         ("tensorflow", "tensorflow_text", None),
-        ("openvino", "openvino", None),  # no extra of ours installs it
+        ("openvino", "openvino", "openvino"),
+        ("openvino", "jax", None),
     ],
 )
 def test_only_the_backend_itself_missing_is_caught(backend, missing, expected):
