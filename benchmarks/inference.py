@@ -217,18 +217,23 @@ def onnx_file(shape, image_size):
     return _ONNX_FILES[key]
 
 
+def export_pixels(batch, image_size):
+    """The other contestants' images as the exported file takes them: pixels in [0, 255]."""
+    return (shared.synthetic_images(batch, image_size) + 1.0) * 127.5
+
+
 def onnx_step(path, image_size, batch):
-    """The exported model on ONNX Runtime; it takes pixels, so the same images, unscaled."""
+    """The exported model on ONNX Runtime."""
     session = contestants.onnx_session(path)
     name = session.get_inputs()[0].name
-    pixels = (shared.synthetic_images(batch, image_size) + 1.0) * 127.5
+    pixels = export_pixels(batch, image_size)
     return lambda: session.run(None, {name: pixels})[0]
 
 
 def openvino_step(path, image_size, batch, dtype):
     """The same ONNX file compiled by OpenVINO for this batch, at `dtype`'s inference precision."""
     request = contestants.openvino_model(path, dtype, batch, image_size).create_infer_request()
-    pixels = (shared.synthetic_images(batch, image_size) + 1.0) * 127.5
+    pixels = export_pixels(batch, image_size)
     return lambda: request.infer({0: pixels})[0]
 
 

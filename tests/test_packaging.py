@@ -393,6 +393,7 @@ def _run_fresh(python, cwd, backend, extra_folder=None, args=("-c", _FRESH_PROGR
         "KERAS_BACKEND": backend,
         "PYTHONNOUSERSITE": "1",
         "JAX_PLATFORMS": "cpu",
+        "CI": "true",  # `import openvino` sends no usage telemetry (tests/conftest.py)
     }
     if extra_folder:
         env["PYTHONPATH"] = extra_folder
