@@ -253,7 +253,9 @@ def runs_in(kind, dtype):
 
 def framework_of(kind, keras="tf"):
     """Whose matmul peak a contestant's FLOP/s are compared with (none measured for ONNX Runtime
-    and OpenVINO)."""
+    and OpenVINO: OpenVINO's square product of 4096 ran at 450-505 GFLOP/s in bfloat16 on the
+    2-core Xeon, below the 611-652 its ViT-B/16 graphs reached at batch 8 in the same hour, so it
+    is no limit)."""
     if kind.startswith("timm") or kind == ON_TORCH:
         return "torch"
     return {ON_ONNX: "onnxruntime", ON_OPENVINO: "openvino", ON_KERAS_OPENVINO: "openvino"}.get(kind, keras)
