@@ -58,8 +58,6 @@ NAMES = {
     "timm-eager": "timm eager",
     "timm-compile": "timm torch.compile",
 }
-# The CPU flags with which OpenVINO computes in bfloat16 by default.
-BFLOAT16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # --runtimes value -> (its kind, the modules it needs).
 RUNTIMES = {
     "torch": (ON_TORCH, ("torch",)),
@@ -187,7 +185,7 @@ def keras_openvino_step(shape, image_size, batch):
 def keras_openvino_dtype():
     """The dtype OpenVINO computes a float32 model in by default on this CPU, so the one row of
     the Keras-OpenVINO contestant: Keras' backend passes no precision of its own."""
-    return "bfloat16" if cpu_info.flags() & BFLOAT16_FLAGS else "float32"
+    return "bfloat16" if cpu_info.has_bfloat16() else "float32"
 
 
 _TORCH_SERVER = harness.ChildServer("benchmarks.inference", TORCH_CHILD_ENV)
@@ -245,7 +243,7 @@ def runs_in(kind, dtype):
     if kind == WHOLE_ROWS:
         return dtype == "bfloat16"
     if kind == ON_OPENVINO:
-        return dtype == "float32" or bool(cpu_info.flags() & BFLOAT16_FLAGS)
+        return dtype == "float32" or cpu_info.has_bfloat16()
     if kind == ON_KERAS_OPENVINO:
         return dtype == keras_openvino_dtype()
     return kind not in (ON_ONNX, ON_XLA) or dtype == "float32"

@@ -16,6 +16,9 @@ CPUINFO = "/proc/cpuinfo"
 # The instruction sets that decide a CPU's fast paths (oneDNN's bfloat16 kernels, --mixed_precision
 # auto), as /proc/cpuinfo names them, and how a record's description names them.
 FEATURES = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX"}
+# The flags of the instructions that compute products in bfloat16: with either, oneDNN's bfloat16
+# kernels are fast and OpenVINO computes in bfloat16 by default.
+BFLOAT16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 _FIELDS = ("model name", "cpu family", "model", "flags")
 
 
@@ -42,6 +45,11 @@ def flags():
     """This machine's instruction-set flags, as /proc/cpuinfo names them (none where unreadable:
     then no fast path is claimed)."""
     return frozenset(first_processor().get("flags", "").split())
+
+
+def has_bfloat16():
+    """Whether this CPU has bfloat16 product instructions (BFLOAT16_FLAGS)."""
+    return bool(flags() & BFLOAT16_FLAGS)
 
 
 def record(path=CPUINFO):

@@ -28,8 +28,6 @@ from keras_vit import cpu_info, weights
 
 # A child process per backend takes 30-60 s on 2 cores.
 BACKENDS = ["tensorflow"] + [pytest.param(b, marks=pytest.mark.slow) for b in OTHER_BACKENDS]
-# The CPU flags with which OpenVINO computes in bfloat16 by default.
-BFLOAT16_FLAGS = {"avx512_bf16", "amx_bf16"}
 CLASSIFIERS = {"token": "token", "gap": "gap", "hybrid": "token"}
 
 
@@ -88,7 +86,7 @@ def _predict_bound(backend):
     """`predict`'s bound against the float32 reference. On a CPU with bfloat16 instructions
     OpenVINO compiles a model in bfloat16 unless told otherwise, and Keras' OpenVINO backend
     compiles `predict`'s graph with OpenVINO's defaults (its eager calls in float32)."""
-    if backend == "openvino" and cpu_info.flags() & BFLOAT16_FLAGS:
+    if backend == "openvino" and cpu_info.has_bfloat16():
         return {"atol": ATOL["bfloat16/logits"], "rtol": 0}
     return {"atol": 2e-5, "rtol": 2e-5}
 

@@ -77,3 +77,16 @@ def test_this_machine_s_flags_are_the_first_flags_line():
     except OSError:
         first = None
     assert flags == (frozenset(first.partition(":")[2].split()) if first else frozenset())
+
+
+def test_bfloat16_products_need_avx512_bf16_or_amx_not_avx512_alone(monkeypatch):
+    # AVX-512 alone (Xeons from Skylake to Ice Lake) computes bfloat16 products no faster than
+    # float32: no bfloat16 path may be claimed there.
+    for found, expected in (
+        ({"avx2", "avx512f", "avx512bw"}, False),
+        ({"avx512f", "avx512_bf16"}, True),
+        ({"amx_bf16", "amx_tile"}, True),
+        (set(), False),
+    ):
+        monkeypatch.setattr(cpu_info, "flags", lambda found=found: frozenset(found))
+        assert cpu_info.has_bfloat16() is expected, found
