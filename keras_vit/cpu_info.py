@@ -1,11 +1,13 @@
-"""Which CPU this process runs on, from Linux's /proc/cpuinfo (the standard library only).
+"""Which CPU this process runs on, from Linux's /proc/cpuinfo and its cache sizes from sysfs (the
+standard library only).
 
 The trainers' `--mixed_precision=auto` reads its instruction sets (trainers/precision.py); the
 demo and the benchmarks name it beside their timings. The model name alone does not tell CPUs
 apart: two kinds of "AMD EPYC" with the same model name and flags, family 25 and family 26,
 measured a 2x different matmul peak (docs/guides/benchmarks.md, "The machines"), so a record
 keeps the family, the model and the instruction sets that decide the fast paths. Elsewhere than
-Linux the file is missing and the record has only what `platform` says.
+Linux the file is missing and the record has only what `platform` says. One core's L2 size
+decides where keras_vit/row_parts.py splits an encoder block's rows.
 """
 
 import functools
@@ -20,6 +22,8 @@ FEATURES = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AM
 # kernels are fast and OpenVINO computes in bfloat16 by default.
 BFLOAT16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 _FIELDS = ("model name", "cpu family", "model", "flags")
+# Linux's description of the first core's caches, one folder per cache (index0, index1, ...).
+_CACHE_FILE = "/sys/devices/system/cpu/cpu0/cache/index{}/{}"
 
 
 def first_processor(path=CPUINFO):
@@ -86,3 +90,21 @@ def describe(about, *extra):
         details.append(", ".join(words))
     details.append(", ".join([f"{about['cores']} cores", *extra]))
     return f"{about['cpu']} ({'; '.join(details)})"
+
+
+@functools.cache
+def l2_bytes():
+    """One core's L2 cache in bytes, from Linux's sysfs; None where it cannot be read (then
+    keras_vit/row_parts.py keeps the rows whole)."""
+    for index in range(8):
+        try:
+            with open(_CACHE_FILE.format(index, "level")) as f:
+                level = f.read().strip()
+            with open(_CACHE_FILE.format(index, "size")) as f:
+                size = f.read().strip()
+        except OSError:
+            return None
+        if level == "2":
+            units = {"K": 1024, "M": 1024**2}
+            return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    return None

@@ -21,12 +21,11 @@ products through the rule, and on a 2 MB L2 those ran slower in parts).
 KERAS_VIT_ROW_PARTS=0 keeps the rows whole (read at each trace).
 """
 
-import functools
 import os
 
 import keras
 
-from keras_vit import onednn_graph
+from keras_vit import cpu_info, onednn_graph
 
 SWITCH = "KERAS_VIT_ROW_PARTS"
 # How many parts: two, the number of cores of the CPU it was measured on (docs/guides/benchmarks.md).
@@ -41,7 +40,6 @@ MIN_MULTIPLY_ADDS = 2**20
 # batch 8, and ViT-B/16 at batch 1 (116 million) 0.87x. On the 1 MB EPYC this also ends the parts
 # at ViT-Ti/16 batch 5 and 6 in bfloat16, which its L2 rule let through (docs/guides/benchmarks.md).
 MAX_MULTIPLY_ADDS = 2**25
-_L2_SIZE_FILE = "/sys/devices/system/cpu/cpu0/cache/index{}/{}"
 
 
 def enabled():
@@ -53,23 +51,6 @@ def single_threaded(rows, width, outputs, itemsize, l2_bytes):
     """Whether TensorFlow's oneDNN runs the (rows x width) @ (width x outputs) product on one
     thread: its operands and result, `itemsize` bytes an element, fit in an L2 of `l2_bytes`."""
     return itemsize * (rows * outputs + width * (rows + outputs)) < l2_bytes
-
-
-@functools.cache
-def l2_bytes():
-    """One core's L2 cache in bytes, from Linux's sysfs; None where it cannot be read."""
-    for index in range(8):
-        try:
-            with open(_L2_SIZE_FILE.format(index, "level")) as f:
-                level = f.read().strip()
-            with open(_L2_SIZE_FILE.format(index, "size")) as f:
-                size = f.read().strip()
-        except OSError:
-            return None
-        if level == "2":
-            units = {"K": 1024, "M": 1024**2}
-            return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
-    return None
 
 
 def available_threads():
@@ -90,7 +71,7 @@ def count(tokens, compute_dtype):
         return 1
     if not MIN_MULTIPLY_ADDS <= batch * length * width * width <= MAX_MULTIPLY_ADDS:
         return 1
-    l2 = l2_bytes()
+    l2 = cpu_info.l2_bytes()
     if l2 is None or not onednn_graph.runs_on_onednn():
         return 1
     itemsize = 2 if keras.backend.standardize_dtype(compute_dtype) in ("bfloat16", "float16") else 4

@@ -4,6 +4,8 @@ benchmarks read, and how it is named beside a timing."""
 import json
 import os
 
+import pytest
+
 from keras_vit import cpu_info
 
 # The start of /proc/cpuinfo on a 2-core machine: one block per processor. Intel's has a
@@ -90,3 +92,31 @@ def test_bfloat16_products_need_avx512_bf16_or_amx_not_avx512_alone(monkeypatch)
     ):
         monkeypatch.setattr(cpu_info, "flags", lambda found=found: frozenset(found))
         assert cpu_info.has_bfloat16() is expected, found
+
+
+def _cache_dir(tmp_path, entries):
+    for index, (level, size) in enumerate(entries):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "level").write_text(f"{level}\n")
+        (tmp_path / f"index{index}" / "size").write_text(f"{size}\n")
+    return str(tmp_path / "index{}" / "{}")
+
+
+@pytest.mark.parametrize("size, expected", [("1024K", 1024**2), ("2M", 2 * 1024**2), ("524288", 524288)])
+def test_l2_is_read_from_the_level_2_cache_entry(tmp_path, monkeypatch, size, expected):
+    # The L1 entries come first in sysfs: reading the first entry would take L1's 48 KB.
+    monkeypatch.setattr(cpu_info, "_CACHE_FILE", _cache_dir(tmp_path, [(1, "48K"), (1, "32K"), (2, size)]))
+    cpu_info.l2_bytes.cache_clear()
+    try:
+        assert cpu_info.l2_bytes() == expected
+    finally:
+        cpu_info.l2_bytes.cache_clear()
+
+
+def test_no_cache_information_is_no_l2_size_and_so_whole_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_info, "_CACHE_FILE", str(tmp_path / "index{}" / "{}"))
+    cpu_info.l2_bytes.cache_clear()
+    try:
+        assert cpu_info.l2_bytes() is None
+    finally:
+        cpu_info.l2_bytes.cache_clear()

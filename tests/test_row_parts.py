@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from fixtures import pretend_onednn_cpu
 
-from keras_vit import layers, onednn_graph, part_attention, row_parts
+from keras_vit import cpu_info, layers, onednn_graph, part_attention, row_parts
 from keras_vit.posembs import relative
 
 L2_OF_THE_EPYC = 1024 * 1024  # one core's L2 on the CPU the split was measured on
@@ -31,38 +31,10 @@ def test_the_size_rule_is_tensorflows_for_a_one_thread_product(rows, width, item
     assert row_parts.single_threaded(rows, width, width, itemsize, L2_OF_THE_EPYC) is expected
 
 
-def _cache_dir(tmp_path, entries):
-    for index, (level, size) in enumerate(entries):
-        (tmp_path / f"index{index}").mkdir()
-        (tmp_path / f"index{index}" / "level").write_text(f"{level}\n")
-        (tmp_path / f"index{index}" / "size").write_text(f"{size}\n")
-    return str(tmp_path / "index{}" / "{}")
-
-
-@pytest.mark.parametrize("size, expected", [("1024K", 1024**2), ("2M", 2 * 1024**2), ("524288", 524288)])
-def test_l2_is_read_from_the_level_2_cache_entry(tmp_path, monkeypatch, size, expected):
-    # The L1 entries come first in sysfs: reading the first entry would take L1's 48 KB.
-    monkeypatch.setattr(row_parts, "_L2_SIZE_FILE", _cache_dir(tmp_path, [(1, "48K"), (1, "32K"), (2, size)]))
-    row_parts.l2_bytes.cache_clear()
-    try:
-        assert row_parts.l2_bytes() == expected
-    finally:
-        row_parts.l2_bytes.cache_clear()
-
-
-def test_no_cache_information_means_whole_rows(tmp_path, monkeypatch):
-    monkeypatch.setattr(row_parts, "_L2_SIZE_FILE", str(tmp_path / "index{}" / "{}"))
-    row_parts.l2_bytes.cache_clear()
-    try:
-        assert row_parts.l2_bytes() is None
-    finally:
-        row_parts.l2_bytes.cache_clear()
-
-
 @pytest.fixture
 def two_core_epyc(monkeypatch):
     """The conditions the split was measured under, whatever this machine is."""
-    monkeypatch.setattr(row_parts, "l2_bytes", lambda: L2_OF_THE_EPYC)
+    monkeypatch.setattr(cpu_info, "l2_bytes", lambda: L2_OF_THE_EPYC)
     monkeypatch.setattr(row_parts, "available_threads", lambda: 2)
     pretend_onednn_cpu(monkeypatch)
 
@@ -109,7 +81,7 @@ def test_whole_rows_where_parts_would_not_help(two_core_epyc, why, shape, kwargs
 def test_on_a_2_mb_l2_larger_products_keep_whole_rows(two_core_epyc, monkeypatch, shape, expected):
     # Each of these fits a 2 MB L2 by TensorFlow's one-thread rule; above MAX_MULTIPLY_ADDS the
     # parts measured slower on the Xeon, so the rule alone would have split them.
-    monkeypatch.setattr(row_parts, "l2_bytes", lambda: L2_OF_THE_XEON)
+    monkeypatch.setattr(cpu_info, "l2_bytes", lambda: L2_OF_THE_XEON)
     assert _count_traced(shape) == expected
 
 
