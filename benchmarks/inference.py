@@ -442,13 +442,14 @@ def memory_rows(module, case, kinds_, num_layers):
     rows = []
     for kind in [k for k in kinds_ if runs_in(k, "float32")]:  # the case runs in float32
         # Each process loads one framework: Keras on PyTorch's backend keeps TensorFlow out of timm's.
-        framework = "torch" if framework_of(kind) == "torch" else "tf"
-        env = {
-            contestants.CHILD_FRAMEWORK: framework,
-            "KERAS_BACKEND": "torch" if framework == "torch" else "tensorflow",
-        }
         if kind == ON_KERAS_OPENVINO:
             env = OPENVINO_CHILD_ENV
+        else:
+            framework = "torch" if framework_of(kind) == "torch" else "tf"
+            env = {
+                contestants.CHILD_FRAMEWORK: framework,
+                "KERAS_BACKEND": "torch" if framework == "torch" else "tensorflow",
+            }
         argv = ["--child", kind, variant, size, batch, "float32", str(num_layers or 0)]
         if kind in (ON_ONNX, ON_OPENVINO):  # exported here: the child's peak is the runtime's alone
             argv.append(onnx_file(flops.shape(variant, num_layers=num_layers), int(size)))

@@ -77,18 +77,15 @@ def test_logits_match_the_numpy_reference(backend, cases, outputs):
             params, pixels / 127.5 - 1, num_heads=3, resize_to_grid=(height // 4, width // 4)
         )
         np.testing.assert_allclose(got[f"any_size/{height}x{width}/logits"], expected, atol=2e-5, rtol=2e-5)
-        np.testing.assert_allclose(
-            got[f"any_size/{height}x{width}/predict"], expected, **_predict_bound(backend)
-        )
+        bound = BFLOAT16_BOUND if _predicts_in_bfloat16(backend) else {"atol": 2e-5, "rtol": 2e-5}
+        np.testing.assert_allclose(got[f"any_size/{height}x{width}/predict"], expected, **bound)
 
 
-def _predict_bound(backend):
-    """`predict`'s bound against the float32 reference. On a CPU with bfloat16 instructions
-    OpenVINO compiles a model in bfloat16 unless told otherwise, and Keras' OpenVINO backend
-    compiles `predict`'s graph with OpenVINO's defaults (its eager calls in float32)."""
-    if backend == "openvino" and cpu_info.has_bfloat16():
-        return {"atol": ATOL["bfloat16/logits"], "rtol": 0}
-    return {"atol": 2e-5, "rtol": 2e-5}
+def _predicts_in_bfloat16(backend):
+    """Whether `predict` computes in bfloat16 on this backend and CPU: on a CPU with bfloat16
+    instructions OpenVINO compiles a model in bfloat16 unless told otherwise, and Keras' OpenVINO
+    backend compiles `predict`'s graph with OpenVINO's defaults (its eager calls in float32)."""
+    return backend == "openvino" and cpu_info.has_bfloat16()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -119,6 +116,7 @@ def test_attention_maps_are_distributions_over_each_inputs_tokens(backend, outpu
 
 # Outputs that agree to float32 rounding; the rest need their own bound (below).
 ATOL = {"analyse/attention_distance": 1e-4, "bfloat16/logits": 2e-2}
+BFLOAT16_BOUND = {"atol": ATOL["bfloat16/logits"], "rtol": 0}
 
 
 @pytest.mark.parametrize("backend", [pytest.param(b, marks=pytest.mark.slow) for b in OTHER_BACKENDS])
@@ -130,8 +128,8 @@ def test_every_output_equals_tensorflows(backend, outputs):
     for name, value in expected.items():
         if value.dtype.kind in "USb":  # names, flags
             np.testing.assert_array_equal(got[name], value, err_msg=name)
-        elif name.endswith("/predict"):
-            np.testing.assert_allclose(got[name], value, err_msg=name, **_predict_bound(backend))
+        elif name.endswith("/predict") and _predicts_in_bfloat16(backend):
+            np.testing.assert_allclose(got[name], value, err_msg=name, **BFLOAT16_BOUND)
         else:
             np.testing.assert_allclose(got[name], value, atol=ATOL.get(name, 1e-5), rtol=0, err_msg=name)
     if backend not in INFERENCE_ONLY_BACKENDS:
