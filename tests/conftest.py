@@ -115,3 +115,14 @@ def pytest_runtest_setup(item):
         _MODULE_RUNNING["module"] = module
         gc.collect()
         gc.freeze()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test, its fixtures' set-up and teardown included, leaves the process's signal stack as
+    it found it: OpenVINO's CPU plugin can leave a freed one behind (tests/signal_stack.py), and a
+    later test's signal would then end the worker and every test it had left."""
+    import signal_stack
+
+    with signal_stack.kept():
+        return (yield)

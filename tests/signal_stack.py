@@ -1,0 +1,47 @@
+"""The test process's signal stack, put back after each test (tests/conftest.py).
+
+OpenVINO's CPU plugin (2026.4) gives the thread that makes it a signal stack of its own and, when
+freed, puts back the one it found there, unless another has replaced it since. Two plugins freed
+in the order they were made (two `openvino.Core`s, or two models compiled on Keras' OpenVINO
+backend) therefore leave the thread the first plugin's stack, already unmapped: the next signal
+the thread handles (a test's SIGTERM to its own process, Ctrl-C) ends the process with a
+segmentation fault. A pytest-xdist worker that had run the deploy guide's OpenVINO lines died so
+at a later file's SIGTERM, and the suite hung on its replacement.
+"""
+
+import contextlib
+import ctypes
+import sys
+
+
+class _Stack(ctypes.Structure):
+    """Linux's stack_t."""
+
+    _fields_ = [("ss_sp", ctypes.c_void_p), ("ss_flags", ctypes.c_int), ("ss_size", ctypes.c_size_t)]
+
+    def key(self):
+        return self.ss_sp, self.ss_flags, self.ss_size
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def current():
+    """This thread's signal stack (None where it cannot be read: not Linux)."""
+    stack = _Stack()
+    if _LIBC is None or _LIBC.sigaltstack(None, ctypes.byref(stack)) != 0:
+        return None
+    return stack
+
+
+@contextlib.contextmanager
+def kept():
+    """Puts this thread's signal stack back as it was before the block, whatever the block did."""
+    before = current()
+    try:
+        yield
+    finally:
+        after = current()
+        if before is not None and after is not None and after.key() != before.key():
+            if _LIBC.sigaltstack(ctypes.byref(before), None) != 0:
+                raise OSError(ctypes.get_errno(), "sigaltstack: could not put the signal stack back")
