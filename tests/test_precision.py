@@ -56,6 +56,16 @@ def test_auto_is_bfloat16_on_avx512_bf16_without_amx_and_says_which(monkeypatch)
     assert precision.resolve("auto", CPU, **VIT_TI)[1].endswith("(auto: CPU with AMX bfloat16 matrix units)")
 
 
+def test_auto_names_each_bfloat16_flag_the_library_knows(monkeypatch):
+    """A flag added to cpu_info.BFLOAT16_FLAGS without banner words would end `resolve` in a
+    StopIteration on such a CPU."""
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    for flag in cpu_info.BFLOAT16_FLAGS:
+        monkeypatch.setattr(cpu_info, "flags", lambda flag=flag: frozenset({"avx512f", flag}))
+        words = precision.CPU_BFLOAT16_WORDS[flag]
+        assert precision.resolve("auto", CPU, **VIT_TI) == ("bfloat16", f"bfloat16 (auto: CPU with {words})")
+
+
 def test_auto_is_float32_on_a_cpu_without_them_or_without_onednn(plain_cpu, monkeypatch):
     chosen, note = precision.resolve("auto", CPU, **VIT_TI)
     assert (chosen, note) == ("none", "float32 (auto: no bfloat16 matrix instructions on this CPU)")

@@ -27,8 +27,8 @@ from trainers import distribute, engines
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 # --mixed_precision's values: one of the policies, or auto (resolve picks one for the hardware).
 PRECISIONS = ("auto", *POLICIES)
-# As /proc/cpuinfo names them, with the banner's words for each (the first one found is named).
-CPU_BFLOAT16_FLAGS = {"amx_bf16": "AMX bfloat16 matrix units", "avx512_bf16": "AVX-512 BF16 instructions"}
+# The banner's words for each of cpu_info.BFLOAT16_FLAGS (the first one the CPU has is named).
+CPU_BFLOAT16_WORDS = {"amx_bf16": "AMX bfloat16 matrix units", "avx512_bf16": "AVX-512 BF16 instructions"}
 GPU_MIN_COMPUTE_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores
 CPU_MIN_HIDDEN_SIZE = 192  # ViT-Ti's width
 CPU_MIN_PATCHES = 64  # ViT-Ti/16 at 128 px: 1.12x in bfloat16; at 64 px (16 patches): 0.89x
@@ -72,7 +72,7 @@ def _auto(strategy, jit, hidden_size, num_patches):
         return "none", "XLA on CPU, which has no fast bfloat16 matmul"
     if hidden_size < CPU_MIN_HIDDEN_SIZE or num_patches < CPU_MIN_PATCHES:
         return "none", f"on CPU bfloat16 pays from width {CPU_MIN_HIDDEN_SIZE} and {CPU_MIN_PATCHES} patches"
-    found = next(words for flag, words in CPU_BFLOAT16_FLAGS.items() if flag in cpu_info.flags())
+    found = next(words for flag, words in CPU_BFLOAT16_WORDS.items() if flag in cpu_info.flags())
     return "bfloat16", f"CPU with {found}"
 
 
@@ -87,4 +87,4 @@ def cpu_has_bfloat16():
     AMX or AVX-512 BF16, and oneDNN not switched off (without it bfloat16 is emulated, slowly)."""
     if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip() == "0":
         return False
-    return bool(set(CPU_BFLOAT16_FLAGS) & cpu_info.flags())
+    return cpu_info.has_bfloat16()
