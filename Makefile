@@ -9,9 +9,11 @@ TEST_STAMP := $(VENV)/.installed-test
 # pytest-xdist workers for `make test`: each takes whole test files, so that a file's shared set-up
 # (a module-scoped fixture that trains both engines, say) runs once. Most of the suite's time is
 # process start-up, compilation and single-threaded Python, so two workers on 2 cores take about
-# 40% less time than one process; `make test TEST_WORKERS=auto` uses every core.
+# 40% less time than one process; `make test TEST_WORKERS=auto` uses every core. A worker that dies
+# ends the run at once, naming the test it was running: pytest-xdist 3.8 with --dist=loadfile can
+# hang on the worker that replaces a dead one, or start the same fatal test again.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q --numprocesses=$(TEST_WORKERS) --dist=loadfile
+PYTEST := $(BIN)/python -m pytest -q --numprocesses=$(TEST_WORKERS) --dist=loadfile --max-worker-restart=0
 
 .PHONY: install test test-fast docs demo bench lint format clean
 
