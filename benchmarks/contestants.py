@@ -8,6 +8,7 @@ TensorFlow and the reverse. keras_vit_model builds on whatever backend Keras run
 (benchmarks.inference runs it on the PyTorch backend in a child process).
 """
 
+import functools
 import importlib.util
 import os
 import sys
@@ -63,6 +64,17 @@ def onnx_session(path):
     return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
+@functools.cache
+def openvino_core():
+    """One OpenVINO Core for the process: OpenVINO's CPU plugin swaps the signal stack of the thread
+    that makes it, and Cores freed in the order they were made leave a freed one behind, so Ctrl-C
+    after one case's float32 and bfloat16 models would end the run with a segmentation fault
+    (docs/guides/deploy.md)."""
+    import openvino
+
+    return openvino.Core()
+
+
 def openvino_model(path, dtype, batch, image_size):
     """The ONNX export compiled by OpenVINO for the CPU with every core, for batches of `batch`
     images: a static shape, as a server with a fixed batch compiles it and as torch.compile
@@ -70,9 +82,7 @@ def openvino_model(path, dtype, batch, image_size):
     batch 8, the same outputs). bfloat16 is OpenVINO's bf16 inference precision: the file stays
     float32, OpenVINO converts the weights as it compiles (on CPUs with AVX-512 BF16 or AMX).
     `import openvino` sends OpenVINO's usage telemetry unless opted out (docs/guides/deploy.md)."""
-    import openvino
-
-    core = openvino.Core()
+    core = openvino_core()
     model = core.read_model(path)
     model.reshape([batch, image_size, image_size, 3])
     precision = {"float32": "f32", "bfloat16": "bf16"}[dtype]

@@ -24,6 +24,7 @@ class _Stack(ctypes.Structure):
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_SS_DISABLE = 2  # Linux's flag of a thread without a signal stack
 
 
 def current():
@@ -32,6 +33,20 @@ def current():
     if _LIBC is None or _LIBC.sigaltstack(None, ctypes.byref(stack)) != 0:
         return None
     return stack
+
+
+def is_mapped(stack, maps="/proc/self/maps"):
+    """Whether `stack` (a signal stack from current()) lies in memory the process has mapped; a
+    disabled stack is never written to, so it counts as mapped."""
+    if stack.ss_flags & _SS_DISABLE:
+        return True
+    start, end = stack.ss_sp, stack.ss_sp + stack.ss_size
+    with open(maps, encoding="ascii") as regions:
+        for line in regions:
+            low, high = (int(address, 16) for address in line.split()[0].split("-"))
+            if low <= start and end <= high:
+                return True
+    return False
 
 
 @contextlib.contextmanager

@@ -6,12 +6,15 @@ on Keras' PyTorch backend run in child processes, where PyTorch can load before 
 (benchmarks/contestants.py).
 """
 
+import gc
 import os
 import shutil
 import sys
 import time
 
+import numpy as np
 import pytest
+import signal_stack
 from benchmark_runs import FRAMEWORK_VARIABLE, TINY, read_json, run_benchmark, table_rows, timm_installed
 from fixtures import shared_fake_tfds
 
@@ -19,6 +22,7 @@ from fixtures import shared_fake_tfds
 os.environ[FRAMEWORK_VARIABLE] = "tf"
 
 from benchmarks import (  # noqa: E402
+    contestants,
     flops,
     harness,
     inference,
@@ -534,3 +538,24 @@ def test_a_run_prints_its_machine_and_each_frameworks_matmul_peak(tmp_path, caps
     )
     data["machine"]["accelerator"] = "NVIDIA H100 80GB HBM3"
     assert harness.limit_line(data).startswith("matmul peak of one NVIDIA H100 80GB HBM3, measured")
+
+
+def test_openvino_models_share_one_core_and_leave_a_mapped_signal_stack(tmp_path):
+    """Two cases' OpenVINO models made and freed in that order (a case's float32 then bfloat16)
+    leave the process's signal stack in mapped memory, so Ctrl-C still stops the run: with a
+    Core per model, OpenVINO's CPU plugins left a freed stack behind (tests/signal_stack.py)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    pixels = helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["batch", 4, 4, 3])
+    relu = helper.make_tensor_value_info("relu", TensorProto.FLOAT, ["batch", 4, 4, 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["pixels"], ["relu"])], "tiny", [pixels], [relu])
+    path = str(tmp_path / "tiny.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    first = contestants.openvino_model(path, "float32", 2, 4)
+    second = contestants.openvino_model(path, "float32", 1, 4)
+    assert first({0: -np.ones((2, 4, 4, 3), np.float32)})[0].max() == 0.0
+    del first, second
+    gc.collect()
+    assert signal_stack.is_mapped(signal_stack.current())
+    assert contestants.openvino_core() is contestants.openvino_core()

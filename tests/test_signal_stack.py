@@ -1,7 +1,9 @@
 """tests/signal_stack.py: after OpenVINO's CPU plugins are freed in the order they were made, the
 test process still handles a signal (without it, a segmentation fault ends the process)."""
 
+import ctypes
 import gc
+import mmap
 import os
 import signal
 import time
@@ -35,3 +37,16 @@ def test_a_signal_after_openvino_plugins_freed_in_order_is_handled():
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert received == [signal.SIGTERM]
+
+
+def test_a_freed_stack_is_not_mapped_and_the_current_one_is():
+    stack = signal_stack.current()
+    assert signal_stack.is_mapped(stack)  # Python's own (faulthandler), or none at all
+    buffer = mmap.mmap(-1, 16384)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+    inside = signal_stack._Stack(address, 0, 16384)
+    assert signal_stack.is_mapped(inside)
+    del inside  # no view of the buffer may outlive it
+    gc.collect()
+    buffer.close()
+    assert not signal_stack.is_mapped(signal_stack._Stack(address, 0, 16384))
