@@ -23,7 +23,8 @@ class _Stack(ctypes.Structure):
         return self.ss_sp, self.ss_flags, self.ss_size
 
 
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+LINUX = sys.platform.startswith("linux")  # stack_t's layout and /proc/self/maps are Linux's
+_LIBC = ctypes.CDLL(None, use_errno=True) if LINUX else None
 _SS_DISABLE = 2  # Linux's flag of a thread without a signal stack
 
 

@@ -540,6 +540,7 @@ def test_a_run_prints_its_machine_and_each_frameworks_matmul_peak(tmp_path, caps
     assert harness.limit_line(data).startswith("matmul peak of one NVIDIA H100 80GB HBM3, measured")
 
 
+@pytest.mark.skipif(not signal_stack.LINUX, reason="Linux's signal stacks")
 def test_openvino_models_share_one_core_and_leave_a_mapped_signal_stack(tmp_path):
     """Two cases' OpenVINO models made and freed in that order (a case's float32 then bfloat16)
     leave the process's signal stack in mapped memory, so Ctrl-C still stops the run: with a

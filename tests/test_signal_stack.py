@@ -10,7 +10,10 @@ import time
 
 import numpy as np
 import openvino
+import pytest
 import signal_stack
+
+pytestmark = pytest.mark.skipif(not signal_stack.LINUX, reason="Linux's signal stacks")
 
 
 def _compiled_on_cpu():
