@@ -169,23 +169,16 @@ def keras_torch_step(shape, image_size, batch, dtype):
     return step
 
 
-def keras_openvino_step(shape, image_size, batch):
-    """keras_vit on Keras' OpenVINO backend (this process must run on it): `predict_on_batch`, which
-    compiles the model's graph once per input shape with OpenVINO's defaults and then calls it.
-    The weights stay float32; OpenVINO computes in bfloat16 where the CPU has bfloat16
-    instructions, else in float32 (`keras_openvino_dtype`)."""
+def keras_openvino_step(shape, image_size, batch, dtype):
+    """keras_vit on Keras' OpenVINO backend (this process must run on it): `predict_on_batch`,
+    which keras_vit compiles for the batch's shape at the model's precision (`dtype`'s policy, as
+    on TensorFlow: keras_vit/openvino_predict.py), and then calls."""
     import keras
 
     assert keras.backend.backend() == "openvino", keras.backend.backend()
-    model = contestants.keras_model("keras_vit", shape, image_size, NUM_CLASSES, "float32", policy="float32")
+    model = contestants.keras_model("keras_vit", shape, image_size, NUM_CLASSES, dtype, policy=dtype)
     images = shared.synthetic_images(batch, image_size)
     return lambda: model.predict_on_batch(images)
-
-
-def keras_openvino_dtype():
-    """The dtype OpenVINO computes a float32 model in by default on this CPU, so the one row of
-    the Keras-OpenVINO contestant: Keras' backend passes no precision of its own."""
-    return "bfloat16" if cpu_info.has_bfloat16() else "float32"
 
 
 _TORCH_SERVER = harness.ChildServer("benchmarks.inference", TORCH_CHILD_ENV)
@@ -237,15 +230,14 @@ def openvino_step(path, image_size, batch, dtype):
 
 def runs_in(kind, dtype):
     """Whether contestant `kind` has a `dtype` mode: the ONNX export on ONNX Runtime and XLA run
-    float32 only, OpenVINO bfloat16 only on a CPU with bfloat16 instructions (elsewhere it would
-    compute in float32 under the bfloat16 name), and the whole rows bfloat16 only, the dtype
+    float32 only, OpenVINO (the exported file, and keras_vit on Keras' OpenVINO backend) bfloat16
+    only on a CPU with bfloat16 instructions (elsewhere it would compute in float32 under the
+    bfloat16 name), and the whole rows bfloat16 only, the dtype
     whose gain from the parts the table follows."""
     if kind == WHOLE_ROWS:
         return dtype == "bfloat16"
-    if kind == ON_OPENVINO:
+    if kind in (ON_OPENVINO, ON_KERAS_OPENVINO):
         return dtype == "float32" or cpu_info.has_bfloat16()
-    if kind == ON_KERAS_OPENVINO:
-        return dtype == keras_openvino_dtype()
     return kind not in (ON_ONNX, ON_XLA) or dtype == "float32"
 
 
@@ -307,7 +299,7 @@ def local_step(kind, shape, image_size, batch, dtype):
     if kind == ON_TORCH:
         return keras_torch_step(shape, image_size, batch, dtype)
     if kind == ON_KERAS_OPENVINO:
-        return keras_openvino_step(shape, image_size, batch)
+        return keras_openvino_step(shape, image_size, batch, dtype)
     if kind == WHOLE_ROWS:
         return keras_step("keras_vit", shape, image_size, batch, dtype, whole_rows=True)
     return keras_step(kind, shape, image_size, batch, dtype)

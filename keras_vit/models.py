@@ -12,6 +12,7 @@ from keras_vit import (
     grids,
     keras_layout,
     npz_layout,
+    openvino_predict,
     posembs,
     preprocessing,
     vit_graph,
@@ -199,6 +200,15 @@ class ViT(keras.Model):
     def predict(self, x, *args, **kwargs):
         self._check_pixels(x)
         return super().predict(x, *args, **kwargs)
+
+    def make_predict_function(self, force=False):
+        # On Keras' OpenVINO backend: compiled per input shape, at the model's precision, and
+        # again after its weights change (keras_vit/openvino_predict.py says why).
+        if keras.backend.backend() != "openvino":
+            return super().make_predict_function(force)
+        if self.predict_function is None or force:
+            self.predict_function = openvino_predict.CompiledPredict(self)
+        return self.predict_function
 
     def attention_maps(self, images):
         """Every block's attention probabilities for a batch, first block first.

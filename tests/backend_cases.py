@@ -13,6 +13,7 @@ test process loads on TensorFlow.
 """
 
 import contextlib
+import gc
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ import warnings
 
 import keras
 import numpy as np
+import signal_stack
 from fixtures import DISTINCT
 
 import keras_vit
@@ -148,8 +150,15 @@ def compute(directory, written=None):
     out.update(_preprocessing(directory, x["pixels_16x16"]))
     if keras.backend.backend() not in INFERENCE_ONLY_BACKENDS:
         out.update(_after_one_training_step(directory, x))
+    out.update(_predict_after_new_weights(directory, pixels))
     out.update(_mixed_bfloat16(directory, pixels))
     out.update(_initial_weights())
+    if keras.backend.backend() == "openvino":
+        # The models above that predicted are freed by now, in the order they were made: with an
+        # OpenVINO Core per compiled graph (Keras' own predict) that leaves this thread a freed
+        # signal stack, and the next signal would end the process (tests/signal_stack.py).
+        gc.collect()
+        out["openvino/signal_stack_mapped"] = np.array(signal_stack.is_mapped(signal_stack.current()))
     if keras.backend.backend() == "jax":
         out["any_size/jax_jit"] = _jax_jit(model, pixels)
     if written:
@@ -219,8 +228,32 @@ def _after_one_training_step(directory, x):
     return {"train/loss": np.float32(loss), "train/logits": _numpy(model(x["token"]))}
 
 
+def _predict_after_new_weights(directory, pixels):
+    """`predict` of the any-size model before and after `set_weights` (a backend that kept the
+    graph it compiled first would predict with the old weights), in batches of one (two steps)."""
+    model = _load(directory, "any_size")
+    before = _numpy(model.predict(pixels, batch_size=1, verbose=0))
+    model.set_weights([w * 0.5 for w in model.get_weights()])
+    out = {
+        "any_size/predict_before_set_weights": before,
+        "any_size/predict_after_set_weights": _numpy(model.predict(pixels, batch_size=1, verbose=0)),
+        "any_size/call_after_set_weights": _numpy(model(pixels)),
+        "any_size/predict_on_batch_after_set_weights": _numpy(model.predict_on_batch(pixels)),
+    }
+    if keras.backend.backend() == "openvino":
+        out["openvino/precision_float32"] = _openvino_precision(model)
+    return out
+
+
+def _openvino_precision(model):
+    """The precision OpenVINO compiled `model`'s last `predict` graphs in (keras_vit/openvino_predict.py)."""
+    compiled = model.predict_function.compiled.values()
+    return np.array([c.get_property("INFERENCE_PRECISION_HINT").get_type_name() for c, _ in compiled])
+
+
 def _mixed_bfloat16(directory, pixels):
-    """The any-size model built under the global mixed_bfloat16 policy, its weights loaded."""
+    """The any-size model built under the global mixed_bfloat16 policy, its weights loaded:
+    called, and through `predict`."""
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
@@ -228,10 +261,18 @@ def _mixed_bfloat16(directory, pixels):
             model = keras_vit.ViT.from_config(json.load(f))
         model.load_weights(os.path.join(directory, "any_size.weights.h5"))
         logits = model(pixels)
+        predicted = model.predict(pixels, verbose=0)
     finally:
         keras.mixed_precision.set_global_policy(previous)
     dtype = keras.backend.standardize_dtype(logits.dtype)
-    return {"bfloat16/logits": _numpy(logits), "bfloat16/dtype": np.array(dtype)}
+    out = {
+        "bfloat16/logits": _numpy(logits),
+        "bfloat16/predict": _numpy(predicted),
+        "bfloat16/dtype": np.array(dtype),
+    }
+    if keras.backend.backend() == "openvino":
+        out["openvino/precision_bfloat16"] = _openvino_precision(model)
+    return out
 
 
 def _jax_jit(model, pixels):

@@ -300,11 +300,10 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
     installed, beside keras_vit on TensorFlow; each one's peak memory measured in a child process
     of its own."""
     with_timm = timm_installed()
-    # OpenVINO's bfloat16 row only where the CPU computes in bfloat16 (AVX-512 BF16 or AMX); on
-    # Keras' OpenVINO backend the one row of the precision OpenVINO picks there.
+    # OpenVINO's bfloat16 rows (the exported file's, keras_vit's on Keras' OpenVINO backend) only
+    # where the CPU computes in bfloat16 (AVX-512 BF16 or AMX).
     openvino_bf16 = inference.runs_in(inference.ON_OPENVINO, "bfloat16")
-    keras_openvino = [("keras_vit Keras-OpenVINO", inference.keras_openvino_dtype())]
-    assert keras_openvino[0][1] == ("bfloat16" if openvino_bf16 else "float32")
+    assert inference.runs_in(inference.ON_KERAS_OPENVINO, "bfloat16") == openvino_bf16
     argv = ["--cases=ViT-Ti_16:32", "--batch_sizes=2", "--dtypes=float32,bfloat16", "--timm_modes=eager"]
     argv += [
         f"--peers={'timm' if with_timm else 'none'}",
@@ -315,15 +314,17 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
     run_benchmark("inference", argv, timeout=900)
     data = read_json(tmp_path / "i.json")
     names = ["keras_vit TF", "keras_vit PyTorch", "keras_vit ONNX Runtime", "keras_vit OpenVINO"]
-    names += [] if openvino_bf16 else ["keras_vit Keras-OpenVINO"]
+    names += ["keras_vit Keras-OpenVINO"]
     names += ["timm eager"] if with_timm else []
     rows = table_rows(data)
     assert [(r["contestant"], r["dtype"]) for r in rows] == [(name, "float32") for name in names] + [
         ("keras_vit TF", "bfloat16"),
         ("keras_vit PyTorch", "bfloat16"),  # the export is float32 only on ONNX Runtime: a note
-    ] + ([("keras_vit OpenVINO", "bfloat16"), *keras_openvino] if openvino_bf16 else []) + (
-        [("timm eager", "bfloat16")] if with_timm else []
-    )
+    ] + (
+        [("keras_vit OpenVINO", "bfloat16"), ("keras_vit Keras-OpenVINO", "bfloat16")]
+        if openvino_bf16
+        else []
+    ) + ([("timm eager", "bfloat16")] if with_timm else [])
     assert "keras_vit ONNX Runtime runs float32 only: keras_vit's ONNX export is float32" in data["notes"]
     ours = rows[0]
     for row in rows[1 : len(names)]:
