@@ -14,6 +14,7 @@ test process loads on TensorFlow.
 
 import contextlib
 import gc
+import io
 import json
 import os
 import subprocess
@@ -22,11 +23,12 @@ import warnings
 
 import keras
 import numpy as np
+import PIL.Image
 import signal_stack
 from fixtures import DISTINCT
 
 import keras_vit
-from keras_vit import initializers, masked_patches, visualize, weights
+from keras_vit import initializers, masked_patches, predict, visualize, weights
 from keras_vit.preprocessing import DoubleScalingWarning, decode_predictions, preprocess_input
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,6 +121,10 @@ def write_cases(directory):
     for seed, (name, model) in enumerate(models().items()):
         _save(_randomise(model, seed), directory, name)
     np.savez(os.path.join(directory, "inputs.npz"), **inputs())
+    # An image file for the predict command: the first 16 x 16 image, as 8-bit pixels.
+    PIL.Image.fromarray(inputs()["pixels_16x16"][0].astype("uint8")).save(
+        os.path.join(directory, "photo.png")
+    )
 
 
 def compute(directory, written=None):
@@ -148,6 +154,7 @@ def compute(directory, written=None):
         out[f"{posemb}/maps"] = np.stack([_numpy(m) for m in _load(directory, posemb).attention_maps(pixels)])
     out.update(_fixture_logits())
     out.update(_preprocessing(directory, x["pixels_16x16"]))
+    out.update(_predict_command(directory))
     if keras.backend.backend() not in INFERENCE_ONLY_BACKENDS:
         out.update(_after_one_training_step(directory, x))
     out.update(_predict_after_new_weights(directory, pixels))
@@ -214,6 +221,23 @@ def _preprocessing(directory, pixels):
         "preprocessing/warned": np.array([w.category is DoubleScalingWarning for w in caught]),
         "preprocessing/decoded_ids": np.array([[wnid for wnid, _, _ in row] for row in decoded]),
         "preprocessing/decoded_scores": np.array([[s for _, _, s in row] for row in decoded], np.float32),
+    }
+
+
+def _predict_command(directory):
+    """`python -m keras_vit.predict --json` of the ImageNet case's .keras file on an image file, run
+    in this process: the classes it prints, and their probabilities."""
+    printed = io.StringIO()
+    argv = ["--json", "--top=3", f"--model={os.path.join(directory, 'imagenet.keras')}"]
+    with contextlib.redirect_stdout(printed):
+        status = predict.main([*argv, os.path.join(directory, "photo.png")])
+    assert status == 0, status
+    (found,) = json.loads(printed.getvalue())
+    return {
+        "predict_command/indices": np.array([p["index"] for p in found["predictions"]]),
+        "predict_command/probabilities": np.array(
+            [p["probability"] for p in found["predictions"]], np.float32
+        ),
     }
 
 
