@@ -8,7 +8,6 @@ TensorFlow and the reverse. keras_vit_model builds on whatever backend Keras run
 (benchmarks.inference runs it on the PyTorch backend in a child process).
 """
 
-import functools
 import importlib.util
 import os
 import sys
@@ -64,25 +63,19 @@ def onnx_session(path):
     return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
-@functools.cache
-def openvino_core():
-    """One OpenVINO Core for the process: OpenVINO's CPU plugin swaps the signal stack of the thread
-    that makes it, and Cores freed in the order they were made leave a freed one behind, so Ctrl-C
-    after one case's float32 and bfloat16 models would end the run with a segmentation fault
-    (docs/guides/deploy.md)."""
-    import openvino
-
-    return openvino.Core()
-
-
 def openvino_model(path, dtype, batch, image_size):
     """The ONNX export compiled by OpenVINO for the CPU with every core, for batches of `batch`
     images: a static shape, as a server with a fixed batch compiles it and as torch.compile
     specialises timm's (on the 2-core Xeon 1.15x over the file's dynamic batch for ViT-Ti/16 at
     batch 8, the same outputs). bfloat16 is OpenVINO's bf16 inference precision: the file stays
     float32, OpenVINO converts the weights as it compiles (on CPUs with AVX-512 BF16 or AMX).
-    `import openvino` sends OpenVINO's usage telemetry unless opted out (docs/guides/deploy.md)."""
-    core = openvino_core()
+    `import openvino` sends OpenVINO's usage telemetry unless opted out (docs/guides/deploy.md).
+    Compiled by the process's one Core, keras_vit's own (keras_vit/openvino_predict.py): Cores freed
+    in the order they were made leave a freed signal stack, and Ctrl-C after one case's float32
+    and bfloat16 models would end the run with a segmentation fault."""
+    from keras_vit import openvino_predict
+
+    core = openvino_predict.core()
     model = core.read_model(path)
     model.reshape([batch, image_size, image_size, 3])
     precision = {"float32": "f32", "bfloat16": "bf16"}[dtype]

@@ -10,6 +10,8 @@ specialises a module), compiled with `INFERENCE_PRECISION_HINT` from the model's
 and rebuilt when a weight holds another value than the one it was compiled with.
 """
 
+import functools
+
 import keras
 import numpy as np
 
@@ -19,18 +21,15 @@ PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 # weights, so no more than these are kept.
 MAX_COMPILED_SHAPES = 2
 
-_CORE = []
 
-
+@functools.cache
 def core():
     """The process's one OpenVINO Core. The CPU plugin swaps the signal stack of the thread that
     makes a Core and puts back the one it found when the Core is freed, so Cores freed in the
     order they were made leave the thread a freed stack and the next signal kills the process."""
-    if not _CORE:
-        import openvino
+    import openvino
 
-        _CORE.append(openvino.Core())
-    return _CORE[0]
+    return openvino.Core()
 
 
 def precision_hint(model):

@@ -560,4 +560,3 @@ def test_openvino_models_share_one_core_and_leave_a_mapped_signal_stack(tmp_path
     del first, second
     gc.collect()
     assert signal_stack.is_mapped(signal_stack.current())
-    assert contestants.openvino_core() is contestants.openvino_core()
