@@ -81,6 +81,10 @@ DELIBERATE_LAZY_IMPORTS = {
     ("keras_vit.bias_add", "tensorflow"),
     ("keras_vit.compiled_layer_norm", "tensorflow"),
     ("keras_vit.part_attention", "tensorflow"),
+    # OpenVINO and Keras' OpenVINO backend module, reached only on that backend (which has
+    # imported both) or when an OpenVINO Core is asked for (the [openvino] and [bench] extras).
+    ("keras_vit.openvino_predict", "keras"),
+    ("keras_vit.openvino_predict", "openvino"),
     # The one import of Keras that starts its backend, inside keras_vit/startup.py's import_keras,
     # which __init__.py runs first: with the backend's start-up lines hidden, and one line naming
     # the extra to install when the backend is missing (startup.py itself is standard library only).
