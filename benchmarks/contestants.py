@@ -70,15 +70,14 @@ def openvino_model(path, dtype, batch, image_size):
     batch 8, the same outputs). bfloat16 is OpenVINO's bf16 inference precision: the file stays
     float32, OpenVINO converts the weights as it compiles (on CPUs with AVX-512 BF16 or AMX).
     `import openvino` sends OpenVINO's usage telemetry unless opted out (docs/guides/deploy.md).
-    Compiled by the process's one Core, keras_vit's own (keras_vit/openvino_predict.py): Cores freed
-    in the order they were made leave a freed signal stack, and Ctrl-C after one case's float32
-    and bfloat16 models would end the run with a segmentation fault."""
+    Compiled by the process's one Core and at the precision keras_vit's own `predict` on Keras'
+    OpenVINO backend uses for `dtype` (keras_vit/openvino_predict.py, which says why one Core)."""
     from keras_vit import openvino_predict
 
     core = openvino_predict.core()
     model = core.read_model(path)
     model.reshape([batch, image_size, image_size, 3])
-    precision = {"float32": "f32", "bfloat16": "bf16"}[dtype]
+    precision = openvino_predict.PRECISION_HINTS[dtype]
     settings = {
         "INFERENCE_NUM_THREADS": os.cpu_count() or 1,
         "PERFORMANCE_HINT": "LATENCY",

@@ -120,11 +120,10 @@ def write_cases(directory):
     """Saves every case's model (.keras, .weights.h5, config) and the inputs to `directory`."""
     for seed, (name, model) in enumerate(models().items()):
         _save(_randomise(model, seed), directory, name)
-    np.savez(os.path.join(directory, "inputs.npz"), **inputs())
+    found = inputs()
+    np.savez(os.path.join(directory, "inputs.npz"), **found)
     # An image file for the predict command: the first 16 x 16 image, as 8-bit pixels.
-    PIL.Image.fromarray(inputs()["pixels_16x16"][0].astype("uint8")).save(
-        os.path.join(directory, "photo.png")
-    )
+    PIL.Image.fromarray(found["pixels_16x16"][0].astype("uint8")).save(os.path.join(directory, "photo.png"))
 
 
 def compute(directory, written=None):
