@@ -210,6 +210,13 @@ class ViT(keras.Model):
             self.predict_function = openvino_predict.CompiledPredict(self)
         return self.predict_function
 
+    def test_step(self, *args):
+        # evaluate and test_on_batch on Keras' OpenVINO backend: from the graph predict compiles.
+        # Each backend's trainer has a signature of its own (JAX's takes its state first).
+        if keras.backend.backend() != "openvino":
+            return super().test_step(*args)
+        return openvino_predict.test_step(self, *args)
+
     def attention_maps(self, images):
         """Every block's attention probabilities for a batch, first block first.
 

@@ -1,5 +1,6 @@
-"""`predict` of keras_vit's models on Keras' OpenVINO backend: compiled for each input shape, at
-the model's own precision, by one OpenVINO Core per process, and again when the weights change.
+"""`predict` and `evaluate` of keras_vit's models on Keras' OpenVINO backend: compiled for each
+input shape, at the model's own precision, by one OpenVINO Core per process, and again when the
+weights change.
 
 Keras' OpenVINO backend compiles `predict`'s graph with the batch left open and with OpenVINO's
 defaults, which on a CPU with bfloat16 instructions (AMX, AVX-512 BF16) compute a float32
@@ -7,7 +8,9 @@ model in bfloat16; and it keeps that graph after `set_weights` or `load_weights`
 values it never sees (a weight is a constant of the graph there). Here the graph is built from
 the model's current weights for the shape of the batch (batch included, as `torch.compile`
 specialises a module), compiled with `INFERENCE_PRECISION_HINT` from the model's compute dtype,
-and rebuilt when a weight holds another value than the one it was compiled with.
+and rebuilt when a weight holds another value than the one it was compiled with. `evaluate`
+and `test_on_batch` there took their outputs from the same graph as Keras' `predict`, so they
+run keras_vit's too (`test_step`).
 """
 
 import functools
@@ -91,3 +94,15 @@ class CompiledPredict:
             graph, get_device(), {"INFERENCE_PRECISION_HINT": precision_hint(self.model)}
         )
         return compiled, outputs
+
+
+def test_step(model, data):
+    """Keras' OpenVINO `test_step` (the loss, its running mean and the compiled metrics of one
+    batch), with the outputs of `model`'s own compiled graph (the `predict_function` above)."""
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    y_pred = model.make_predict_function().run(x)
+    # Keras' own trainer for this backend does the same with the same private members: the loss
+    # as compile() made it, and the tracker behind the "loss" entry of evaluate's logs.
+    loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False)
+    model._loss_tracker.update_state(np.asarray(loss), sample_weight=np.shape(x)[0])
+    return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)

@@ -45,6 +45,8 @@ HYBRID = dict(
 # One model for any size, stored for a 4 x 4 grid; called on the stored grid and a non-square one.
 ANY_SIZE = dict(DISTINCT, image_size=(None, None), base_image_size=16)
 ANY_SIZES = ((16, 16), (24, 40))
+# The classes of the any-size model's images for `evaluate` (of its 5).
+EVALUATE_LABELS = np.array([3, 1], dtype="int32")
 OTHER_POSEMBS = ("learned_2d", "sincos_2d", "relative")
 # The fixture's architecture (../shared/fixtures/README.md), as a model of any size.
 FIXTURE_MODEL = dict(
@@ -252,20 +254,38 @@ def _after_one_training_step(directory, x):
 
 
 def _predict_after_new_weights(directory, pixels):
-    """`predict` of the any-size model before and after `set_weights` (a backend that kept the
-    graph it compiled first would predict with the old weights), in batches of one (two steps)."""
+    """`predict` and `evaluate` of the any-size model before and after `set_weights` (a backend
+    that kept the graph it compiled first would predict with the old weights), in batches of one
+    (two steps), and `test_on_batch` after."""
     model = _load(directory, "any_size")
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    labels = EVALUATE_LABELS[: len(pixels)]
     before = _numpy(model.predict(pixels, batch_size=1, verbose=0))
+    evaluated_before = _evaluated(model, pixels, labels)
     model.set_weights([w * 0.5 for w in model.get_weights()])
+    evaluated = _evaluated(model, pixels, labels)
+    tested = _loss_and_accuracy(model.test_on_batch(pixels, labels, return_dict=True))
     out = {
         "any_size/predict_before_set_weights": before,
         "any_size/predict_after_set_weights": _numpy(model.predict(pixels, batch_size=1, verbose=0)),
         "any_size/call_after_set_weights": _numpy(model(pixels)),
         "any_size/predict_on_batch_after_set_weights": _numpy(model.predict_on_batch(pixels)),
+        "any_size/evaluate_before_set_weights": evaluated_before,
+        "any_size/evaluate_after_set_weights": evaluated,
+        "any_size/test_on_batch_after_set_weights": tested,
     }
     if keras.backend.backend() == "openvino":
         out["openvino/precision_float32"] = _openvino_precision(model)
     return out
+
+
+def _evaluated(model, pixels, labels):
+    """[loss, accuracy] of `evaluate` in batches of one (two steps)."""
+    return _loss_and_accuracy(model.evaluate(pixels, labels, batch_size=1, verbose=0, return_dict=True))
+
+
+def _loss_and_accuracy(logs):
+    return np.array([logs["loss"], logs["accuracy"]], np.float64)
 
 
 def _openvino_precision(model):

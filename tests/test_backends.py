@@ -17,6 +17,7 @@ import reference_numpy  # tests/reference_numpy.py: written from DESIGN.md's equ
 import signal_stack
 from backend_cases import (
     ANY_SIZES,
+    EVALUATE_LABELS,
     FIXTURES,
     INFERENCE_ONLY_BACKENDS,
     OTHER_BACKENDS,
@@ -167,6 +168,23 @@ def test_predict_uses_the_weights_set_after_an_earlier_predict(backend, outputs)
     np.testing.assert_allclose(after, called, atol=2e-5, rtol=0)
     np.testing.assert_allclose(got["any_size/predict_on_batch_after_set_weights"], called, atol=2e-5, rtol=0)
     assert np.abs(after - got["any_size/predict_before_set_weights"]).max() > 1e-2  # the weights moved
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_evaluate_uses_the_weights_set_after_an_earlier_evaluate(backend, outputs):
+    # Keras' own evaluate on OpenVINO ran the graph it compiled first (the old weights) and in
+    # bfloat16 on a CPU with bfloat16 instructions; keras_vit's runs predict's graph.
+    got = outputs(backend)
+    logits = got["any_size/call_after_set_weights"].astype("float64")
+    labels = EVALUATE_LABELS[: len(logits)]
+    log_probabilities = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    loss = -log_probabilities[np.arange(len(labels)), labels].mean()
+    accuracy = (logits.argmax(axis=-1) == labels).mean()
+    for name in ("evaluate", "test_on_batch"):
+        got_loss, got_accuracy = got[f"any_size/{name}_after_set_weights"]
+        np.testing.assert_allclose(got_loss, loss, rtol=2e-5, atol=2e-5, err_msg=name)
+        assert got_accuracy == accuracy, name
+    assert abs(got["any_size/evaluate_before_set_weights"][0] - loss) > 1e-3  # the weights moved
 
 
 @pytest.mark.slow

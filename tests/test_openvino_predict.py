@@ -1,7 +1,8 @@
 """keras_vit/openvino_predict.py's choices, without Keras' OpenVINO backend: the precision each dtype
-policy compiles at, when a graph is compiled again, and how a `predict` call's steps come back.
-The compiled graphs themselves run in tests/test_backends.py's OpenVINO child (its precision,
-`predict` after `set_weights`, the signal stack after models are freed)."""
+policy compiles at, when a graph is compiled again, how a `predict` call's steps come back, and
+what an `evaluate` step computes from them. The compiled graphs themselves run in
+tests/test_backends.py's OpenVINO child (its precision, `predict` and `evaluate` after
+`set_weights`, the signal stack after models are freed)."""
 
 import keras
 import numpy as np
@@ -107,3 +108,20 @@ def test_the_steps_of_one_call_come_back_as_one_batch(compiles):
 
 def test_the_process_has_one_core():
     assert openvino_predict.core() is openvino_predict.core()
+
+
+def test_evaluate_steps_take_the_compiled_graphs_outputs_with_keras_loss_and_metrics(compiles):
+    # evaluate and test_on_batch on OpenVINO: the outputs are the compiled graph's (the stand-in's
+    # row sums, which the model's own call would not give), the loss and metrics compile()'s, and
+    # the "loss" entry the running mean over examples, as Keras' own test_step keeps it.
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(loss="mse", metrics=["mae"])
+    predict = openvino_predict.CompiledPredict(model)
+    model.make_predict_function = lambda force=False: predict
+    x = np.array([[1.0, 2.0], [3.0, 4.0]], "float32")  # row sums 3 and 7
+    logs = openvino_predict.test_step(model, (x, np.array([2.0, 9.0], "float32")))
+    assert float(logs["loss"]) == pytest.approx(2.5)  # (1 + 4) / 2
+    assert float(logs["mae"]) == pytest.approx(1.5)
+    logs = openvino_predict.test_step(model, (x, np.array([3.0, 7.0], "float32")))
+    assert float(logs["loss"]) == pytest.approx(1.25)  # the mean over the four examples
+    assert compiles == [(2, 2)]  # one graph for both batches
