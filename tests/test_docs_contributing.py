@@ -79,3 +79,22 @@ def test_layout_block():
 def _module_exists(package, name):
     base = os.path.join(ROOT, package, name)
     return os.path.exists(base + ".py") or os.path.isdir(base)
+
+
+def test_no_test_file_is_over_the_line_limit():
+    """A test file longer than contributing.md's limit is one that pytest-xdist's --dist=loadfile
+    cannot split and a reader cannot hold: split it by the module or page it tests."""
+    found = re.search(r"no test file is over ([\d,]+) lines", _page_text(), re.IGNORECASE)
+    limit = int(found.group(1).replace(",", ""))
+    folder = os.path.join(ROOT, "tests")
+    lengths = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                lengths[name] = sum(1 for _ in f)
+    assert {name: n for name, n in lengths.items() if n > limit} == {}
+
+
+def _page_text():
+    with open(os.path.join(ROOT, "docs", "contributing.md"), encoding="utf-8") as f:
+        return " ".join(f.read().split())
