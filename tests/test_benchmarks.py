@@ -33,9 +33,6 @@ from benchmarks import (  # noqa: E402
     train,
 )
 
-ROOT = harness.ROOT
-
-
 # --- the benchmarks -------------------------------------------------------------------------------
 
 
