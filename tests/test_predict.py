@@ -97,7 +97,8 @@ def test_grayscale_and_alpha_become_rgb(photos):
 def test_classify_real_photos_with_imagenet_names(photos, imagenet_model):
     paths = [photos["jpeg"], photos["png"], photos["gray"]]
     results = predict.classify(imagenet_model, paths)
-    probs = imagenet_model.predict(keras_vit.load_images(paths, imagenet_model), verbose=0)
+    # Three images are one batch, which classify runs eagerly (the next test holds it to predict).
+    probs = np.asarray(imagenet_model(keras_vit.load_images(paths, imagenet_model), training=False))
     names = [name for _, name in preprocessing.imagenet_class_index()]
     for row, top in zip(probs, results):
         best = np.argsort(row)[::-1][:5]
@@ -109,6 +110,30 @@ def test_classify_real_photos_with_imagenet_names(photos, imagenet_model):
     [from_array] = predict.classify(imagenet_model, [images.read_image(paths[0])], top=2)
     assert [i for i, _, _ in from_array] == [i for i, _, _ in results[0][:2]]
     np.testing.assert_allclose([p for *_, p in from_array], [p for *_, p in results[0][:2]], rtol=1e-5)
+
+
+def test_a_batch_size_seen_once_runs_eagerly_and_repeated_sizes_predict(monkeypatch):
+    """classify's chunks of 16: the two full ones through `predict` (one graph, traced once), the
+    last image of 33 in an eager call, with `predict`'s probabilities either way. Catches an eager
+    path that differs from `predict` (dropout on, another dtype) and a return to tracing a graph
+    for a batch seen once (2.5 s for ViT-Ti/16 at batch 1 in `python -m keras_vit.predict`)."""
+    model = keras_vit.create_model("ViT-Ti_16", num_classes=10, dropout_rate=0.5, **SHAPE)
+    head = model.get_layer("head")
+    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
+    pixels = np.random.default_rng(2).uniform(0, 255, (33, 32, 32, 3)).astype("float32")
+    expected = model.predict(pixels, verbose=0)
+    predicted = []
+    real_predict = model.predict
+    monkeypatch.setattr(model, "predict", lambda x, **kw: predicted.append(len(x)) or real_predict(x, **kw))
+    results = predict.classify(model, list(pixels), top=10)
+    assert predicted == [16, 16]
+    for row, top in zip(expected, results, strict=True):
+        np.testing.assert_allclose([row[i] for i, _, _ in top], [p for *_, p in top], rtol=1e-5)
+        np.testing.assert_allclose(sorted(p for *_, p in top), np.sort(row), rtol=1e-5)
+    predicted.clear()
+    [alone] = predict.classify(model, [pixels[0]], top=10)
+    assert predicted == []
+    np.testing.assert_allclose(dict((i, p) for i, _, p in alone)[3], expected[0][3], rtol=1e-5)
 
 
 def test_class_names_shipped_given_or_numbered(tmp_path):
