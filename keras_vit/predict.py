@@ -60,16 +60,17 @@ def classify(model, images, class_names=None, top=5):
         batch = np.stack(
             [images_lib.resize(images_lib.read_image(x) if _is_path(x) else x, model) for x in chunk]
         )
-        results.extend(top_k(_probabilities(model, batch, sizes[len(chunk)] == 1), names, top))
+        results.extend(top_k(probabilities(model, batch, size_repeats=sizes[len(chunk)] > 1), names, top))
     return results
 
 
-def _probabilities(model, batch, only_batch_of_its_size):
-    """The model's outputs for one batch. On TensorFlow, `predict` traces a graph for each batch
-    size, which for a batch run once costs more than the batch itself (ViT-Ti/16 at batch 1: 2.5 s
-    against 0.35 s for an eager call), so a size seen once runs eagerly. JAX and OpenVINO compile
-    op by op when eager, and PyTorch's `predict` is eager already: they always predict."""
-    if only_batch_of_its_size and keras.backend.backend() == "tensorflow":
+def probabilities(model, batch, size_repeats=False):
+    """The model's outputs for one batch, as a NumPy array; `size_repeats`: whether batches of
+    this size follow. On TensorFlow, `predict` traces a graph for each batch size, which for a
+    batch run once costs more than the batch itself (ViT-Ti/16 at batch 1: 2.5 s against 0.35 s
+    for an eager call), so a size seen once runs eagerly. JAX and OpenVINO compile op by op when
+    eager, and PyTorch's `predict` is eager already: they always predict."""
+    if not size_repeats and keras.backend.backend() == "tensorflow":
         return keras.ops.convert_to_numpy(model(batch, training=False))
     return model.predict(batch, verbose=0)
 

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from keras_vit import errors, fileio, model_source
+from keras_vit import errors, fileio, model_source, predict
 from keras_vit import images as image_files
 from keras_vit import labels as labels_lib
 from keras_vit import visualize as vis
@@ -50,7 +50,7 @@ def visualize(model, paths, out, class_names=None, num_components=28):
     size = image_files.target_size(model)
     pixels = image_files.load_images(paths, size)  # the models built here take [0, 255]
     numbers = vis.analyse(model, pixels, num_components=num_components)
-    probabilities = np.asarray(model.predict(pixels, verbose=0)) if model.include_top else None
+    probabilities = predict.probabilities(model, pixels) if model.include_top else None
     labels = _labels(model, probabilities, class_names) if probabilities is not None else None
     titles = [os.path.basename(p) + (f"\n{labels[i]}" if labels else "") for i, p in enumerate(paths)]
     figures = {
