@@ -19,6 +19,7 @@ import argparse
 import collections
 import json
 import sys
+import weakref
 
 import keras
 import numpy as np
@@ -33,6 +34,8 @@ from keras_vit.errors import first_line
 
 USAGE_ERROR = 2
 _CHUNK = 16  # images decoded and run at a time: bounded memory for long lists
+# Per model, the batch sizes `probabilities` has run eagerly once on TensorFlow.
+_EAGER_SIZES = weakref.WeakKeyDictionary()
 
 
 def top_k(probabilities, class_names, k=5):
@@ -68,10 +71,16 @@ def probabilities(model, batch, size_repeats=False):
     """The model's outputs for one batch, as a NumPy array; `size_repeats`: whether batches of
     this size follow. On TensorFlow, `predict` traces a graph for each batch size, which for a
     batch run once costs more than the batch itself (ViT-Ti/16 at batch 1: 2.5 s against 0.35 s
-    for an eager call), so a size seen once runs eagerly. JAX and OpenVINO compile op by op when
-    eager, and PyTorch's `predict` is eager already: they always predict."""
-    if not size_repeats and keras.backend.backend() == "tensorflow":
-        return keras.ops.convert_to_numpy(model(batch, training=False))
+    for an eager call, whose later calls take 0.25 s against 0.08 s for `predict`'s). So the first
+    batch of a size runs eagerly, unless more of that size follow, and the next of that size for
+    the same model through `predict`: a loop over single images traces once, from its second call.
+    JAX and OpenVINO compile op by op when eager, and PyTorch's `predict` is eager already: they
+    always predict."""
+    if keras.backend.backend() == "tensorflow" and not size_repeats:
+        sizes = _EAGER_SIZES.setdefault(model, set())
+        if len(batch) not in sizes:
+            sizes.add(len(batch))
+            return keras.ops.convert_to_numpy(model(batch, training=False))
     return model.predict(batch, verbose=0)
 
 
