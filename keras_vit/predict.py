@@ -21,15 +21,16 @@ import json
 import sys
 import weakref
 
+# Before Keras, whose import starts TensorFlow (and its log lines) on the default backend.
+from keras_vit import _clash  # noqa: F401  (refuses a package mixed with another's files)
+
+# isort: split
 import keras
 import numpy as np
 
-from keras_vit import (
-    _clash,  # noqa: F401  (first: refuses a package mixed with another's files)
-    model_source,
-)
 from keras_vit import images as images_lib
 from keras_vit import labels as labels_lib
+from keras_vit import model_source
 from keras_vit.errors import first_line
 
 USAGE_ERROR = 2
