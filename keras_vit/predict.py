@@ -35,6 +35,14 @@ from keras_vit.errors import first_line
 
 USAGE_ERROR = 2
 _CHUNK = 16  # images decoded and run at a time: bounded memory for long lists
+# On TensorFlow, the largest batch `probabilities` runs eagerly the first time. First call, eager
+# against `predict` (2-core AMD EPYC, float32, one process each, two rounds, 2026-12-01 05:22 UTC):
+# ViT-Ti/16 at batch 1, 2, 4, 8: 0.36-0.43 s against 2.42-2.52 s, 0.41-0.43 against 3.42-3.49,
+# 0.47-0.54 against 0.98-1.05, 0.67-0.79 against 1.00; ViT-B/16 at batch 1, 2, 4: 0.73-0.81
+# against 1.11-1.22, 0.92-0.93 against 1.24-2.60, 1.38-1.51 against 1.57-1.95, but at batch 8
+# level (2.56-2.64 against 2.61-2.64), and 2.98 against 2.14 on the Xeon with AMX (2026-11-30):
+# past a few images the graph's faster products repay its tracing.
+EAGER_MAX_BATCH = 4
 # Per model, the batch sizes `probabilities` has run eagerly once on TensorFlow.
 _EAGER_SIZES = weakref.WeakKeyDictionary()
 
@@ -71,13 +79,13 @@ def classify(model, images, class_names=None, top=5):
 def probabilities(model, batch, size_repeats=False):
     """The model's outputs for one batch, as a NumPy array; `size_repeats`: whether batches of
     this size follow. On TensorFlow, `predict` traces a graph for each batch size, which for a
-    batch run once costs more than the batch itself (ViT-Ti/16 at batch 1: 2.5 s against 0.35 s
-    for an eager call, whose later calls take 0.25 s against 0.08 s for `predict`'s). So the first
-    batch of a size runs eagerly, unless more of that size follow, and the next of that size for
-    the same model through `predict`: a loop over single images traces once, from its second call.
-    JAX and OpenVINO compile op by op when eager, and PyTorch's `predict` is eager already: they
-    always predict."""
-    if keras.backend.backend() == "tensorflow" and not size_repeats:
+    small batch run once costs more than the batch itself (ViT-Ti/16 at batch 1: 2.5 s against
+    0.35 s for an eager call, whose later calls take 0.25 s against 0.08 s for `predict`'s). So
+    the first batch of a size up to EAGER_MAX_BATCH runs eagerly, unless more of that size follow,
+    and the next of that size for the same model through `predict`: a loop over single images
+    traces once, from its second call. JAX and OpenVINO compile op by op when eager, and
+    PyTorch's `predict` is eager already: they always predict."""
+    if keras.backend.backend() == "tensorflow" and not size_repeats and len(batch) <= EAGER_MAX_BATCH:
         sizes = _EAGER_SIZES.setdefault(model, set())
         if len(batch) not in sizes:
             sizes.add(len(batch))

@@ -115,10 +115,12 @@ def test_classify_real_photos_with_imagenet_names(photos, imagenet_model):
 def test_a_batch_size_seen_once_runs_eagerly_and_repeated_sizes_predict(monkeypatch):
     """classify's chunks of 16: the two full ones through `predict` (one graph, traced once), the
     last image of 33 in an eager call; a later batch of that size through `predict` (a loop over
-    single images traces once), a new size eagerly; `predict`'s probabilities every way. Catches
-    an eager path that differs from `predict` (dropout on, another dtype), a return to tracing a
-    graph for a batch seen once (2.5 s for ViT-Ti/16 at batch 1 in `python -m keras_vit.predict`)
-    and a loop that never leaves the eager calls (8x slower per image after the first)."""
+    single images traces once), a new small size eagerly, a larger one through `predict`;
+    `predict`'s probabilities every way. Catches an eager path that differs from `predict`
+    (dropout on, another dtype), a return to tracing a graph for a batch seen once (2.5 s for
+    ViT-Ti/16 at batch 1 in `python -m keras_vit.predict`), a loop that never leaves the eager
+    calls (8x slower per image after the first), and a large batch run eagerly (ViT-B/16 at batch
+    8 ran 1.4x slower so on the Xeon)."""
     model = keras_vit.create_model("ViT-Ti_16", num_classes=10, dropout_rate=0.5, **SHAPE)
     head = model.get_layer("head")
     head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
@@ -139,6 +141,10 @@ def test_a_batch_size_seen_once_runs_eagerly_and_repeated_sizes_predict(monkeypa
     assert predicted == [1]
     np.testing.assert_allclose(classify(pixels[1:3]), expected[1:3], rtol=1e-5)
     assert predicted == []
+    # Past a few images the graph repays its tracing: predicted from the first batch.
+    size = predict.EAGER_MAX_BATCH + 1
+    np.testing.assert_allclose(classify(pixels[3 : 3 + size]), expected[3 : 3 + size], rtol=1e-5)
+    assert predicted == [size]
 
 
 def test_class_names_shipped_given_or_numbered(tmp_path):
