@@ -16,7 +16,6 @@ In Python: `classify(model, ["cat.jpg"], class_names)`, or
 """
 
 import argparse
-import collections
 import json
 import sys
 import weakref
@@ -64,28 +63,26 @@ def classify(model, images, class_names=None, top=5):
     "class i"). Returns one list per image of (class index, name, probability) tuples.
     """
     names = labels_lib.class_names(model.num_classes, class_names or getattr(model, "class_names", None))
-    starts = range(0, len(images), _CHUNK)
-    sizes = collections.Counter(min(_CHUNK, len(images) - start) for start in starts)
     results = []
-    for start in starts:
+    for start in range(0, len(images), _CHUNK):
         chunk = images[start : start + _CHUNK]
         batch = np.stack(
             [images_lib.resize(images_lib.read_image(x) if _is_path(x) else x, model) for x in chunk]
         )
-        results.extend(top_k(probabilities(model, batch, size_repeats=sizes[len(chunk)] > 1), names, top))
+        results.extend(top_k(probabilities(model, batch), names, top))
     return results
 
 
-def probabilities(model, batch, size_repeats=False):
-    """The model's outputs for one batch, as a NumPy array; `size_repeats`: whether batches of
-    this size follow. On TensorFlow, `predict` traces a graph for each batch size, which for a
-    small batch run once costs more than the batch itself (ViT-Ti/16 at batch 1: 2.5 s against
-    0.35 s for an eager call, whose later calls take 0.25 s against 0.08 s for `predict`'s). So
-    the first batch of a size up to EAGER_MAX_BATCH runs eagerly, unless more of that size follow,
-    and the next of that size for the same model through `predict`: a loop over single images
-    traces once, from its second call. JAX and OpenVINO compile op by op when eager, and
-    PyTorch's `predict` is eager already: they always predict."""
-    if keras.backend.backend() == "tensorflow" and not size_repeats and len(batch) <= EAGER_MAX_BATCH:
+def probabilities(model, batch):
+    """The model's outputs for one batch, as a NumPy array. On TensorFlow, `predict` traces a
+    graph for each batch size, which for a small batch run once costs more than the batch itself
+    (ViT-Ti/16 at batch 1: 2.5 s against 0.35 s for an eager call, whose later calls take 0.25 s
+    against 0.08 s for `predict`'s). So the first batch of a size up to EAGER_MAX_BATCH runs
+    eagerly, and the next of that size for the same model through `predict`: a loop over single
+    images traces once, from its second call. (In `classify` such a batch is its last chunk, the
+    others being of _CHUNK images.) JAX and OpenVINO compile op by op when eager, and PyTorch's
+    `predict` is eager already: they always predict."""
+    if keras.backend.backend() == "tensorflow" and len(batch) <= EAGER_MAX_BATCH:
         sizes = _EAGER_SIZES.setdefault(model, set())
         if len(batch) not in sizes:
             sizes.add(len(batch))
