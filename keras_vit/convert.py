@@ -38,6 +38,7 @@ from keras_vit import (
     variants,
     weights,
 )
+from keras_vit.errors import blocked_output, os_error_line
 
 USAGE_ERROR = 2
 
@@ -55,6 +56,7 @@ def convert(src, dst, model_name=None):
         raise ValueError(f"{dst}: the output must end in .weights.h5 or .npz")
     if dst.endswith(".weights.h5") and not model_name:
         raise ValueError("--model is required to write a .weights.h5 (e.g. --model=ViT-B_16)")
+    _check_output(dst)
     if dst.endswith(".weights.h5"):
         model = _build(model_name, src)
         weights.save_weights(model, dst)
@@ -77,6 +79,12 @@ def convert(src, dst, model_name=None):
     )
 
 
+def _check_output(path):
+    blocking = fileio.file_in_the_way(path)
+    if blocking:
+        raise ValueError(blocked_output(path, blocking))
+
+
 def to_hub_format(src, out_dir, to, model_name=None, class_names=None, push_to_hub=None):
     """Writes the model `src` names to `out_dir` as a timm or transformers checkpoint.
 
@@ -86,6 +94,7 @@ def to_hub_format(src, out_dir, to, model_name=None, class_names=None, push_to_h
     """
     if to not in hf_export.FORMATS:
         raise ValueError(f"--to must be one of {', '.join(hf_export.FORMATS)}, got {to!r}")
+    _check_output(out_dir)
     model, names = _load_for_export(src, model_name)
     if class_names is not None:
         names = labels.class_names(model.num_classes, class_names)
@@ -187,6 +196,9 @@ def main(argv=None):
         print(convert(args.src, args.dst, args.model))
     except (ValueError, ImportError) as err:  # ImportError: a gs:// path without TensorFlow
         print(f"error: {err}", file=sys.stderr)
+        return USAGE_ERROR
+    except OSError as err:  # e.g. a folder this process may not write in
+        print(f"error: {os_error_line(err)}", file=sys.stderr)
         return USAGE_ERROR
     return 0
 

@@ -1,4 +1,6 @@
-"""The library's error for an unusable checkpoint, and the one helper that shortens messages."""
+"""The library's error for an unusable checkpoint, and the helpers that make messages one line."""
+
+from keras_vit import fileio
 
 
 class CheckpointError(ValueError):
@@ -9,3 +11,17 @@ def first_line(error, limit=300):
     """The first line of an error's message (its type's name when it has none), at most `limit` long."""
     text = str(error).strip()
     return (text.splitlines()[0] if text else type(error).__name__)[:limit]
+
+
+def os_error_line(error):
+    """An OSError as one line a user can act on: the path, the system's words and what to check
+    ("/proc/x: no such file or directory; ..."), where str(error) starts with "[Errno 2]"."""
+    if isinstance(error, OSError) and error.strerror and error.filename:
+        path = fileio.written_path(error.filename)
+        return f"{path}: {error.strerror.lower()}; check that path and its permissions"
+    return first_line(error)
+
+
+def blocked_output(path, blocking):
+    """The error line for an output `path` under a file (fileio.file_in_the_way's `blocking`)."""
+    return f"{path} cannot be written: {blocking} is a file, not a folder; choose another output path"

@@ -92,6 +92,18 @@ def makedirs(path):
         os.makedirs(path, exist_ok=True)
 
 
+def file_in_the_way(path):
+    """For a local `path` to be written (a file or a folder) whose parent folders may not exist
+    yet: the nearest existing one of them when it is a file, so that they cannot be made
+    (makedirs would fail with "File exists" or "Not a directory"); else None, as for a remote path."""
+    if is_remote(path):
+        return None
+    found = os.path.dirname(os.path.abspath(os.fspath(path)))
+    while not os.path.exists(found):  # ends at the root, which exists
+        found = os.path.dirname(found)
+    return None if os.path.isdir(found) else found
+
+
 def listdir(path):
     """The names in directory `path` (no trailing "/" on sub-directories)."""
     path = os.fspath(path)
@@ -187,6 +199,16 @@ def write_atomic(path, content):
 
 def _temp_name(path, basename):
     return f"{TEMP_PREFIX}{secrets.token_hex(4)}-{basename(path)}"
+
+
+def written_path(path):
+    """The file a write was for: write_atomic's temporary `.tmp-XXXXXXXX-NAME` stands for NAME
+    (an error names the temporary file; a user knows the target)."""
+    path = str(path)
+    folder, name = os.path.split(path)
+    if name.startswith(TEMP_PREFIX):
+        name = name[len(TEMP_PREFIX) :].partition("-")[2] or name
+    return os.path.join(folder, name) if path else ""
 
 
 def _create_empty(path):

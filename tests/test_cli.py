@@ -4,6 +4,7 @@ Every bad input is one line on stderr, exit code 2, and leaves an existing workd
 The in-process cases call `finetune.main(argv)`; one subprocess checks the real command line.
 """
 
+import errno
 import os
 
 import ml_collections
@@ -12,6 +13,7 @@ from trainer_cli import TINY_MODEL, run_cli
 
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
+from keras_vit import fileio
 from trainers import errors, finetune, plan_pieces, training
 from trainers import flags as trainer_flags
 
@@ -57,6 +59,42 @@ def test_dataset_not_prepared(capsys, workdir, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     _fails_cleanly(capsys, workdir, ["--dataset=cifar10", f"--data_dir={empty}", *TINY_MODEL], "cifar10")
+
+
+@pytest.mark.parametrize(
+    "under, expect",
+    [("", "exists and is not a directory"), ("run", "'{file}' is a file, not a folder")],
+)
+def test_a_workdir_that_can_never_be_a_folder(capsys, tmp_path, cifar_dir, under, expect):
+    """The workdir is a file, or a file stands where a folder above it would go: before, the
+    second was a NotADirectoryError traceback at the run's first write, after the model was built."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    args = ["--dataset=cifar10", f"--data_dir={cifar_dir}", *TINY_MODEL]
+    code = finetune.main(["finetune", f"--workdir={notes / under if under else notes}", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("finetune: error: --workdir") and expect.format(file=notes) in err[0], err[0]
+    assert notes.read_text() == "mine\n"
+
+
+def test_a_workdir_the_disk_will_not_create_is_one_line_naming_it(capsys, tmp_path, cifar_dir, monkeypatch):
+    """Found at the run's first write: it said "the checkpoints already written are intact" and
+    "the folder vanished" of a run that had written nothing."""
+
+    def refuse(path):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(fileio, "makedirs", refuse)
+    args = ["--dataset=cifar10", f"--data_dir={cifar_dir}", *TINY_MODEL, "--total_steps=1"]
+    args.append("--warmup_steps=0")
+    code = finetune.main(["finetune", f"--workdir={tmp_path / 'run'}", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0] == (
+        f"finetune: error: cannot create the workdir {tmp_path}/run: permission denied; give --workdir "
+        "a folder this process can create and write to."
+    )
 
 
 def test_unknown_model(capsys, workdir, cifar_dir):

@@ -1,5 +1,6 @@
 """python -m keras_vit.convert: official .npz <-> Keras weight files, both ways."""
 
+import errno
 import os
 
 import numpy as np
@@ -9,7 +10,7 @@ from fixtures import TINY_SHAPE
 from trainer_cli import run_main
 
 import keras_vit
-from keras_vit import convert, npz_layout, weights
+from keras_vit import convert, fileio, npz_layout, weights
 
 # tests/fixtures.py's tiny ViT with 16 px patches and two blocks (each block's files map to its own).
 SMALL = dict(TINY_SHAPE, patch_size=16, num_layers=2)
@@ -59,6 +60,30 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     assert convert.main([src, str(tmp_path / "x.weights.h5"), "--model=ViT-B_16"]) == 2
     assert "does not fit this model: 'embedding/kernel'" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "x.weights.h5")
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch):
+    """Under a file: said before any work. Refused by the disk: the system's words for the file
+    asked for, not for write_atomic's temporary one. Both were tracebacks."""
+    src = synth.save(tmp_path / "c.npz", synth.vit_jax_params(4, image_size=32, **dict(SMALL, patch_size=8)))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    assert convert.main([src, str(notes / "out.npz")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {notes}/out.npz cannot be written: {notes} is a file, not a folder; "
+        "choose another output path\n"
+    )
+
+    def refuse(path):
+        temporary = os.path.join(os.path.dirname(path), ".tmp-0a1b2c3d-out.npz")
+        raise PermissionError(errno.EACCES, "Permission denied", temporary)
+
+    monkeypatch.setattr(fileio, "_create_local_temp", refuse)
+    assert convert.main([src, str(tmp_path / "out.npz")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path}/out.npz: permission denied; check that path and its permissions\n"
+    )
+    assert notes.read_text() == "mine\n" and not os.path.exists(tmp_path / "out.npz")
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """trainers.demo: the whole `make demo` pipeline at a tiny step budget, end to end, in-process;
 one stage as the command it is; the README's table against the committed results.json."""
 
+import errno
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from trainer_cli import _env as cli_env
 
 from benchmarks import report
 from configs import demo as demo_config
+from keras_vit import fileio
 from trainers import demo, fewshot, finetune, pretrain, reproducible, validation
 from trainers.flags import parse_flags
 
@@ -353,6 +355,25 @@ def test_a_workdir_of_an_earlier_version_with_the_same_settings_is_taken_back(tm
     settings["seeds"] += 1
     with pytest.raises(demo.UsageError, match="holds a demo run with other settings"):
         demo._check_workdir(str(tmp_path), settings)
+
+
+def test_a_workdir_under_a_file_or_not_creatable_is_one_line(tmp_path, capsys, monkeypatch):
+    """Both were tracebacks from makedirs (NotADirectoryError; a PermissionError here)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    assert demo.main(["demo", f"--workdir={notes / 'demo'}", "--small"]) == 2
+    err = capsys.readouterr().err
+    expected = f"--workdir '{notes}/demo' cannot be created: '{notes}' is a file, not a folder"
+    assert err == f"demo: error: {expected}; choose another --workdir.\n"
+
+    def refuse(path):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(fileio, "makedirs", refuse)
+    assert demo.main(["demo", f"--workdir={tmp_path / 'demo'}", "--small"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"demo: error: cannot create the workdir {tmp_path}/demo: permission denied;")
+    assert err.count("\n") == 1
 
 
 def test_bad_numbers_are_one_line_errors(tmp_path, capsys):

@@ -76,3 +76,37 @@ def test_a_full_disk_without_a_file_name_still_stops_with_one_line_naming_the_wo
     )
     assert isinstance(fault, TrainingError)
     assert str(fault).startswith(f"cannot write {workdir}: no space left on the device.")
+
+
+@pytest.mark.parametrize(
+    "error, words",
+    [
+        (PermissionError(errno.EACCES, "Permission denied", "/w/run"), "permission denied"),
+        (
+            FileNotFoundError(errno.ENOENT, "No such file or directory", "/proc/run"),
+            "no such file or directory",
+        ),
+        (tf.errors.PermissionDeniedError(None, None, "gs://b/run; Permission denied"), "permission denied"),
+    ],
+)
+def test_a_workdir_that_cannot_be_created_is_one_line_naming_it(monkeypatch, error, words):
+    """A run's first write: it was a traceback (the few-shot command's TensorBoard writer), or the
+    mid-run line that speaks of checkpoints already written and of a folder that vanished."""
+
+    def refuse(path):
+        raise error
+
+    monkeypatch.setattr(disk_space.fileio, "makedirs", refuse)
+    with pytest.raises(TrainingError) as raised:
+        disk_space.create_workdir("/w/run")
+    assert str(raised.value) == (
+        f"cannot create the workdir /w/run: {words}; give --workdir a folder this process can create "
+        "and write to."
+    )
+    assert raised.value.exit_code == 1
+
+
+def test_a_path_under_a_file_is_a_refused_write():
+    assert disk_space.write_cause(NotADirectoryError(errno.ENOTDIR, "Not a directory", "/w/f/x"))
+    error = tf.errors.FailedPreconditionError(None, None, "/w/f is not a directory")
+    assert "not a directory" in disk_space.write_cause(error)[1]

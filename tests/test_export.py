@@ -194,6 +194,16 @@ def test_bad_input_is_one_line_and_status_2(capsys, tmp_path, argv, message):
     assert os.listdir(tmp_path) == []
 
 
+def test_an_output_under_a_file_is_one_line_that_says_what_to_do(capsys, tmp_path):
+    """It was makedirs' own words, "error: [Errno 17] File exists: '.../notes.txt'"."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    code, out, err = _main(capsys, str(notes / "m.onnx"), "--format=onnx", f"--weights={FIXTURE}")
+    assert code == 2 and not out
+    expected = f"{notes}/m.onnx cannot be written: {notes} is a file, not a folder"
+    assert err == f"error: {expected}; choose another output path\n"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fake_tfds_dir", ["oxford_iiit_pet"], indirect=True)
 def test_a_finetuned_workdir_exports_with_its_class_names(tmp_path, photos, capsys, fake_tfds_dir):

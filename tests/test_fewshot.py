@@ -1,5 +1,6 @@
 """trainers.fewshot: features of frozen models, the evaluator, the command line and its errors."""
 
+import errno
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from trainer_cli import ROOT, make_fake_tfds, read_results, run_cli, scalar_tags
 from trainer_cli import _env as cli_env
 
 import keras_vit
+from keras_vit import fileio
 from keras_vit import weights as weights_lib
 from trainers import data, distribute, errors, features, fewshot, linear_probe
 from trainers import plan as plan_lib
@@ -170,6 +172,24 @@ def test_errors_are_one_line_and_exit_2(argv, message, tmp_path, capsys):
     assert code == 2
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert not os.path.exists(workdir / "results.json")
+
+
+def test_a_workdir_that_cannot_be_created_is_one_line(tmp_path, capsys, monkeypatch):
+    """Under a file (a usage error, found before the features are extracted) or refused by the disk
+    (at the run's first write): both were tracebacks from TensorBoard's file writer."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    argv = ["--dataset=digits:5-9", "--model=pixels", "--image_size=8"]
+    code, err = run_main([*argv, f"--workdir={notes / 'run'}"], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"'{notes}' is a file, not a folder" in err
+
+    def refuse(path):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(fileio, "makedirs", refuse)
+    code, err = run_main([*argv, f"--workdir={tmp_path / 'run'}"], capsys)
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"fewshot: error: cannot create the workdir {tmp_path}/run: permission denied;")
 
 
 def test_checkpoint_of_another_variant_is_a_one_line_error(tmp_path, capsys):

@@ -100,6 +100,24 @@ def test_ram_file_operations(ram_dir, tmp_path):
     assert not fileio.exists(fileio.join(folder, "z.bin"))
 
 
+def test_the_file_that_stops_an_output_s_folders_from_being_made(tmp_path):
+    """Catches a walk that stops at the wrong level: the commands check this before any work, where
+    makedirs later failed with a traceback ("File exists", "Not a directory")."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    assert fileio.file_in_the_way(tmp_path / "notes.txt" / "run") == str(tmp_path / "notes.txt")
+    assert fileio.file_in_the_way(tmp_path / "notes.txt" / "a" / "b.npz") == str(tmp_path / "notes.txt")
+    # An existing file at the path itself is the output being replaced, not in its way.
+    assert fileio.file_in_the_way(tmp_path / "notes.txt") is None
+    assert fileio.file_in_the_way(tmp_path / "new" / "deeper" / "model.onnx") is None
+    assert fileio.file_in_the_way("ram://bucket/notes.txt/run") is None
+
+
+def test_a_temporary_file_is_named_by_the_file_it_was_for():
+    assert fileio.written_path("/w/.tmp-0a1b2c3d-model.npz") == "/w/model.npz"
+    assert fileio.written_path("/w/.tmp-0a1b2c3d-a-b.json") == "/w/a-b.json"
+    assert fileio.written_path("/w/model.npz") == "/w/model.npz"
+
+
 def test_only_paths_with_a_scheme_are_remote():
     assert fileio.is_remote("gs://bucket/runs") and fileio.is_remote("ram://x")
     assert fileio.is_remote("s3://b/k") and fileio.is_remote("hdfs://host/p")

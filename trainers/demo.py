@@ -47,11 +47,12 @@ from configs.demo import (
     SMALL,
 )
 from keras_vit import cpu_info, fileio
-from trainers import cli, console, engines, fewshot, finetune, pretrain
+from trainers import cli, console, disk_space, engines, fewshot, finetune, pretrain
 from trainers import results as results_lib
 from trainers.engines import ENGINES
 from trainers.errors import UsageError
 from trainers.fields import FIELDS
+from trainers.validation import check_workdir_path
 
 UPSTREAM_CLASSES, DOWNSTREAM_CLASSES = range(0, 5), range(5, 10)
 
@@ -414,8 +415,7 @@ def _check_workdir(workdir, settings, engine=DEFAULT_ENGINE):
     its default (trainers/validation.py), and the stages it lacks run."""
     path = fileio.join(workdir, "demo_settings.json")
     wanted = json.loads(json.dumps(dict(settings, architecture=ARCHITECTURE, engine=engine)))
-    if fileio.exists(workdir) and not fileio.isdir(workdir):
-        raise UsageError(f"--workdir {workdir!r} exists and is not a directory.")
+    check_workdir_path(workdir)
     if fileio.exists(path):
         with fileio.open(path) as f:
             found = json.load(f)
@@ -430,7 +430,7 @@ def _check_workdir(workdir, settings, engine=DEFAULT_ENGINE):
                 "remove it or choose another --workdir."
             )
         return
-    fileio.makedirs(workdir)
+    disk_space.create_workdir(workdir)
     fileio.write_atomic(path, json.dumps(wanted, indent=2, sort_keys=True) + "\n")
 
 

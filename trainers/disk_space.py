@@ -14,6 +14,7 @@ import shutil
 import tensorflow as tf
 
 from keras_vit import fileio
+from trainers.errors import TrainingError, one_line
 
 # errno values (and TensorFlow's wording of them) of a write that the disk, not the program, refused.
 WRITE_ERRNOS = {
@@ -25,6 +26,7 @@ WRITE_ERRNOS = {
     errno.EPERM: "operation not permitted",
     errno.ENOENT: "no such file or directory (the folder vanished)",
     errno.EIO: "input/output error (a failing disk)",
+    errno.ENOTDIR: "not a directory (a file stands where a folder should be)",
 }
 _WRITE_WORDS = {
     "no space left": errno.ENOSPC,
@@ -35,6 +37,7 @@ _WRITE_WORDS = {
     "operation not permitted": errno.EPERM,
     "no such file or directory": errno.ENOENT,
     "input/output error": errno.EIO,
+    "not a directory": errno.ENOTDIR,
 }
 
 
@@ -99,6 +102,24 @@ def write_cause(error):
         if words in text:
             return number, WRITE_ERRNOS[number]
     return None
+
+
+def create_workdir(workdir):
+    """Makes a run's workdir and its parents (an existing folder is fine): the run's first write.
+    A folder this process cannot make (no permission, a read-only or full disk, a path that
+    cannot hold folders) is one line that names it and the cause, where it was a traceback."""
+    try:
+        fileio.makedirs(workdir)
+    except (OSError, tf.errors.OpError) as error:
+        if isinstance(error, OSError) and error.strerror:
+            reason = error.strerror.lower()  # the system's own words for a local path
+        else:
+            cause = write_cause(error)
+            reason = cause[1] if cause else one_line(getattr(error, "message", None) or error)
+        raise TrainingError(
+            f"cannot create the workdir {workdir}: {reason}; give --workdir a folder this process "
+            "can create and write to."
+        ) from None
 
 
 def write_error_path(error, default):

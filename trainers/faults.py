@@ -8,7 +8,6 @@ traceback is what a bug report needs.
 """
 
 import errno
-import os
 
 import tensorflow as tf
 
@@ -31,19 +30,11 @@ def as_trainer_error(error, *, workdir, spec):
     disk_wide = cause[0] in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
     if not disk_wide and workdir not in text and workdir not in str(path):
         return None  # not a write into the workdir (e.g. a data file that vanished)
+    target = fileio.written_path(path) or workdir
     return TrainingError(
-        f"cannot write {_target(path) or workdir}: {cause[1]}. The checkpoints already written are "
-        "intact; free space or fix the folder, then rerun the same command to resume."
+        f"cannot write {target}: {cause[1]}. The checkpoints already written are intact; free space "
+        "or fix the folder, then rerun the same command to resume."
     )
-
-
-def _target(path):
-    """The file a write was for: write_atomic's temporary `.tmp-XXXXXXXX-NAME` stands for NAME."""
-    path = str(path)
-    folder, name = os.path.split(path)
-    if name.startswith(fileio.TEMP_PREFIX):
-        name = name[len(fileio.TEMP_PREFIX) :].partition("-")[2] or name
-    return os.path.join(folder, name) if path else ""
 
 
 def _damaged_data(error, spec):

@@ -20,6 +20,7 @@ from trainers import (
     actions,
     banner,
     data,
+    disk_space,
     engines,
     image_summaries,
     memory,
@@ -161,7 +162,7 @@ class Run:
         loop = plan.loop
         started = time.time()
         if self.chief:
-            fileio.makedirs(self.workdir)
+            disk_space.create_workdir(self.workdir)
             fileio.write_atomic(fileio.join(self.workdir, "config.json"), plan.output.config_json + "\n")
         task_id = 0 if self.chief else self.engine.task_id(strategy)
         checkpoints = RunCheckpoints(

@@ -23,7 +23,7 @@ from trainers import numerics, training
 from trainers import results as results_lib
 from trainers.errors import TrainingError, UsageError
 from trainers.flags import parse_eval_splits
-from trainers.validation import RERUN_FREE_FIELDS, config_changes
+from trainers.validation import RERUN_FREE_FIELDS, check_workdir_path, config_changes
 
 MINIVAL = "minival"
 FINAL = "final"
@@ -95,8 +95,7 @@ def run(config, weights_params=None):
     workdir = config.workdir
     if not workdir:
         raise UsageError("--workdir is required (where the sweep's runs and results go).")
-    if fileio.exists(workdir) and not fileio.isdir(workdir):
-        raise UsageError(f"--workdir {workdir!r} exists and is not a directory.")
+    check_workdir_path(workdir)
 
     # Under --loss=sigmoid the runs report precision@1, which then decides (and is reported) instead.
     metric = numerics.METRIC_NAMES[config.loss]

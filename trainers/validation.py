@@ -99,8 +99,21 @@ def _check_model(config, models):
 def _check_workdir(config):
     if not config.workdir:
         raise UsageError("--workdir is required (where checkpoints, logs and results go).")
-    if fileio.exists(config.workdir) and not fileio.isdir(config.workdir):
-        raise UsageError(f"--workdir {config.workdir!r} exists and is not a directory.")
+    check_workdir_path(config.workdir)
+
+
+def check_workdir_path(workdir):
+    """Raises UsageError where `workdir` can never be a folder: it is a file, or (a local path) a
+    file stands where one of its parents would go. Whether this process may create it is
+    learnt when it does (trainers/disk_space.py's create_workdir, the run's first write)."""
+    if fileio.exists(workdir) and not fileio.isdir(workdir):
+        raise UsageError(f"--workdir {workdir!r} exists and is not a directory.")
+    blocking = fileio.file_in_the_way(workdir)
+    if blocking:
+        raise UsageError(
+            f"--workdir {workdir!r} cannot be created: {blocking!r} is a file, not a folder; "
+            "choose another --workdir."
+        )
 
 
 def _check_training_data(config):
