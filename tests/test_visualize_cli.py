@@ -107,6 +107,21 @@ def test_bad_input_is_one_line_and_status_2(args, message, photos, workdir, tmp_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("out", ["{notes}", "{notes}/figures"])
+def test_an_out_folder_that_cannot_be_made_is_one_line_before_the_model(photos, tmp_path, capsys, out):
+    """--out a file, or under one: it was makedirs' own words ("[Errno 17] File exists",
+    "[Errno 20] Not a directory"), after the model was built."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    out = out.format(notes=notes)
+    args = ["--model=ViT-Ti_16", "--weights=none", f"--images={photos}/a.jpg", f"--out={out}"]
+    assert cli.main(args) == 2
+    assert capsys.readouterr().err == (
+        f"error: {out} cannot be written: {notes} is a file, not a folder; choose another output path\n"
+    )
+    assert notes.read_text() == "mine\n"
+
+
 def test_the_command_line_exits_2_without_a_traceback(tmp_path, capsys):
     """`python -m keras_vit.visualize` with an unreadable image: exit status 2 and one line, no
     traceback. Runs the package's __main__ as the interpreter does (runpy, in this process):

@@ -105,10 +105,17 @@ def main(argv=None):
         model_source.check_arguments(args, args.image_size)
         for path in paths:
             image_files.read_image(path)  # every file checked before a model is built
+        # The figures go inside --out: a file at it or above it stops them.
+        blocking = fileio.file_in_the_way(fileio.join(args.out, "numbers.json"))
+        if blocking:
+            raise ValueError(errors.blocked_output(args.out, blocking))
         source = model_source.load(args, image_size=args.image_size or None)
         written = visualize(source.model, paths, args.out, source.class_names, args.num_components)
-    except (ValueError, ImportError, OSError) as err:  # CheckpointError is a ValueError
+    except (ValueError, ImportError) as err:  # CheckpointError is a ValueError
         print(f"error: {errors.first_line(err, limit=2000)}", file=sys.stderr)
+        return USAGE_ERROR
+    except OSError as err:  # e.g. a folder this process may not write in
+        print(f"error: {errors.os_error_line(err)}", file=sys.stderr)
         return USAGE_ERROR
     print("wrote " + ", ".join(written))
     return 0
