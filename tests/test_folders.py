@@ -69,6 +69,9 @@ def test_folder_skips_and_counts_unreadable_images(folder):
 def test_folder_errors(folder, tmp_path):
     with pytest.raises(data.DatasetError, match="does not exist"):
         data.get_spec(f"folder:{tmp_path}/nowhere")
+    (tmp_path / "notes.txt").write_text("mine\n")  # a file given for the folder: said so
+    with pytest.raises(data.DatasetError, match="notes.txt' is a file, not a folder: --dataset=folder:PATH"):
+        data.get_spec(f"folder:{tmp_path}/notes.txt")
     with pytest.raises(data.DatasetError, match="no train/<class>/ sub-folders"):
         data.get_spec(f"folder:{tmp_path}")
     (tmp_path / "train" / "cat").mkdir(parents=True)

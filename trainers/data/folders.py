@@ -26,9 +26,9 @@ def folder_path(path):
     not a directory."""
     path = os.path.abspath(os.path.expanduser(path)) if path else ""
     if not path or not os.path.isdir(path):
-        raise DatasetError(
-            f"image folder {path or '(empty)'!r} does not exist: --dataset=folder:PATH expects {_LAYOUT}"
-        )
+        problem = "is a file, not a folder" if path and os.path.exists(path) else "does not exist"
+        shown = repr(path or "(empty)")
+        raise DatasetError(f"image folder {shown} {problem}: --dataset=folder:PATH expects {_LAYOUT}")
     return path
 
 
