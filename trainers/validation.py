@@ -94,6 +94,9 @@ def _check_model(config, models):
             raise UsageError(f"--{name} must not be negative, got {config[name]}.")
     if config.image_size <= 0:
         raise UsageError(f"--image_size must be positive, got {config.image_size}.")
+    # NumPy's generators (the data order, keras_vit's initial weights) take 32-bit seeds.
+    if "seed" in config and not 0 <= config.seed < 2**32:
+        raise UsageError(f"--seed must be a whole number from 0 to {2**32 - 1}, got {config.seed}.")
 
 
 def _check_workdir(config):
