@@ -46,6 +46,12 @@ USAGE_ERROR = 2
 def convert(src, dst, model_name=None):
     """Converts `src` to `dst` (by their extensions); returns a one-line summary."""
     # Argument checks first: they must not wait for (or print the logs of) TensorFlow.
+    src = weights.run_weights_file(src) or src  # a finished run's workdir: its model.npz, as weights=
+    if fileio.isdir(src):
+        raise ValueError(
+            f"{src} is a folder, not a checkpoint: pass a checkpoint file or a finished run's workdir "
+            "(one with model.npz); --to=timm or --to=transformers takes a Hub folder"
+        )
     if not fileio.isfile(src):
         raise ValueError(f"{src}: no such file; pass an existing checkpoint")
     if _same_file(src, dst):
@@ -164,8 +170,8 @@ def main(argv=None):
     )
     parser.add_argument(
         "src",
-        help="official .npz, keras_vit .weights.h5 or .keras file (with --to: also a registry name, "
-        "a Hub name, a timm/transformers folder, or a trainers.finetune workdir)",
+        help="official .npz, keras_vit .weights.h5 or .keras file, or a finished trainers.finetune "
+        "workdir (with --to: also a registry name, a Hub name or a timm/transformers folder)",
     )
     parser.add_argument("dst", help="output .weights.h5 or .npz (with --to: an output folder)")
     parser.add_argument(

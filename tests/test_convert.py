@@ -62,6 +62,23 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "x.weights.h5")
 
 
+def test_a_finished_runs_workdir_converts_as_its_model_npz_and_another_folder_is_one_line(tmp_path, capsys):
+    """As weights=WORKDIR takes a run's folder; before, any folder was "no such file"."""
+    params = synth.vit_jax_params(5, image_size=32, **dict(SMALL, patch_size=8))
+    run = tmp_path / "run"
+    run.mkdir()
+    synth.save(run / "model.npz", params)  # what a finished run leaves, as far as its weights go
+    assert convert.main([str(run), str(tmp_path / "out.npz")]) == 0
+    written = npz_layout.read_npz(str(tmp_path / "out.npz"))
+    assert written.keys() == params.keys()
+    np.testing.assert_array_equal(written["head/kernel"], params["head/kernel"])
+    capsys.readouterr()
+    (run / "model.npz").unlink()  # a run still training: checkpoints only
+    assert convert.main([str(run), str(tmp_path / "other.npz")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {run} is a folder, not a checkpoint: pass a")
+    assert not os.path.exists(tmp_path / "other.npz")
+
+
 def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch):
     """Under a file: said before any work. Refused by the disk: the system's words for the file
     asked for, not for write_atomic's temporary one. Both were tracebacks."""
