@@ -49,8 +49,13 @@ def folder(tmp_path_factory):
     return str(root)
 
 
-def test_folder_skips_and_counts_unreadable_images(folder):
+def test_folder_skips_and_counts_unreadable_images(folder, capfd):
     spec = data.get_spec(f"folder:{folder}")
+    # One line of ours, in the trainers' form; not absl's "WARNING:absl:" nor libjpeg's own words.
+    assert capfd.readouterr().err.splitlines() == [
+        f"warning: skipped 2 unreadable image(s) in {folder}, e.g. {folder}/train/ant/truncated.jpg; "
+        "they are left out of the run (results.json: skipped_images)"
+    ]
     assert spec.class_names == ["ant", "mole", "zebra"] and spec.num_classes == 3
     assert spec.skipped == 2
     kept = {os.path.basename(path) for path in spec.records("train").payloads}

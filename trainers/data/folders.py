@@ -7,11 +7,12 @@ counted. The same image in several class folders of a split is one multi-label e
 
 import hashlib
 import os
+import sys
 
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
+from keras_vit import startup
 from trainers.data.ops import decode_image
 from trainers.data.spec import DatasetSpec, pad_label_lists
 from trainers.data.splits import LAYOUT_SEED, MemoryReader
@@ -77,7 +78,12 @@ def folder_spec(dataset, path):
             f"--dataset=folder:PATH expects {_LAYOUT}"
         )
     if skipped:
-        logging.warning("Skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
+        print(
+            f"warning: skipped {len(skipped)} unreadable image(s) in {path}, e.g. {skipped[0]}; they are "
+            "left out of the run (results.json: skipped_images)",
+            file=sys.stderr,
+            flush=True,
+        )
     reader = MemoryReader(dataset, splits, payload_is_path=True)
     return DatasetSpec(
         name=dataset,
@@ -119,8 +125,11 @@ def _readable(paths):
 
     ds = tf.data.Dataset.range(len(paths)).map(decoded_height, num_parallel_calls=tf.data.AUTOTUNE)
     ok = np.zeros(len(paths), bool)
-    for i, _ in ds.ignore_errors().as_numpy_iterator():
-        ok[i] = True
+    # libjpeg writes its own complaint about a broken file ("Input file read error") to the
+    # process's stderr; the warning above names what was skipped.
+    with startup.native_stderr_hidden():
+        for i, _ in ds.ignore_errors().as_numpy_iterator():
+            ok[i] = True
     return ok
 
 
