@@ -86,10 +86,17 @@ def test_the_same_size_gives_the_same_images():
             ["--dataset=oxford_iiit_pet", "--stand_in=-1", "--data_dir=DIR"],
             "--stand_in=-1: give the training",
         ),
+        (  # makedirs' "[Errno 20] Not a directory" came after the images were drawn
+            ["--dataset=oxford_iiit_pet", "--stand_in=2", "--data_dir=FILE/tfds"],
+            "--data_dir 'FILE/tfds' cannot be created: 'FILE' is a file, not a folder",
+        ),
     ],
 )
 def test_a_stand_in_that_cannot_be_made_is_one_line(tmp_path, capsys, args, said):
-    args = [a.replace("DIR", str(tmp_path / "tfds")) for a in args]
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    args = [a.replace("DIR", str(tmp_path / "tfds")).replace("FILE", str(notes)) for a in args]
+    said = said.replace("FILE", str(notes))
     assert prepare.main(["prepare", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"prepare: error: {said}"), err

@@ -24,7 +24,9 @@ import numpy as np
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from trainers.errors import DatasetError, UsageError, first_line
+from keras_vit import fileio
+from keras_vit.errors import os_error_line
+from trainers.errors import DatasetError, UsageError
 
 # The seed of the synthetic images: the same N gives the same stand-in.
 SEED = 0
@@ -109,6 +111,12 @@ def check(dataset, train_per_class, data_dir):
     if not data_dir:
         # In TFDS's default data_dir the stand-in would later pass for the real dataset.
         raise UsageError("--stand_in needs --data_dir=DIR, a folder for the stand-in alone")
+    blocking = fileio.file_in_the_way(fileio.join(data_dir, dataset))  # data_dir itself, and above
+    if blocking:
+        raise UsageError(
+            f"--data_dir {data_dir!r} cannot be created: {blocking!r} is a file, not a folder; "
+            "choose another --data_dir."
+        )
 
 
 def prepare(builder, dataset, train_per_class):
@@ -131,7 +139,7 @@ def prepare(builder, dataset, train_per_class):
                     )
                 )
         except Exception as e:  # disk full, unwritable data_dir, ...: one line for the user
-            raise DatasetError(f"cannot write the stand-in of {dataset}: {first_line(e)}") from None
+            raise DatasetError(f"cannot write the stand-in of {dataset}: {os_error_line(e)}") from None
         finally:
             for path in reversed(created):  # the download folders TFDS made and left empty
                 if os.path.isdir(path) and not os.listdir(path):
