@@ -1,7 +1,5 @@
 """Lists the library's commands: `python -m keras_vit`."""
 
-import sys
-
 from keras_vit import _clash  # noqa: F401  (first: refuses a package mixed with another's files)
 
 # isort: split
@@ -16,4 +14,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

@@ -3,13 +3,34 @@
 A command is a module run as `python -m PACKAGE.NAME`: a file with an `if __name__ ==
 "__main__":` block, or a sub-package with a `__main__.py`. What it does is the first paragraph
 of its docstring, so the list and the modules cannot disagree. The files are parsed, not
-imported: listing starts nothing (no TensorFlow). The standard library only.
+imported: listing starts nothing (no TensorFlow). Each command's `__main__` block is
+`commands.exit_with(main)`. The standard library only.
 """
 
 import ast
 import os
+import sys
 
 _MAIN_GUARD = ("__name__", "__main__")
+# The status a shell reports for a program that SIGPIPE stopped (128 + 13), as `yes | head` gives.
+STOPPED_BY_A_CLOSED_PIPE = 141
+
+
+def exit_with(main):
+    """`sys.exit(main())` for a command's `__main__` block, except where whoever read its output
+    went away (`--help | head`, a pager quit early): Python then raised BrokenPipeError from the
+    next print, a traceback; the command now ends at once, silent, with the shell's status for
+    a program stopped by SIGPIPE."""
+    try:
+        status = main()
+        sys.stdout.flush()  # what print left buffered fails here, not in the interpreter's teardown
+    except BrokenPipeError:
+        # The interpreter flushes both streams as it exits, and would fail and complain again.
+        nowhere = os.open(os.devnull, os.O_WRONLY)
+        for descriptor in (1, 2):
+            os.dup2(nowhere, descriptor)
+        sys.exit(STOPPED_BY_A_CLOSED_PIPE)
+    sys.exit(status)
 
 
 def _runs_as_main(tree):

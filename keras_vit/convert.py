@@ -28,6 +28,7 @@ import sys
 
 from keras_vit import (
     _clash,  # noqa: F401  (first: refuses a package mixed with another's files)
+    commands,
     fileio,
     hf_export,
     hub,
@@ -195,19 +196,20 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         if args.to:
-            print(to_hub_format(args.src, args.dst, args.to, args.model, args.labels, args.push_to_hub))
-            return 0
-        if args.push_to_hub or args.labels:
+            summary = to_hub_format(args.src, args.dst, args.to, args.model, args.labels, args.push_to_hub)
+        elif args.push_to_hub or args.labels:
             raise ValueError("--push_to_hub and --labels go with --to=timm or --to=transformers")
-        print(convert(args.src, args.dst, args.model))
+        else:
+            summary = convert(args.src, args.dst, args.model)
     except (ValueError, ImportError) as err:  # ImportError: a gs:// path without TensorFlow
         print(f"error: {err}", file=sys.stderr)
         return USAGE_ERROR
     except OSError as err:  # e.g. a folder this process may not write in
         print(f"error: {os_error_line(err)}", file=sys.stderr)
         return USAGE_ERROR
+    print(summary)  # outside the try: a reader gone away is not an error of the conversion
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

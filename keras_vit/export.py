@@ -44,7 +44,7 @@ import keras
 import numpy as np
 import PIL.Image
 
-from keras_vit import fileio, images, labels, model_source, onnx_export, serving
+from keras_vit import commands, fileio, images, labels, model_source, onnx_export, serving
 from keras_vit.errors import blocked_output, first_line, os_error_line
 
 USAGE_ERROR = 2
@@ -359,4 +359,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

@@ -29,7 +29,7 @@ from keras_vit import _clash  # noqa: F401  (refuses a package mixed with anothe
 # isort: split
 import keras
 
-from keras_vit import errors
+from keras_vit import commands, errors
 
 BACKEND = "torch"
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.weights.h5"
@@ -212,4 +212,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

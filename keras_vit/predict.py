@@ -27,9 +27,9 @@ from keras_vit import _clash  # noqa: F401  (refuses a package mixed with anothe
 import keras
 import numpy as np
 
+from keras_vit import commands, model_source
 from keras_vit import images as images_lib
 from keras_vit import labels as labels_lib
-from keras_vit import model_source
 from keras_vit.errors import first_line
 
 USAGE_ERROR = 2
@@ -144,4 +144,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

@@ -4,6 +4,8 @@ import ast
 import os
 import re
 
+import pytest
+
 import keras_vit
 import trainers
 from keras_vit import __main__ as keras_vit_main
@@ -48,3 +50,46 @@ def test_both_listings_print_every_command_with_its_docstring_and_exit_0(capsys)
 def test_every_command_the_docs_name_is_listed():
     listed = {command.split()[-1] for command, _ in commands.find(keras_vit) + commands.find(trainers)}
     assert _documented_commands() - listed == set()
+
+
+def _main_blocks(package):
+    """{path: the statements of its `if __name__ == "__main__":` block} of a package's commands."""
+    folder = os.path.dirname(package.__file__)
+    blocks = {}
+    for here, _, files in os.walk(folder):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(here, name)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            for node in tree.body:
+                if isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'":
+                    blocks[os.path.relpath(path, ROOT)] = [ast.unparse(s) for s in node.body]
+    return blocks
+
+
+def test_every_command_ends_through_exit_with():
+    """A command whose `__main__` block is `sys.exit(main())` prints a BrokenPipeError traceback
+    when its reader goes away (`--help | head -1`)."""
+    blocks = {**_main_blocks(keras_vit), **_main_blocks(trainers)}
+    assert {"trainers/finetune.py", "keras_vit/predict.py", "keras_vit/visualize/__main__.py"} <= set(blocks)
+    assert {path: body for path, body in blocks.items() if body != ["commands.exit_with(main)"]} == {}
+
+
+def test_a_reader_gone_away_ends_the_command_at_once_and_silent(monkeypatch):
+    sent = []
+    monkeypatch.setattr(commands.os, "open", lambda path, flags: ("opened", path))
+    monkeypatch.setattr(commands.os, "dup2", lambda source, target: sent.append((source, target)))
+
+    def main():
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(SystemExit) as ended:
+        commands.exit_with(main)
+    assert ended.value.code == commands.STOPPED_BY_A_CLOSED_PIPE == 141
+    # stdout and stderr both go nowhere: the interpreter's last flush must not fail again.
+    assert sent == [(("opened", os.devnull), 1), (("opened", os.devnull), 2)]
+    with pytest.raises(SystemExit) as ended:
+        commands.exit_with(lambda: 3)
+    assert ended.value.code == 3 and len(sent) == 2

@@ -206,6 +206,28 @@ def test_library_commands_print_their_one_line_error_and_nothing_else(tmp_path, 
     assert "missing" in proc.stderr and not NOISE.search(proc.stderr)
 
 
+@pytest.mark.slow  # a fresh interpreter imports TensorFlow and trains: about 15 s on two busy cores
+def test_a_command_whose_reader_went_away_ends_at_once_and_silent(tmp_path):
+    """`python -m trainers.finetune ... | head -1`: the next line printed after the reader closed
+    the pipe raised BrokenPipeError, a traceback on stderr (keras_vit.commands.exit_with)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
+    env["PYTHONPATH"] = ROOT
+    args = ["--dataset=digits", "--total_steps=50", "--warmup_steps=1", f"--workdir={tmp_path / 'run'}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainers.finetune", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the banner goes on, then the steps' lines: each a write after the close
+    err = proc.stderr.read()
+    code = proc.wait(timeout=300)
+    assert first.startswith(b"model:"), first
+    assert (code, err) == (141, b""), err[-3000:]
+
+
 # --- `import keras_vit` in a user's own program ----------------------------------------------
 
 

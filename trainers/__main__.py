@@ -1,7 +1,5 @@
 """Lists the trainers' commands: `python -m trainers`."""
 
-import sys
-
 import trainers
 from keras_vit import commands
 
@@ -13,4 +11,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

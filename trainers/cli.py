@@ -3,7 +3,8 @@
 Exit codes: 0 done (or stopped by SIGTERM, at any moment, after saving what the rerun needs),
 2 bad input, 1 the run failed (e.g. the loss diverged, or another process of the run was lost),
 130 interrupted (Ctrl-C; during a run, after the same save as SIGTERM, trainers/preemption.py):
-each error's `exit_code` (trainers/errors.py).
+each error's `exit_code` (trainers/errors.py); 141 where the reader of stdout went away
+(keras_vit/commands.py's exit_with).
 """
 
 import sys

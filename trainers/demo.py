@@ -29,7 +29,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import sys
 import time
 
 import numpy as np
@@ -46,7 +45,7 @@ from configs.demo import (
     SHOTS,
     SMALL,
 )
-from keras_vit import cpu_info, fileio
+from keras_vit import commands, cpu_info, fileio
 from trainers import cli, console, disk_space, engines, fewshot, finetune, pretrain
 from trainers import results as results_lib
 from trainers.engines import ENGINES
@@ -484,4 +483,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

@@ -11,14 +11,13 @@ WORKDIR/results.json ({k}shot_accuracy, {k}shot_accuracy_std) and TensorBoard sc
 WORKDIR/eval. Defaults: configs/fewshot.py; every flag overrides.
 """
 
-import sys
 import time
 
 import keras
 import tensorflow as tf
 
 from configs import fewshot as fewshot_config
-from keras_vit import VARIANTS, initializers
+from keras_vit import VARIANTS, commands, initializers
 from trainers import actions, cli, engines, image_summaries
 from trainers import plan as plan_lib
 from trainers.console import Console
@@ -165,4 +164,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

@@ -9,9 +9,8 @@ paper's protocol (trainers/sweep.py): one fine-tune per --sweep_lrs rate, the be
 retrained on train + minival.
 """
 
-import sys
-
 from configs import finetune as finetune_config
+from keras_vit import commands
 from trainers import cli, sweep, training
 from trainers.flags import parse_base_lr
 
@@ -37,4 +36,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

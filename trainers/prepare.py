@@ -14,10 +14,9 @@ not; this runs the builder through its Python API instead. Bad input or a downlo
 happen is one line on stderr with exit code 2; nothing half-prepared is left behind.
 """
 
-import sys
-
 from absl import flags
 
+from keras_vit import commands
 from trainers import cli
 from trainers.data import stand_in
 from trainers.data.tfds_prepare import ensure_prepared, is_prepared, open_tfds_builder
@@ -73,4 +72,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

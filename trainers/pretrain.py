@@ -9,9 +9,8 @@ logged every --fewshot_every steps and at the end. The exported WORKDIR/model.np
 fine-tuning with --weights=WORKDIR/model.npz.
 """
 
-import sys
-
 from configs import pretrain as pretrain_config
+from keras_vit import commands
 from trainers import cli, training
 
 
@@ -30,4 +29,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from keras_vit import errors, fileio, model_source, predict
+from keras_vit import commands, errors, fileio, model_source, predict
 from keras_vit import images as image_files
 from keras_vit import labels as labels_lib
 from keras_vit import visualize as vis
@@ -122,4 +122,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)
