@@ -8,7 +8,9 @@ imported: listing starts nothing (no TensorFlow). Each command's `__main__` bloc
 """
 
 import ast
+import contextlib
 import os
+import signal
 import sys
 
 _MAIN_GUARD = ("__name__", "__main__")
@@ -17,13 +19,24 @@ STOPPED_BY_A_CLOSED_PIPE = 141
 
 
 def exit_with(main):
-    """`sys.exit(main())` for a command's `__main__` block, except where whoever read its output
-    went away (`--help | head`, a pager quit early): Python then raised BrokenPipeError from the
-    next print, a traceback; the command now ends at once, silent, with the shell's status for
-    a program stopped by SIGPIPE."""
+    """`sys.exit(main())` for a command's `__main__` block, with two ends of its own, each
+    without the traceback Python prints:
+
+    - whoever read its output went away (`--help | head`, a pager quit early): the next print
+      raised BrokenPipeError; the command ends at once, silent, with the shell's status for a
+      program stopped by SIGPIPE;
+    - Ctrl-C where the command has no handler of its own (the trainers' is trainers/cli.py's):
+      it ends killed by SIGINT, as Python ends it, so that a shell loop that ran it stops too.
+    """
     try:
         status = main()
         sys.stdout.flush()  # what print left buffered fails here, not in the interpreter's teardown
+    except KeyboardInterrupt:
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        raise  # where the signal cannot kill (another platform), Python's own end
     except BrokenPipeError:
         # The interpreter flushes both streams as it exits, and would fail and complain again.
         nowhere = os.open(os.devnull, os.O_WRONLY)

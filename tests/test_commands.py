@@ -3,6 +3,7 @@
 import ast
 import os
 import re
+import signal
 
 import pytest
 
@@ -93,3 +94,17 @@ def test_a_reader_gone_away_ends_the_command_at_once_and_silent(monkeypatch):
     with pytest.raises(SystemExit) as ended:
         commands.exit_with(lambda: 3)
     assert ended.value.code == 3 and len(sent) == 2
+
+
+def test_ctrl_c_ends_the_command_killed_by_sigint_without_a_traceback(monkeypatch):
+    """Python's own end (a shell loop running the command stops too), before its traceback."""
+    done = []
+    monkeypatch.setattr(commands.signal, "signal", lambda number, handler: done.append((number, handler)))
+    monkeypatch.setattr(commands.os, "kill", lambda pid, number: done.append((pid, number)))
+
+    def main():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # only because the kill above is a stand-in
+        commands.exit_with(main)
+    assert done == [(signal.SIGINT, signal.SIG_DFL), (os.getpid(), signal.SIGINT)]
