@@ -9,12 +9,13 @@ import os
 
 import ml_collections
 import pytest
+from absl import flags as absl_flags
 from trainer_cli import TINY_MODEL, run_cli
 
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
 from keras_vit import fileio
-from trainers import errors, finetune, plan_pieces, training
+from trainers import cli, errors, finetune, plan_pieces, preemption, training
 from trainers import flags as trainer_flags
 
 
@@ -150,6 +151,28 @@ def test_no_tpu(capsys, workdir, cifar_dir):
 )
 def test_bad_flags(capsys, workdir, cifar_dir, args, expect):
     _fails_cleanly(capsys, workdir, ["--dataset=cifar10", f"--data_dir={cifar_dir}", *args], expect)
+
+
+@pytest.mark.parametrize(
+    "raised, code, line",
+    [
+        (preemption.Stopped, 0, ("out", preemption.stopped_line())),
+        (KeyboardInterrupt, 130, ("err", "demo: interrupted")),
+    ],
+)
+def test_a_command_with_its_own_flags_ends_on_signals_as_the_trainers_do(capsys, raised, code, line):
+    """The demo runs trainings with flags of its own: a SIGTERM between or inside its stages was
+    Python's default (killed, status 143) and Ctrl-C a KeyboardInterrupt traceback."""
+    values = absl_flags.FlagValues()
+    absl_flags.DEFINE_integer("steps", 1, "steps", flag_values=values)
+
+    def body(values):
+        raise raised()
+
+    assert cli.main_with_own_flags("demo", values, "usage: demo", body, ["demo", "--steps=2"]) == code
+    said = capsys.readouterr()
+    stream, expected = line
+    assert getattr(said, stream).strip().splitlines() == [expected]
 
 
 def test_command_line_error_has_no_traceback(tmp_path):

@@ -166,6 +166,24 @@ def test_small_demo_runs_every_stage_and_writes_the_table(tmp_path, capsys, monk
     assert "load_average" in again["machine"] and again["machine"]["cpu"] == results["machine"]["cpu"]
 
 
+def test_a_stage_stopped_by_sigterm_stops_the_demo(tmp_path, capsys, monkeypatch):
+    """The stage saved what its rerun needs and returned {"preempted": ...}: the demo went on to
+    the next stages as if it had finished, and the first that read its model failed."""
+    ran = []
+
+    def preempted_stage(trainer, config):
+        ran.append(config.workdir)
+        return {"preempted": True, "steps": 10}
+
+    monkeypatch.setattr(demo, "run_stage", preempted_stage)
+    workdir = tmp_path / "demo"
+    assert demo.run(str(workdir), small=True, pinned=IN_PROCESS, **SMALL) is None
+    assert ran == [str(workdir / "pretrain")]
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("=== [1/15] pretrain stopped; the demo stops with it ===")
+    assert not (workdir / "results.json").exists()
+
+
 def _as_flags(fields):
     return [
         f"--{name}={str(value).lower() if isinstance(value, bool) else value}"

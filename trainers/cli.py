@@ -19,17 +19,39 @@ def main(run, get_config, argv=None, help_overrides=None, about=None):
     """The trainer's command line: `run(config, weights_params=...)` on the parsed flags (the
     --weights file's parameters where reading its shape read them: trainers/flags.py); `about`
     (its docstring) opens `--help`."""
-    # The process's own command line: its signals are watched until the process ends.
-    whole_process = argv is None
+    whole_process = argv is None  # the process's own command line
     argv = sys.argv if argv is None else argv
-    program = program_name(argv)
     show_library_messages()
+
+    def work():
+        config, weights_params = parse_command(argv, get_config, help_overrides, about)
+        run(config, weights_params=weights_params)
+
+    return _ended(program_name(argv), work, whole_process)
+
+
+def main_with_own_flags(program, values, usage, body, argv=None):
+    """A command whose flags are its own absl FlagValues (not a preset's fields): --help, parsing,
+    body(values), and the same one-line errors, signal handling and exit codes as `main` (the
+    demo's stages are runs; a download stopped by SIGTERM goes on at the rerun)."""
+    whole_process = argv is None  # the process's own command line
+    argv = sys.argv if argv is None else argv
+
+    def work():
+        if read_argv(values, argv, usage):
+            body(values)
+
+    return _ended(program, work, whole_process=whole_process)
+
+
+def _ended(program, work, whole_process):
+    """Runs work() and returns the command's exit status (above), each error one line."""
     try:
         # SIGTERM and Ctrl-C from here on: a run stops at its next safe point, anything else
-        # at once, each with one line (trainers/preemption.py).
+        # at once, each with one line (trainers/preemption.py). The signals are watched until
+        # the process ends where this is the process's own command line.
         with preemption.watching(reads=False, whole_process=whole_process):
-            config, weights_params = parse_command(argv, get_config, help_overrides, about)
-            run(config, weights_params=weights_params)
+            work()
     except TrainerError as e:
         print(f"{program}: error: {one_line(e)}", file=sys.stderr)
         return e.exit_code
@@ -39,17 +61,4 @@ def main(run, get_config, argv=None, help_overrides=None, about=None):
     except preemption.Stopped:
         print(preemption.stopped_line(), flush=True)
         return 0
-    return 0
-
-
-def main_with_own_flags(program, values, usage, body, argv=None):
-    """A command whose flags are its own absl FlagValues (not a preset's fields): --help, parsing,
-    body(values), and the same one-line errors and exit codes as `main`."""
-    argv = sys.argv if argv is None else argv
-    try:
-        if read_argv(values, argv, usage):
-            body(values)
-    except TrainerError as e:
-        print(f"{program}: error: {one_line(e)}", file=sys.stderr)
-        return e.exit_code
     return 0

@@ -352,7 +352,8 @@ def _machine(engine=DEFAULT_ENGINE):
 
 
 def run(workdir, *, small=False, pinned=None, engine=DEFAULT_ENGINE, **overrides):
-    """Runs every stage (resuming finished ones), writes WORKDIR/results.json, returns it.
+    """Runs every stage (resuming finished ones), writes WORKDIR/results.json, returns it (None
+    where a SIGTERM stopped a stage: its rerun, the same command, goes on from there).
     `pinned`: the stages' pinned fields (default PINNED); `engine`: what runs the stages, which
     must be the one this process started Keras for (trainers/engines/)."""
     settings = dict(SMALL if small else FULL)
@@ -377,6 +378,11 @@ def run(workdir, *, small=False, pinned=None, engine=DEFAULT_ENGINE, **overrides
         )
         tick = time.time()
         stage_results[name] = run_stage(trainer, config)
+        if (stage_results[name] or {}).get("preempted"):
+            # SIGTERM or Ctrl-C: the stage saved what its rerun needs and said so; the next
+            # stages would go on as if it had finished (and one that reads its model would fail).
+            print(f"=== {count} {name} stopped; the demo stops with it ===", flush=True)
+            return None
         loads.append(_load_average())
         done += costs[name]
         elapsed = time.time() - start
