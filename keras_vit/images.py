@@ -18,6 +18,7 @@ best stored upright.
 """
 
 import io
+import warnings
 
 import numpy as np
 import PIL.Image
@@ -61,10 +62,17 @@ def read_image(path):
 def decode_image(data, name="image"):
     """Encoded image bytes -> uint8 (height, width, 3); the first frame of an animation."""
     try:
-        with PIL.Image.open(io.BytesIO(data)) as image:
-            image.seek(0)
-            upright = PIL.ImageOps.exif_transpose(image)
-            return np.asarray(upright.convert("RGB"), dtype=np.uint8)
+        with warnings.catch_warnings():
+            # Pillow warns of a photo past 89 M pixels (a camera's largest), as a possible
+            # decompression bomb; it is read to be shrunk. Past twice that it refuses (below).
+            warnings.simplefilter("ignore", PIL.Image.DecompressionBombWarning)
+            with PIL.Image.open(io.BytesIO(data)) as image:
+                image.seek(0)
+                upright = PIL.ImageOps.exif_transpose(image)
+                return np.asarray(upright.convert("RGB"), dtype=np.uint8)
+    except PIL.Image.DecompressionBombError as err:
+        said = str(err).split(", could be")[0]  # "Image size (N pixels) exceeds limit of M pixels"
+        raise ImageError(f"{name}: {said}, more than Pillow opens; shrink the image first") from None
     except (PIL.UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
         reason = "not an image file Pillow can read" if isinstance(err, PIL.UnidentifiedImageError) else err
         raise ImageError(f"{name}: {reason}; pass a JPEG, PNG, GIF, BMP, WebP or TIFF image") from None

@@ -94,6 +94,23 @@ def test_grayscale_and_alpha_become_rgb(photos):
     np.testing.assert_array_equal(images.read_image(photos["rgba"]), images.read_image(photos["png"]))
 
 
+def test_a_large_photo_is_read_quietly_and_one_too_large_is_one_line(tmp_path, monkeypatch, recwarn):
+    """Pillow warns past its pixel limit (a 100 M pixel photo printed DecompressionBombWarning)
+    and refuses past twice it (a DecompressionBombError traceback). The limit is lowered here so
+    that the images are small."""
+    monkeypatch.setattr(PIL.Image, "MAX_IMAGE_PIXELS", 1000)
+    PIL.Image.new("RGB", (40, 40), (10, 20, 30)).save(tmp_path / "large.png")  # 1,600 pixels
+    PIL.Image.new("RGB", (50, 50)).save(tmp_path / "too_large.png")  # 2,500
+    assert images.read_image(str(tmp_path / "large.png"))[0, 0].tolist() == [10, 20, 30]
+    assert not [w for w in recwarn if issubclass(w.category, PIL.Image.DecompressionBombWarning)]
+    with pytest.raises(images.ImageError) as refused:
+        images.read_image(str(tmp_path / "too_large.png"))
+    assert str(refused.value) == (
+        f"{tmp_path}/too_large.png: Image size (2500 pixels) exceeds limit of 2000 pixels, more than "
+        "Pillow opens; shrink the image first"
+    )
+
+
 def test_classify_real_photos_with_imagenet_names(photos, imagenet_model):
     paths = [photos["jpeg"], photos["png"], photos["gray"]]
     results = predict.classify(imagenet_model, paths)
