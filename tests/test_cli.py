@@ -98,6 +98,18 @@ def test_a_workdir_the_disk_will_not_create_is_one_line_naming_it(capsys, tmp_pa
     )
 
 
+@pytest.mark.parametrize("split, message", [("trian", "bad split 'trian'"), ("train[:0]", "has no examples")])
+def test_a_bad_training_split_writes_nothing(capsys, tmp_path, cifar_dir, split, message):
+    """It was found when the training pipeline was built, after config.json and TensorBoard's
+    files were written: the corrected command was then refused as a run with other settings."""
+    workdir = tmp_path / "run"
+    args = ["--dataset=cifar10", f"--data_dir={cifar_dir}", *TINY_MODEL, f"--train_split={split}"]
+    code = finetune.main(["finetune", f"--workdir={workdir}", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err
+    assert not workdir.exists()
+
+
 def test_unknown_model(capsys, workdir, cifar_dir):
     _fails_cleanly(
         capsys,

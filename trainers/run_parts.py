@@ -40,6 +40,10 @@ def build(plan, strategy):
     """The Run of `plan` under `strategy`: its dataset, Trainer and evaluators, all checked."""
     spec = data.get_spec(plan.data.dataset, data_dir=plan.data.data_dir, manual_dir=plan.data.manual_dir)
     _check_labels(plan, spec)
+    # Its pipeline is built once the checkpoint says where training starts, after the first
+    # writes: a bad or empty training split must be found here, or its config.json would be
+    # written and the corrected command refused as a run with other settings.
+    data.check_split(spec, plan.train_split)
     built = build_trainer(None, strategy, spec, plan)
     # The evaluators of --evals, or of the evaluation flags (trainers/evaluators/from_config.py),
     # reading the evaluation pipeline of the plan at the evaluation batch of the Trainer.

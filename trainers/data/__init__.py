@@ -14,7 +14,7 @@ class); `ops` (the registered image and batch ops); `pp` (pp strings: --pp_train
 # Op modules beyond ops.py: importing one registers its ops (a new op: its file and a line here).
 from trainers.data import grayscale, mask_patches  # noqa: F401
 from trainers.data.ops import eval_ops, register, registered, train_ops
-from trainers.data.pipeline import InputFn, distribute, make_input_fn, multi_hot
+from trainers.data.pipeline import InputFn, check_split, distribute, make_input_fn, multi_hot
 from trainers.data.sources import check_name, get_spec
 from trainers.data.spec import NO_LABEL, DatasetSpec, Records, multi_label_refusal
 from trainers.data.subsets import examples_per_class_subset
@@ -27,6 +27,7 @@ __all__ = [
     "InputFn",
     "Records",
     "check_name",
+    "check_split",
     "distribute",
     "eval_ops",
     "examples_per_class_subset",

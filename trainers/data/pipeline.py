@@ -319,6 +319,17 @@ def _window_seed(seed, epoch, window):
     return tf.random.experimental.stateless_fold_in(_epoch_seed(seed, epoch), window, alg=SEED_ALG)
 
 
+def check_split(spec, split):
+    """DatasetError unless `split` names examples of the dataset: an unknown split, a bad slice,
+    or one with no examples (train[:0])."""
+    if spec.num_examples[split] == 0:
+        raise empty_split_error(spec, split)
+
+
+def empty_split_error(spec, split):
+    return DatasetError(f"split {split!r} of {spec.name} has no examples: choose a non-empty split")
+
+
 def make_input_fn(
     spec: DatasetSpec,
     split: str,
@@ -392,7 +403,7 @@ def make_input_fn(
             records, int(examples_per_class), seed, spec.num_classes, spec.name, split
         )
     if records.count == 0:
-        raise DatasetError(f"split {split!r} of {spec.name} has no examples: choose a non-empty split")
+        raise empty_split_error(spec, split)
     return InputFn(
         spec,
         split,
