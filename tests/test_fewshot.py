@@ -192,6 +192,20 @@ def test_a_workdir_that_cannot_be_created_is_one_line(tmp_path, capsys, monkeypa
     assert err.startswith(f"fewshot: error: cannot create the workdir {tmp_path}/run: permission denied;")
 
 
+@pytest.mark.parametrize(
+    "split, message",
+    [("--train_split=trian", "bad split 'trian'"), ("--test_split=test[:0]", "has no examples")],
+)
+def test_a_bad_split_is_one_line_before_the_workdir_is_made(split, message, tmp_path, capsys):
+    """The TensorBoard writers made the workdir before the probes found the split."""
+    workdir = tmp_path / "run"
+    code, err = run_main(
+        ["--dataset=digits:5-9", "--model=pixels", "--image_size=8", split, f"--workdir={workdir}"], capsys
+    )
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not workdir.exists()
+
+
 def test_checkpoint_of_another_variant_is_a_one_line_error(tmp_path, capsys):
     other = tiny_vit(hidden_size=24, representation_size=24)
     path = str(tmp_path / "other.npz")

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_config
 from keras_vit import VARIANTS, commands, initializers
-from trainers import actions, cli, engines, image_summaries
+from trainers import actions, cli, data, engines, image_summaries
 from trainers import plan as plan_lib
 from trainers.console import Console
 from trainers.controller import Controller
@@ -134,6 +134,8 @@ def run(config, weights_params=None):
         console=console,
     )
     spec = evaluator.specs[_DATA]
+    for split in (probe.train_split, probe.test_split):  # found before the workdir is made
+        data.check_split(spec, split)
     with strategy.scope():
         model = build_feature_model(plan, spec.num_classes)
     summaries = actions.Summaries(plan.output.workdir, chief)
