@@ -26,6 +26,7 @@ from trainers import (
     memory,
     model_builder,
     precision,
+    workdir_lock,
 )
 from trainers import plan as plan_lib
 from trainers.console import Console
@@ -162,11 +163,18 @@ class Run:
         self.console = Console(self.chief)
 
     def run(self):
+        if not self.chief:
+            return self._run()
+        disk_space.create_workdir(self.workdir)
+        # Before config.json: a second run in the same workdir writes nothing (trainers/workdir_lock.py).
+        with workdir_lock.held(self.workdir):
+            return self._run()
+
+    def _run(self):
         plan, trainer, strategy = self.plan, self.trainer, self.strategy
         loop = plan.loop
         started = time.time()
         if self.chief:
-            disk_space.create_workdir(self.workdir)
             fileio.write_atomic(fileio.join(self.workdir, "config.json"), plan.output.config_json + "\n")
         task_id = 0 if self.chief else self.engine.task_id(strategy)
         checkpoints = RunCheckpoints(
