@@ -140,9 +140,29 @@ def check_output(path, format, overwrite=False):
         raise ExportError(f"{path}: write the SavedModel to a local directory, then copy it")
     if fileio.exists(path) and not overwrite:
         raise ExportError(f"{path} exists; pass --overwrite to replace it, or another output path")
+    if overwrite and fileio.exists(path):
+        _check_replaceable(path, format)
     blocking = fileio.file_in_the_way(path)
     if blocking:
         raise ExportError(blocked_output(path, blocking))
+
+
+def _check_replaceable(path, format):
+    """--overwrite replaces an earlier export: never a folder of other files (`export . --overwrite`
+    would have replaced the working directory, everything in it lost), nor a file by a folder."""
+    is_dir = fileio.isdir(path)
+    if format != "saved_model":
+        if is_dir:
+            raise ExportError(f"{path} is a folder, not a {format} file; choose another output path")
+        return
+    if not is_dir:
+        raise ExportError(f"{path} is a file, not a SavedModel's folder; choose another output path")
+    entries = fileio.listdir(path)
+    if entries and not {"saved_model.pb", "saved_model.pbtxt"} & set(entries):
+        raise ExportError(
+            f"{path} holds no SavedModel ({len(entries)} other entries): --overwrite replaces an earlier "
+            "export only; choose another output path"
+        )
 
 
 def _check(model, path, format, overwrite):

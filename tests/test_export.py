@@ -194,6 +194,30 @@ def test_bad_input_is_one_line_and_status_2(capsys, tmp_path, argv, message):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    "name, format, make, message",
+    [
+        ("served", "saved_model", "folder", "holds no SavedModel (2 other entries): --overwrite replaces"),
+        ("served", "saved_model", "file", "is a file, not a SavedModel's folder"),
+        ("m.onnx", "onnx", "folder", "is a folder, not a onnx file"),
+    ],
+)
+def test_overwrite_replaces_an_earlier_export_only(capsys, tmp_path, name, format, make, message):
+    """`export . --format=saved_model --overwrite` replaced the working directory: everything in
+    it was lost."""
+    out = tmp_path / name
+    if make == "folder":
+        (out / "sub").mkdir(parents=True)
+        (out / "notes.txt").write_text("mine\n")
+    else:
+        out.write_text("mine\n")
+    argv = [str(out), f"--format={format}", f"--weights={FIXTURE}", "--overwrite"]
+    code, stdout, err = _main(capsys, *argv)
+    assert code == 2 and not stdout
+    assert err.startswith(f"error: {out} {message}") and err.count("\n") == 1, err
+    assert (out / "notes.txt" if make == "folder" else out).read_text() == "mine\n"
+
+
 def test_an_output_under_a_file_is_one_line_that_says_what_to_do(capsys, tmp_path):
     """It was makedirs' own words, "error: [Errno 17] File exists: '.../notes.txt'"."""
     notes = tmp_path / "notes.txt"
