@@ -33,7 +33,7 @@ def main(run, get_config, argv=None, help_overrides=None, about=None):
 def main_with_own_flags(program, values, usage, body, argv=None):
     """A command whose flags are its own absl FlagValues (not a preset's fields): --help, parsing,
     body(values), and the same one-line errors, signal handling and exit codes as `main` (the
-    demo's stages are runs; a download stopped by SIGTERM goes on at the rerun)."""
+    demo runs trainings in its process; prepare downloads and writes datasets)."""
     whole_process = argv is None  # the process's own command line
     argv = sys.argv if argv is None else argv
 
