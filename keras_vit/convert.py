@@ -39,7 +39,7 @@ from keras_vit import (
     variants,
     weights,
 )
-from keras_vit.errors import blocked_output, os_error_line
+from keras_vit.errors import blocked_output, error_line
 
 USAGE_ERROR = 2
 
@@ -205,7 +205,7 @@ def main(argv=None):
         print(f"error: {err}", file=sys.stderr)
         return USAGE_ERROR
     except OSError as err:  # e.g. a folder this process may not write in
-        print(f"error: {os_error_line(err)}", file=sys.stderr)
+        print(f"error: {error_line(err)}", file=sys.stderr)
         return USAGE_ERROR
     print(summary)  # outside the try: a reader gone away is not an error of the conversion
     return 0

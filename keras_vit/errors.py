@@ -13,13 +13,14 @@ def first_line(error, limit=300):
     return (text.splitlines()[0] if text else type(error).__name__)[:limit]
 
 
-def os_error_line(error):
-    """An OSError as one line a user can act on: the path, the system's words and what to check
-    ("/proc/x: no such file or directory; ..."), where str(error) starts with "[Errno 2]"."""
+def error_line(error, limit=300):
+    """A command's error as one line: `first_line`, except for an OSError that names its file,
+    which gets the path, the system's words and what to check ("/proc/x: no such file or
+    directory; ..."), where str(error) starts with "[Errno 2]"."""
     if isinstance(error, OSError) and error.strerror and error.filename:
         path = fileio.written_path(error.filename)
         return f"{path}: {error.strerror.lower()}; check that path and its permissions"
-    return first_line(error)
+    return first_line(error, limit)
 
 
 def blocked_output(path, blocking):

@@ -45,7 +45,7 @@ import numpy as np
 import PIL.Image
 
 from keras_vit import commands, fileio, images, labels, model_source, onnx_export, serving
-from keras_vit.errors import blocked_output, first_line, os_error_line
+from keras_vit.errors import blocked_output, error_line
 
 USAGE_ERROR = 2
 FORMATS = ("saved_model", "onnx", "litert", "litert-int8")
@@ -138,9 +138,9 @@ def check_output(path, format, overwrite=False):
         raise ExportError(f"{path}: a {format} export is a file ending in {EXTENSIONS[format]}")
     if format == "saved_model" and fileio.is_remote(path):
         raise ExportError(f"{path}: write the SavedModel to a local directory, then copy it")
-    if fileio.exists(path) and not overwrite:
-        raise ExportError(f"{path} exists; pass --overwrite to replace it, or another output path")
-    if overwrite and fileio.exists(path):
+    if fileio.exists(path):
+        if not overwrite:
+            raise ExportError(f"{path} exists; pass --overwrite to replace it, or another output path")
         _check_replaceable(path, format)
     blocking = fileio.file_in_the_way(path)
     if blocking:
@@ -368,11 +368,8 @@ def main(argv=None):
                 overwrite=args.overwrite,
                 eval_dir=args.eval_dir,
             )
-    except (ValueError, ImportError) as err:
-        print(f"error: {first_line(err, limit=2000)}", file=sys.stderr)
-        return USAGE_ERROR
-    except OSError as err:  # e.g. a folder this process may not write in
-        print(f"error: {os_error_line(err)}", file=sys.stderr)
+    except (ValueError, ImportError, OSError) as err:  # OSError: e.g. a folder it may not write in
+        print(f"error: {error_line(err, limit=2000)}", file=sys.stderr)
         return USAGE_ERROR
     print(report.summary())
     return 0

@@ -16,7 +16,6 @@ import tensorflow as tf
 
 from keras_vit import fileio, run_dir
 from keras_vit import weights as weights_lib
-from trainers import disk_space
 from trainers import results as results_lib
 from trainers.console import Console, duration
 
@@ -26,8 +25,6 @@ class Summaries:
 
     def __init__(self, workdir, chief):
         if chief:
-            # TensorFlow's writer makes its folder, and said so in a traceback where it could not.
-            disk_space.create_workdir(workdir)
             self.train = tf.summary.create_file_writer(fileio.join(workdir, "train"))
             self.eval = tf.summary.create_file_writer(fileio.join(workdir, "eval"))
         else:

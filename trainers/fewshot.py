@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_config
 from keras_vit import VARIANTS, commands, initializers
-from trainers import actions, cli, data, engines, image_summaries
+from trainers import actions, cli, data, disk_space, engines, image_summaries
 from trainers import plan as plan_lib
 from trainers.console import Console
 from trainers.controller import Controller
@@ -138,6 +138,8 @@ def run(config, weights_params=None):
         data.check_split(spec, split)
     with strategy.scope():
         model = build_feature_model(plan, spec.num_classes)
+    if chief:  # TensorFlow's writers would make it, with a traceback where they could not
+        disk_space.create_workdir(plan.output.workdir)
     summaries = actions.Summaries(plan.output.workdir, chief)
     # The probes print their own summary lines (final_lines): the evaluation's own line would
     # repeat them. TensorBoard's tags are the documented fewshot/<k>shot_accuracy (and _std),

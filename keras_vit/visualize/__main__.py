@@ -111,11 +111,8 @@ def main(argv=None):
             raise ValueError(errors.blocked_output(args.out, blocking))
         source = model_source.load(args, image_size=args.image_size or None)
         written = visualize(source.model, paths, args.out, source.class_names, args.num_components)
-    except (ValueError, ImportError) as err:  # CheckpointError is a ValueError
-        print(f"error: {errors.first_line(err, limit=2000)}", file=sys.stderr)
-        return USAGE_ERROR
-    except OSError as err:  # e.g. a folder this process may not write in
-        print(f"error: {errors.os_error_line(err)}", file=sys.stderr)
+    except (ValueError, ImportError, OSError) as err:  # CheckpointError is a ValueError
+        print(f"error: {errors.error_line(err, limit=2000)}", file=sys.stderr)
         return USAGE_ERROR
     print("wrote " + ", ".join(written))
     return 0

@@ -25,7 +25,7 @@ import tensorflow_datasets as tfds
 from PIL import Image
 
 from keras_vit import fileio
-from keras_vit.errors import os_error_line
+from keras_vit.errors import error_line
 from trainers.errors import DatasetError, UsageError
 
 # The seed of the synthetic images: the same N gives the same stand-in.
@@ -139,7 +139,7 @@ def prepare(builder, dataset, train_per_class):
                     )
                 )
         except Exception as e:  # disk full, unwritable data_dir, ...: one line for the user
-            raise DatasetError(f"cannot write the stand-in of {dataset}: {os_error_line(e)}") from None
+            raise DatasetError(f"cannot write the stand-in of {dataset}: {error_line(e)}") from None
         finally:
             for path in reversed(created):  # the download folders TFDS made and left empty
                 if os.path.isdir(path) and not os.listdir(path):
