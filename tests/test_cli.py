@@ -173,8 +173,8 @@ def test_bad_flags(capsys, workdir, cifar_dir, args, expect):
     ],
 )
 def test_a_command_with_its_own_flags_ends_on_signals_as_the_trainers_do(capsys, raised, code, line):
-    """The demo runs trainings with flags of its own: a SIGTERM between or inside its stages was
-    Python's default (killed, status 143) and Ctrl-C a KeyboardInterrupt traceback."""
+    """The demo runs trainings with flags of its own: a SIGTERM between its stages was Python's
+    default (killed, status 143) and Ctrl-C a KeyboardInterrupt traceback."""
     values = absl_flags.FlagValues()
     absl_flags.DEFINE_integer("steps", 1, "steps", flag_values=values)
 
