@@ -360,6 +360,16 @@ def test_other_settings_on_the_same_workdir_are_refused(tmp_path, capsys):
     assert "holds a demo run with other settings" in err and err.count("\n") == 1
 
 
+def test_a_runs_workdir_is_refused(tmp_path, capsys):
+    """The demo's summary results.json went over the run's own at the demo's end."""
+    (tmp_path / "config.json").write_text('{"total_steps": 500}\n')
+    (tmp_path / "results.json").write_text('{"steps": 500}\n')
+    assert demo.main(["demo", f"--workdir={tmp_path}", "--small"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path} holds a run (its config.json), whose results.json" in err and err.count("\n") == 1
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "results.json"]
+
+
 @pytest.mark.parametrize("stages", [None, ["pretrain", "fewshot"]])
 def test_a_workdir_of_an_earlier_version_with_the_same_settings_is_taken_back(tmp_path, stages):
     """Its demo_settings.json has the settings and the model, and one version also listed its stages;

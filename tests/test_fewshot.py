@@ -17,8 +17,9 @@ from trainer_cli import _env as cli_env
 import keras_vit
 from keras_vit import fileio
 from keras_vit import weights as weights_lib
-from trainers import data, distribute, errors, features, fewshot, linear_probe
+from trainers import data, distribute, errors, features, fewshot, finetune, linear_probe
 from trainers import plan as plan_lib
+from trainers.flags import config_to_json
 
 # The digits' own 8 px in 4 px patches, width 16: the accuracies below are this model's.
 SHAPE = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32)
@@ -204,6 +205,39 @@ def test_a_bad_split_is_one_line_before_the_workdir_is_made(split, message, tmp_
     )
     assert code == 2 and message in err and err.count("\n") == 1
     assert not workdir.exists()
+
+
+def test_the_probes_write_over_earlier_probes_only(tmp_path, capsys):
+    """The probes write config.json and results.json at their end: into a training run's workdir
+    they replaced that run's own (its results gone, its resume checked against the probes'
+    settings), and into the demo's or the sweep's workdir its results.json. Now those are refused
+    before anything runs, and a rerun of the probes replaces their own files."""
+    argv = ["--dataset=digits:5-9", "--model=pixels", "--image_size=8", "--shots=1", "--seeds=1"]
+    training = tmp_path / "training"
+    training.mkdir()
+    finetune_config = config_to_json(finetune.get_config("digits"))
+    (training / "config.json").write_text(finetune_config)
+    (training / "results.json").write_text('{"steps": 500}\n')
+    code, err = run_main([*argv, f"--workdir={training}"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(
+        f"fewshot: error: {training} holds a training run, whose config.json and results.json"
+    )
+    assert (training / "config.json").read_text() == finetune_config
+    assert (training / "results.json").read_text() == '{"steps": 500}\n'
+
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    (demo / "results.json").write_text('{"stages": 15}\n')
+    code, err = run_main([*argv, f"--workdir={demo}"], capsys)
+    assert code == 2 and f"{demo} holds results.json but no config.json" in err and err.count("\n") == 1
+    assert sorted(os.listdir(demo)) == ["results.json"]
+
+    probes = tmp_path / "probes"
+    assert run_main([*argv, f"--workdir={probes}"], capsys)[0] == 0
+    assert run_main([*argv, "--shots=2", f"--workdir={probes}"], capsys)[0] == 0
+    assert read_results(probes)["shots"] == [2]
+    assert json.loads((probes / "config.json").read_text())["shots"] == "2"
 
 
 def test_checkpoint_of_another_variant_is_a_one_line_error(tmp_path, capsys):

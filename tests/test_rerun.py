@@ -1,6 +1,7 @@
 """Re-running a workdir: same flags resume; other settings stop with one line unless accepted."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -51,6 +52,31 @@ def test_other_settings_stop_with_one_line_listing_them(capsys, finished):
     assert (finished / "config.json").read_text() == before  # nothing rewritten
 
 
+def test_another_commands_files_are_not_written_over(capsys, tmp_path):
+    """A run's end writes results.json, model.npz and class_names.json, and its start config.json:
+    in a workdir of the few-shot probes it replaced their config.json and results.json, and in a
+    folder of files no run made (model.npz, a results.json: the demo's, the sweep's) it wrote over
+    them. Refused before anything is written, even with --allow_config_change: no run is here to
+    resume."""
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    (probes / "config.json").write_text('{"shots": "1,5", "seeds": 3}\n')
+    code, out = _run(capsys, probes, "--allow_config_change")
+    assert code == 2 and out.err.count("\n") == 1
+    assert out.err.startswith(f"finetune: error: {probes / 'config.json'} is no training run's")
+    assert sorted(os.listdir(probes)) == ["config.json"]
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model.npz").write_bytes(b"weights of some other program")
+    (other / "results.json").write_text("{}\n")
+    code, out = _run(capsys, other)
+    assert code == 2 and out.err.count("\n") == 1
+    assert f"{other} holds results.json and model.npz but no config.json" in out.err
+    assert sorted(os.listdir(other)) == ["model.npz", "results.json"]
+    assert (other / "model.npz").read_bytes() == b"weights of some other program"
+
+
 def test_allow_config_change_resumes_under_the_new_settings(capsys, finished):
     code, out = _run(capsys, finished, "--base_lr=0.3", "--allow_config_change")
     assert code == 0 and "Resumed from" in out.out
@@ -75,6 +101,18 @@ def test_run_length_and_logging_may_change(capsys, finished):
     code, out = _run(capsys, finished, "--total_steps=6", "--eval_every=2", "--steps_per_loop=1")
     assert code == 0 and "Resumed from" in out.out and "at step 4" in out.out
     assert json.loads((finished / "results.json").read_text())["steps"] == 6
+
+
+def test_a_lower_total_steps_says_the_run_is_past_it_and_ends_as_it_is(capsys, finished):
+    """The banner said "steps: 2 ..., from step 4" and the run ended without a word on why nothing
+    trained; its results are still the step-4 model's."""
+    code, out = _run(capsys, finished, "--total_steps=2")
+    assert code == 0
+    assert (
+        "The run is at step 4, past --total_steps=2: nothing to train; it ends with the model of step 4."
+        in out.out
+    )
+    assert json.loads((finished / "results.json").read_text())["steps"] == 4
 
 
 def test_a_run_resumes_at_another_precision_but_not_into_float16(capsys, finished):

@@ -255,6 +255,34 @@ def test_a_folder_begun_with_other_settings_is_not_reused(capsys, tmp_path):
     _fails_with_one_line(capsys, finetune.main, [*args, "--cpu_devices=2"], "--total_steps=99")
 
 
+def test_another_commands_files_are_neither_replaced_nor_reused(capsys, tmp_path):
+    """The sweep's summary results.json went over a training run's own in a run's workdir, and a
+    rate's sub-folder holding a results.json no run wrote (no config.json) was "reused": its
+    numbers entered the choice. Both refused in one line before anything runs."""
+    args = [
+        "finetune",
+        "--dataset=digits",
+        "--base_lr=sweep",
+        "--eval_splits=minival=train[80%:],test=test",
+        "--sweep_lrs=0.001",
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(trainer_flags.config_to_json(finetune.get_config("digits")))
+    (run / "results.json").write_text('{"steps": 500}')
+    _fails_with_one_line(
+        capsys, finetune.main, [*args, f"--workdir={run}"], f"{run} holds a run (its config.json)"
+    )
+    assert (run / "results.json").read_text() == '{"steps": 500}'
+
+    sub = tmp_path / "sweep" / "lr_0.001"
+    sub.mkdir(parents=True)
+    (sub / "results.json").write_text('{"eval": {"minival": {"accuracy": 1.0}}}')
+    expect = f"{sub} holds results.json but no config.json"
+    _fails_with_one_line(capsys, finetune.main, [*args, f"--workdir={tmp_path / 'sweep'}"], expect)
+    assert sorted(os.listdir(sub)) == ["results.json"]
+
+
 def test_choice_is_the_best_minival_accuracy_and_ties_go_to_the_smaller_rate():
     assert sweep.choose_rate({0.001: 0.5, 0.003: 0.7, 0.01: 0.6}) == 0.003
     assert sweep.choose_rate({0.03: 0.7, 0.01: 0.7, 0.001: 0.2}) == 0.01

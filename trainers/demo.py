@@ -46,7 +46,7 @@ from configs.demo import (
     SMALL,
 )
 from keras_vit import commands, cpu_info, fileio
-from trainers import cli, console, disk_space, engines, fewshot, finetune, pretrain
+from trainers import cli, console, disk_space, engines, fewshot, finetune, pretrain, workdir_owner
 from trainers import results as results_lib
 from trainers.engines import ENGINES
 from trainers.errors import UsageError
@@ -421,6 +421,7 @@ def _check_workdir(workdir, settings, engine=DEFAULT_ENGINE):
     path = fileio.join(workdir, "demo_settings.json")
     wanted = json.loads(json.dumps(dict(settings, architecture=ARCHITECTURE, engine=engine)))
     check_workdir_path(workdir)
+    workdir_owner.check_summary_workdir(workdir)
     if fileio.exists(path):
         with fileio.open(path) as f:
             found = json.load(f)

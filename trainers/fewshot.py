@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_config
 from keras_vit import VARIANTS, commands, initializers
-from trainers import actions, cli, data, disk_space, engines, image_summaries
+from trainers import actions, cli, data, disk_space, engines, image_summaries, workdir_owner
 from trainers import plan as plan_lib
 from trainers.console import Console
 from trainers.controller import Controller
@@ -112,6 +112,7 @@ def run(config, weights_params=None):
     """Probes per `config` (configs.fewshot.get_config(...) with changes); returns the results dict.
     `weights_params`: the --weights file's parameters where the command line read them."""
     validate(config)
+    workdir_owner.check_probes_workdir(config.workdir)
     engine = engines.check(config)
     strategy = engines.strategy_of(config)
     # From here on the command reads its evaluate-only plan (trainers/plan.py), not the config.

@@ -198,6 +198,11 @@ class Run:
             self.console.print(line)
         if latest:
             self.console.print(f"Resumed from {latest} at step {step}.")
+        if step > loop.total_steps:  # a rerun with a lower --total_steps (a rerun-free flag)
+            self.console.print(
+                f"The run is at step {step}, past --total_steps={loop.total_steps}: nothing to train; "
+                f"it ends with the model of step {step}."
+            )
         summaries = actions.Summaries(self.workdir, self.chief)
         # The chief's first evaluation images, for the start's log and the pictures: built once.
         first_split = self._first_eval_split() if self.chief else None

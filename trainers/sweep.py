@@ -19,7 +19,7 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
 from keras_vit import fileio
-from trainers import numerics, training
+from trainers import numerics, training, workdir_owner
 from trainers import results as results_lib
 from trainers.errors import TrainingError, UsageError
 from trainers.flags import parse_eval_splits
@@ -96,6 +96,7 @@ def run(config, weights_params=None):
     if not workdir:
         raise UsageError("--workdir is required (where the sweep's runs and results go).")
     check_workdir_path(workdir)
+    workdir_owner.check_summary_workdir(workdir)
 
     # Under --loss=sigmoid the runs report precision@1, which then decides (and is reported) instead.
     metric = numerics.METRIC_NAMES[config.loss]
@@ -160,6 +161,7 @@ def _check_same_settings(config):
     """A sub-folder begun with other settings (another --total_steps, say) must not be reused."""
     path = fileio.join(config.workdir, "config.json")
     if not fileio.exists(path):
+        workdir_owner.check_unowned_outputs(config.workdir)  # else its results.json would be reused
         return
     changes = config_changes(config, _read_json(path), free=EXECUTION_FIELDS)
     if changes:

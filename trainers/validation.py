@@ -8,7 +8,7 @@ import json
 
 import keras_vit
 from keras_vit import fileio
-from trainers import data
+from trainers import data, workdir_owner
 from trainers.errors import UsageError, first_line
 from trainers.evaluators.fewshot import parse_l2_reg, parse_shots
 from trainers.fields import FIELDS, GROUPS
@@ -235,9 +235,11 @@ def _default(name):
 
 
 def check_rerun(config):
-    """A workdir that holds a run with other settings is not silently resumed under new ones."""
+    """A workdir that holds a run with other settings is not silently resumed under new ones, and
+    one that holds another command's files is not written over."""
     path = fileio.join(config.workdir, "config.json")
     if not fileio.exists(path):
+        workdir_owner.check_unowned_outputs(config.workdir)
         return
     try:
         with fileio.open(path) as f:
@@ -249,6 +251,12 @@ def check_rerun(config):
             f"{path} is not a readable config.json ({first_line(e)}): use another --workdir, or add "
             "--allow_config_change to resume and write it anew"
         ) from None
+    if not workdir_owner.is_training_config(recorded):
+        # Not even --allow_config_change: there is no run here to resume (trainers/workdir_owner.py).
+        raise UsageError(
+            f"{path} is no training run's (few-shot probes' or another program's), and this run "
+            "would write over it: choose another --workdir."
+        )
     _check_engine(config, recorded)
     if config.allow_config_change:
         return
