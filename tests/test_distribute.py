@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -148,6 +149,32 @@ def test_multi_worker_on_cpu_has_one_replica_per_worker(monkeypatch):
     with pytest.raises(distribute.StrategyError) as e:
         distribute.create_strategy("multi_worker", cpu_devices=2)
     assert "--cpu_devices>1 does not apply to --strategy=multi_worker on CPU" in one_line(e)
+
+
+def test_ctrl_c_ends_the_wait_for_the_clusters_processes_and_the_wait_is_said(monkeypatch, capsys):
+    """The strategy waits in TensorFlow's native code, holding the GIL, for every process of
+    TF_CONFIG to start: a worker that never started left the others silent for an hour, and
+    neither Ctrl-C nor SIGTERM stopped them (Python's handlers cannot run there; only kill -9
+    did). During the wait SIGINT is at the system's default, which ends the process (checked by
+    hand: exit status 130 at once); the handler is put back after it."""
+    cluster = {"chief": ["host-a:2222"], "worker": ["host-b:2222", "host-c:2222"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
+    during = []
+
+    def strategy_in_the_wait():
+        during.append(signal.getsignal(signal.SIGINT))
+        return "strategy"
+
+    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", strategy_in_the_wait)
+    before = signal.getsignal(signal.SIGINT)
+    assert before is not signal.SIG_DFL
+    assert distribute.create_strategy("multi_worker") == "strategy"
+    assert during == [signal.SIG_DFL]
+    assert signal.getsignal(signal.SIGINT) is before
+    assert capsys.readouterr().out == (
+        "cluster: worker 1 of TF_CONFIG (host-c:2222) waits for its 3 processes to start; "
+        "Ctrl-C stops the wait\n"
+    )
 
 
 _WORKER = textwrap.dedent("""

@@ -87,3 +87,27 @@ def test_more_cpu_devices_than_jax_started_with_is_one_line(feed):
         "--cpu_devices=3 but JAX started with 2 CPU device(s): pass --cpu_devices on the trainer's "
         "command line, or set XLA_FLAGS=--xla_force_host_platform_device_count=3 before JAX is imported"
     )
+
+
+def test_joining_a_cluster_says_what_it_waits_for_and_how_long(monkeypatch, capsys):
+    """jax.distributed.initialize waits for every process of TF_CONFIG to start: a process that
+    never started held the others silent for five minutes, after which JAX's client ended them
+    with its own fatal error. The wait is now said first, with its limit, which is passed."""
+    import jax
+
+    from trainers import jax_distribute
+
+    workers = ["host-a:2222", "host-b:2222", "host-c:2222"]
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": 2}})
+    )
+    joined = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: joined.append(kwargs))
+    monkeypatch.setattr(jax_distribute, "_CLUSTER", {"coordinator": "", "names": []})
+    jax_distribute._initialize()
+    assert joined[0]["initialization_timeout"] == jax_distribute.JOIN_TIMEOUT_S == 300
+    assert (joined[0]["coordinator_address"], joined[0]["process_id"]) == ("host-a:2222", 2)
+    assert capsys.readouterr().out == (
+        "cluster: worker 2 of TF_CONFIG (host-c:2222) waits for its 3 processes to start; "
+        "Ctrl-C twice stops the wait, and JAX gives up after 300 s\n"
+    )

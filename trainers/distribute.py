@@ -7,10 +7,12 @@ reason: a single code path whatever the replica count.
 """
 
 import collections
+import contextlib
 import glob
 import importlib.util
 import json
 import os
+import signal
 
 import tensorflow as tf
 from absl import logging
@@ -177,9 +179,42 @@ def _multi_worker_strategy(cpu_devices):
             "in one process"
         )
     logging.info("Multi-worker: %d workers, this is %s %s", len(workers), task["type"], task["index"])
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    line = cluster_wait_line(config["cluster"], task["type"], int(task["index"]), "Ctrl-C stops the wait")
+    print(line, flush=True)
+    with _ctrl_c_ends_the_wait():
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
     preemption.reclaim_signals()  # the cluster's runtime took SIGTERM for itself
     return strategy
+
+
+def cluster_wait_line(cluster, task_type, index, stops):
+    """What each process of a cluster says before it waits for the others to start (both
+    engines): the cluster forms only once every process of TF_CONFIG has, so a process that never
+    starts holds the others there. `stops`: what ends the wait, on that engine."""
+    processes = sum(len(cluster.get(kind) or []) for kind in ("chief", "worker"))
+    return (
+        f"cluster: {task_type} {index} of TF_CONFIG ({cluster[task_type][index]}) waits for its "
+        f"{processes} processes to start; {stops}"
+    )
+
+
+@contextlib.contextmanager
+def _ctrl_c_ends_the_wait():
+    """Ctrl-C at the operating system's default while the strategy waits for every process of
+    the cluster to start (a worker that never starts: an hour, TensorFlow's default): the wait
+    runs in TensorFlow's native code, holding the GIL, so no Python handler can run before it
+    returns. The process then ends at once, as SIGINT ends a program, with nothing yet written.
+    (TensorFlow takes SIGTERM for itself as the wait begins, and keeps it until it returns.)"""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    except ValueError:  # not the main thread: no handler of ours to lift
+        yield
+        return
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler not set from Python, which this cannot put back
+            signal.signal(signal.SIGINT, previous)
 
 
 def describe(strategy) -> str:

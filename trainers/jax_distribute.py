@@ -40,7 +40,7 @@ from jax.sharding import PartitionSpec as P
 
 from keras_vit import startup
 from trainers import preemption
-from trainers.distribute import STRATEGIES, Processes, host_of
+from trainers.distribute import STRATEGIES, Processes, cluster_wait_line, host_of
 from trainers.errors import StrategyError
 
 BATCH_AXIS = "batch"
@@ -126,6 +126,10 @@ def _keep_tensorflow_off_accelerators():
 # them has sent no heartbeat for this long: left above trainers/peer_watch.py's LOST_AFTER_S, so
 # the run's own line comes first.
 HEARTBEAT_TIMEOUT_S = 100
+# How long a process waits for the others to start (jax.distributed.initialize's default, said in
+# the line printed before the wait); past it JAX's client ends the process with its own fatal
+# error (exit status 134), which no callback of its public API turns into an exception.
+JOIN_TIMEOUT_S = 300
 # The cluster this process joined: the coordinator's "host:port" and the processes' addresses.
 _CLUSTER = {"coordinator": "", "names": []}
 
@@ -148,10 +152,14 @@ def _initialize():
             index = int(config["task"]["index"])
             if not isinstance(workers, list) or not 0 <= index < len(workers):
                 raise ValueError("task.index does not name one of cluster.worker")
+            # The first Ctrl-C is noted for the run's first step boundary (trainers/preemption.py).
+            stops = f"Ctrl-C twice stops the wait, and JAX gives up after {JOIN_TIMEOUT_S} s"
+            print(cluster_wait_line({"worker": workers}, "worker", index, stops), flush=True)
             jax.distributed.initialize(
                 coordinator_address=workers[0],
                 num_processes=len(workers),
                 process_id=index,
+                initialization_timeout=JOIN_TIMEOUT_S,
                 heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
             )
             _CLUSTER.update(coordinator=workers[0], names=list(workers))
