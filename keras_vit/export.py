@@ -58,6 +58,10 @@ TOLERANCE = {"saved_model": 1e-4, "onnx": 1e-4, "litert": 1e-4, "litert-int8": 0
 SAMPLE_IMAGES = 4
 # What an ONNX export imports: it runs on Keras' PyTorch backend in a process of its own.
 ONNX_MODULES = ("torch", "onnxscript", "onnx", "onnxruntime")
+# An .onnx file is one protobuf message, which onnxruntime will not parse past 2 GiB ("Protobuf
+# parsing failed", after the whole conversion: ViT-H/14's 2.5 GB of float32 weights). The graph
+# itself takes well under a MiB; the rest of the room is left to it.
+ONNX_MAX_WEIGHT_BYTES = 2**31 - 2**24
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 
 
@@ -183,6 +187,16 @@ def _check(model, path, format, overwrite):
     serving.tensorflow()  # the install hints before any work
     if format == "onnx":
         _require(*ONNX_MODULES)
+        _check_onnx_size(model)
+
+
+def _check_onnx_size(model):
+    weight_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in model.weights)
+    if weight_bytes > ONNX_MAX_WEIGHT_BYTES:
+        raise ExportError(
+            f"the model's weights take {weight_bytes / 1e9:.2f} GB, and an ONNX file holds at most 2 GiB "
+            "in one piece (onnxruntime reads no larger protobuf): export it as saved_model or litert"
+        )
 
 
 def _sample_pixels(model):

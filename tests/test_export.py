@@ -148,6 +148,25 @@ def test_a_failed_check_is_an_error_and_leaves_nothing(tmp_path, model, monkeypa
     assert os.listdir(tmp_path) == []
 
 
+def test_onnx_refuses_weights_past_what_one_onnx_file_holds_before_converting(tmp_path, model, monkeypatch):
+    """onnxruntime parses no .onnx file past 2 GiB: ViT-H/14's export (2.5 GB of float32) ran
+    the whole conversion, then failed its check with "Protobuf parsing failed" (tried by hand on
+    a 2.4 GB file written the way the export writes one). The limit counts bytes, not weights."""
+    weight_bytes = 4 * model.count_params()
+    monkeypatch.setattr(export, "ONNX_MAX_WEIGHT_BYTES", weight_bytes - 1)
+    monkeypatch.setattr(export.onnx_export, "write", lambda *args: pytest.fail("converted"))
+    with pytest.raises(export.ExportError) as refused:
+        export.export(model, str(tmp_path / "vit.onnx"), "onnx", NAMES)
+    assert str(refused.value) == (
+        f"the model's weights take {weight_bytes / 1e9:.2f} GB, and an ONNX file holds at most 2 GiB in "
+        "one piece (onnxruntime reads no larger protobuf): export it as saved_model or litert"
+    )
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(export, "ONNX_MAX_WEIGHT_BYTES", weight_bytes)
+    with pytest.raises(pytest.fail.Exception, match="converted"):
+        export.export(model, str(tmp_path / "vit.onnx"), "onnx", NAMES)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("format", ["onnx", "litert"])
 def test_export_memory_grows_with_the_weights_not_with_the_weights_times_the_blocks(format):
