@@ -11,7 +11,7 @@ import json
 
 from keras_vit import fileio, model_files, weights
 from keras_vit.errors import CheckpointError
-from keras_vit.run_files import CLASS_NAMES_FILE, CONFIG_FILE, MODEL_FILE
+from keras_vit.run_files import CLASS_NAMES_FILE, CONFIG_FILE, MODEL_FILE, written_by
 from keras_vit.variants import VARIANTS
 
 
@@ -66,6 +66,11 @@ def load_run(workdir, include_preprocessing=True):
     config = read_config(workdir)
     weights_path = fileio.join(workdir, MODEL_FILE)
     if not fileio.exists(weights_path):
+        if written_by(config) == "probes":  # it was told to rerun a command that trains nothing
+            raise CheckpointError(
+                f"{workdir} holds few-shot probes (trainers.fewshot), which leave no model: pass the "
+                "--workdir of a trainers.finetune or trainers.pretrain run"
+            )
         raise CheckpointError(
             f"{workdir} has no {MODEL_FILE}: the run has not finished; rerun its command to "
             "complete it (it resumes from its last checkpoint)"

@@ -3,9 +3,21 @@
 `python -m trainers.finetune --workdir=W` (and trainers.pretrain) ends by writing W/config.json
 (the resolved flags), W/model.npz (the weights, official layout) and W/class_names.json.
 keras_vit reads them back (keras_vit.run_dir), and takes W itself where a weights file goes
-(keras_vit.weights). No imports: every module of the package may use these names.
+(keras_vit.weights). No imports: every module of the package may use these names. The few-shot
+command writes W/config.json and W/results.json too, and `written_by` tells the two apart.
 """
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.npz"
 CLASS_NAMES_FILE = "class_names.json"
+
+
+def written_by(config):
+    """Which command wrote a workdir's config.json, from its contents (a dict): "training" for
+    trainers.finetune and trainers.pretrain (only theirs has total_steps), "probes" for
+    trainers.fewshot (shots, no total_steps), else None."""
+    if not isinstance(config, dict):
+        return None
+    if "total_steps" in config:
+        return "training"
+    return "probes" if "shots" in config else None

@@ -92,6 +92,13 @@ def test_missing_files_and_wrong_names_are_one_line_errors(tmp_path, tiny):
     os.remove(os.path.join(workdir, "model.npz"))
     with pytest.raises(CheckpointError, match="has no model.npz: the run has not finished"):
         run_dir.load_run(workdir)
+    # A few-shot command's workdir was told to "rerun its command to complete it": it trains nothing.
+    probes = _workdir(tmp_path / "probes", tiny, {"model": "ViT-Ti_16", "shots": "1,5", "seeds": 3})
+    os.remove(os.path.join(probes, "model.npz"))
+    with pytest.raises(
+        CheckpointError, match="holds few-shot probes .trainers.fewshot., which leave no model"
+    ):
+        run_dir.load_run(probes)
     bad = _workdir(tmp_path / "bad", tiny, {"model": "ViT-X_1"})
     with pytest.raises(CheckpointError, match="unknown model 'ViT-X_1'"):
         run_dir.load_run(bad)

@@ -5,13 +5,13 @@ results.json, model.npz and class_names.json; the few-shot command writes config
 results.json at its end only; the demo and the sweep leave a results.json of their own beside
 their runs' folders. A command given a workdir that holds another command's files would replace
 them at its end (a run's results, the config.json its resume is checked against), so it stops
-first with one line. Only a training run's config.json says that the workdir is that run's:
-"total_steps" is in no other command's.
+first with one line. Which command wrote a config.json its contents say
+(keras_vit/run_files.py's `written_by`).
 """
 
 import json
 
-from keras_vit import fileio
+from keras_vit import fileio, run_files
 from keras_vit.run_files import CLASS_NAMES_FILE, CONFIG_FILE, MODEL_FILE
 from trainers import results as results_lib
 from trainers.errors import UsageError
@@ -22,7 +22,7 @@ TRAINING_OUTPUTS = (results_lib.FILE_NAME, MODEL_FILE, CLASS_NAMES_FILE)
 
 def is_training_config(recorded):
     """Whether a config.json's contents were written by a training run."""
-    return isinstance(recorded, dict) and "total_steps" in recorded
+    return run_files.written_by(recorded) == "training"
 
 
 def check_unowned_outputs(workdir, names=TRAINING_OUTPUTS):
@@ -59,7 +59,7 @@ def check_probes_workdir(workdir):
             f"{workdir} holds a training run, whose config.json and results.json the probes would "
             f"replace: choose another --workdir (--weights={workdir} probes that run's model)."
         )
-    if recorded is None or "shots" not in recorded:
+    if run_files.written_by(recorded) != "probes":
         raise UsageError(
             f"{path} is not a few-shot command's config.json, and the probes would replace it: "
             "choose another --workdir."
