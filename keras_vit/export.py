@@ -59,9 +59,11 @@ SAMPLE_IMAGES = 4
 # What an ONNX export imports: it runs on Keras' PyTorch backend in a process of its own.
 ONNX_MODULES = ("torch", "onnxscript", "onnx", "onnxruntime")
 # An .onnx file is one protobuf message, which onnxruntime will not parse past 2 GiB ("Protobuf
-# parsing failed", after the whole conversion: ViT-H/14's 2.5 GB of float32 weights). The graph
-# itself takes well under a MiB; the rest of the room is left to it.
+# parsing failed": ViT-H/14's 2.5 GB of float32 weights in one file). Past this many bytes of
+# weights the export writes them beside the graph, in OUT.onnx.data, as ONNX provides; the graph
+# itself takes well under a MiB, the rest of the room is left to it.
 ONNX_MAX_WEIGHT_BYTES = 2**31 - 2**24
+ONNX_DATA_SUFFIX = ".data"
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 
 
@@ -77,6 +79,7 @@ class Report:
     max_difference: float
     tolerance: float
     accuracy: dict = None  # {"keras": ..., format: ..., "images": n} with eval_dir
+    data_path: str = None  # an ONNX export's weights, where they are a file of their own
 
     def summary(self):
         lines = [
@@ -84,6 +87,8 @@ class Report:
             f"the probabilities from the Keras model on {SAMPLE_IMAGES} sample images "
             f"{self.max_difference:.2e} (tolerance {self.tolerance:g})"
         ]
+        if self.data_path:
+            lines.append(f"its weights are in {self.data_path}, which goes wherever the .onnx file goes")
         if self.accuracy:
             a = self.accuracy
             lines.append(
@@ -127,10 +132,19 @@ def export(model, path, format, class_names=None, top_k=5, overwrite=False, eval
 
     if format == "saved_model":
         _write_directory_atomic(path, write_and_check, overwrite)
+    elif format == "onnx" and _onnx_data_beside(model):
+        _write_pair_atomic(path, write_and_check)
     else:
         fileio.write_atomic(path, write_and_check)
+    data_path = path + ONNX_DATA_SUFFIX if format == "onnx" and _onnx_data_beside(model) else None
     return Report(
-        path, format, report["size"], report["difference"], TOLERANCE[format], report.get("accuracy")
+        path,
+        format,
+        report["size"],
+        report["difference"],
+        TOLERANCE[format],
+        report.get("accuracy"),
+        data_path,
     )
 
 
@@ -187,16 +201,17 @@ def _check(model, path, format, overwrite):
     serving.tensorflow()  # the install hints before any work
     if format == "onnx":
         _require(*ONNX_MODULES)
-        _check_onnx_size(model)
+        if _onnx_data_beside(model) and fileio.is_remote(path):
+            raise ExportError(
+                f"{path}: this model's ONNX export is two files (its weights, past 2 GiB, in "
+                f"{os.path.basename(path)}.data); write them to a local path, then copy both"
+            )
 
 
-def _check_onnx_size(model):
+def _onnx_data_beside(model):
+    """Whether the model's ONNX export keeps its weights in a file of their own (OUT.onnx.data)."""
     weight_bytes = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in model.weights)
-    if weight_bytes > ONNX_MAX_WEIGHT_BYTES:
-        raise ExportError(
-            f"the model's weights take {weight_bytes / 1e9:.2f} GB, and an ONNX file holds at most 2 GiB "
-            "in one piece (onnxruntime reads no larger protobuf): export it as saved_model or litert"
-        )
+    return weight_bytes > ONNX_MAX_WEIGHT_BYTES
 
 
 def _sample_pixels(model):
@@ -213,7 +228,7 @@ def _write(model, target, format, names, top_k):
     if format == "saved_model":
         serving.save_serving_model(model, target, names, top_k)
     elif format == "onnx":
-        onnx_export.write(model, target)
+        onnx_export.write(model, target, external=_onnx_data_beside(model))
     else:
         with tempfile.TemporaryDirectory(prefix="keras_vit-") as scratch:
             serving.save_pixel_model(model, os.path.join(scratch, "model"))
@@ -283,7 +298,25 @@ def litert_interpreter(path):
 def _size(path):
     if os.path.isdir(path):
         return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
-    return os.path.getsize(path)
+    data = path + ONNX_DATA_SUFFIX  # an ONNX export's weights beside it
+    return os.path.getsize(path) + (os.path.getsize(data) if os.path.exists(data) else 0)
+
+
+def _write_pair_atomic(path, fill):
+    """fill(tmp/NAME) writes NAME and NAME.data in a temporary directory next to `path` (the
+    graph finds its data by that name); the data file is then renamed into place, and the graph
+    last, so a reader never finds a new graph without its data."""
+    path = os.path.abspath(path)
+    parent, name = os.path.split(path)
+    os.makedirs(parent, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=fileio.TEMP_PREFIX, suffix=f"-{name}", dir=parent)
+    try:
+        target = os.path.join(scratch, name)
+        fill(target)
+        os.replace(target + ONNX_DATA_SUFFIX, path + ONNX_DATA_SUFFIX)
+        os.replace(target, path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _write_directory_atomic(path, fill, overwrite):

@@ -1,6 +1,6 @@
 """ONNX files through Keras' PyTorch backend and torch.export, in a process of their own.
 
-    python -m keras_vit.onnx_export FOLDER OUT.onnx    (run by keras_vit.export)
+    python -m keras_vit.onnx_export FOLDER OUT.onnx [--external_data]    (run by keras_vit.export)
 
 Keras' ONNX export on the TensorFlow backend goes through tf2onnx, whose optimizer deep-copies
 the whole graph, weights included, before each of its passes and per iteration; the copies
@@ -12,7 +12,8 @@ backend, where torch.export traces it (the weights stay the model's tensors, nev
 into a graph) and torch.onnx translates the trace (`optimize` folds the few constants there
 are). The weights are written as ONNX external data, one tensor at a time,
 then streamed into a single self-contained `.onnx` file (`embed_external_data`), so no step
-holds a second copy of all the weights. A child process, because Keras fixes its backend per
+holds a second copy of all the weights; past the 2 GiB one file holds (`--external_data`), they
+stay in `OUT.onnx.data` beside it. A child process, because Keras fixes its backend per
 process; it ends before the parent checks the file, so their peaks do not add up.
 """
 
@@ -38,14 +39,18 @@ INPUT_NAME, OUTPUT_NAME = "pixels", "probabilities"
 # torch.export specialises a dimension of size 1, so the trace runs on two images; the batch
 # dimension stays symbolic in the file.
 TRACE_BATCH = 2
+# The child's argument for an export whose weights go beside the graph, in `OUT.onnx.data`.
+EXTERNAL_FLAG = "--external_data"
 # Wire types and field numbers of the ONNX protobuf messages the merge writes (onnx.proto3).
 _LENGTH_DELIMITED = 2
 _MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
 _COPY_CHUNK = 1 << 24
 
 
-def write(model, path):
-    """Writes `model` (a Keras model on any backend) to `path` as one self-contained ONNX file.
+def write(model, path, external=False):
+    """Writes `model` (a Keras model on any backend) to `path` as one self-contained ONNX file,
+    or, `external`, as `path` with its weights in `path`.data beside it (ONNX's form for models
+    past the 2 GiB a single protobuf holds).
 
     ValueError with the child's last line if the conversion fails."""
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,7 +68,14 @@ def write(model, path):
             json.dump(keras.saving.serialize_keras_object(model), f)
         model.save_weights(weights)
         proc = subprocess.run(
-            [sys.executable, "-m", "keras_vit.onnx_export", scratch, path],
+            [
+                sys.executable,
+                "-m",
+                "keras_vit.onnx_export",
+                scratch,
+                path,
+                *([EXTERNAL_FLAG] if external else []),
+            ],
             env=env,
             capture_output=True,
             text=True,
@@ -75,8 +87,9 @@ def write(model, path):
         )
 
 
-def convert(folder, path):
-    """In this process, on the PyTorch backend: the model `write` saved in `folder` -> `path`."""
+def convert(folder, path, external=False):
+    """In this process, on the PyTorch backend: the model `write` saved in `folder` -> `path`
+    (`external`: its weights in `path`.data)."""
     if keras.backend.backend() != BACKEND:
         raise ValueError(
             f"the ONNX conversion runs on KERAS_BACKEND={BACKEND}, not {keras.backend.backend()}"
@@ -109,6 +122,9 @@ def convert(folder, path):
             verbose=False,
         )
     optimize(program.model)
+    if external:  # torch.onnx names the data file after the graph's: `path`.data
+        program.save(path, external_data=True)
+        return
     # In the parent's scratch folder, which it removes even if this process dies.
     graph = os.path.join(folder, "model.onnx")
     program.save(graph, external_data=True)
@@ -202,9 +218,11 @@ def _varint(value):
 
 
 def main(argv=None):
-    folder, path = sys.argv[1:] if argv is None else argv
+    args = sys.argv[1:] if argv is None else argv
+    external = EXTERNAL_FLAG in args
+    folder, path = [arg for arg in args if arg != EXTERNAL_FLAG]
     try:
-        convert(folder, path)
+        convert(folder, path, external=external)
     except Exception as err:  # the parent reports the last line
         print(f"error: {type(err).__name__}: {errors.first_line(err, limit=2000)}", file=sys.stderr)
         return 1
