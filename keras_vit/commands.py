@@ -18,24 +18,40 @@ _MAIN_GUARD = ("__name__", "__main__")
 STOPPED_BY_A_CLOSED_PIPE = 141
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the command is (as Ctrl-C raises KeyboardInterrupt), so that its
+    `finally` blocks and context managers run before it ends: an export's scratch files (the
+    weights, gigabytes for the large models) and its child process were left behind."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated
+
+
 def exit_with(main):
-    """`sys.exit(main())` for a command's `__main__` block, with two ends of its own, each
+    """`sys.exit(main())` for a command's `__main__` block, with three ends of its own, each
     without the traceback Python prints:
 
     - whoever read its output went away (`--help | head`, a pager quit early): the next print
       raised BrokenPipeError; the command ends at once, silent, with the shell's status for a
       program stopped by SIGPIPE;
     - Ctrl-C where the command has no handler of its own (the trainers' is trainers/cli.py's):
-      it ends killed by SIGINT, as Python ends it, so that a shell loop that ran it stops too.
+      it ends killed by SIGINT, as Python ends it, so that a shell loop that ran it stops too;
+    - SIGTERM where nothing else has taken it (the trainers take it as they start): its
+      clean-up runs, then it ends killed by SIGTERM, as it would have without the clean-up.
     """
+    with contextlib.suppress(ValueError):  # ValueError: not the main thread
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         status = main()
         sys.stdout.flush()  # what print left buffered fails here, not in the interpreter's teardown
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as stop:
+        number = signal.SIGINT if isinstance(stop, KeyboardInterrupt) else signal.SIGTERM
         with contextlib.suppress(OSError):
             sys.stdout.flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
         raise  # where the signal cannot kill (another platform), Python's own end
     except BrokenPipeError:
         # The interpreter flushes both streams as it exits, and would fail and complain again.
