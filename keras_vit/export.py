@@ -106,13 +106,14 @@ def export(model, path, format, class_names=None, top_k=5, overwrite=False, eval
     21,843 classes, else "class i". `eval_dir`: see the module's docstring.
     """
     _check(model, path, format, overwrite)
+    external = format == "onnx" and _onnx_data_beside(model)  # OUT.onnx.data beside the graph
     names = labels.class_names(model.num_classes, class_names)
     sample = _sample_pixels(model)
     labelled = _read_labelled(eval_dir, names, model) if eval_dir else None
     report = {}
 
     def write_and_check(target):
-        _write(model, target, format, names, top_k)
+        _write(model, target, format, names, top_k, external)
         # The Keras model runs after the conversion: the memory its forward pass leaves with this
         # process is not held while the ONNX conversion's process has its own peak.
         expected = np.asarray(model.predict(sample, verbose=0))
@@ -126,17 +127,17 @@ def export(model, path, format, class_names=None, top_k=5, overwrite=False, eval
                 f"probabilities {difference:.2e} > {TOLERANCE[format]:g}; nothing was written"
             )
         report["difference"] = difference
-        report["size"] = _size(target)
+        report["size"] = _size(target) + (os.path.getsize(target + ONNX_DATA_SUFFIX) if external else 0)
         if labelled is not None:
             report["accuracy"] = _accuracy(model, run, labelled, format)
 
     if format == "saved_model":
         _write_directory_atomic(path, write_and_check, overwrite)
-    elif format == "onnx" and _onnx_data_beside(model):
+    elif external:
         _write_pair_atomic(path, write_and_check)
     else:
         fileio.write_atomic(path, write_and_check)
-    data_path = path + ONNX_DATA_SUFFIX if format == "onnx" and _onnx_data_beside(model) else None
+    data_path = path + ONNX_DATA_SUFFIX if external else None
     return Report(
         path,
         format,
@@ -223,12 +224,12 @@ def _sample_pixels(model):
     return np.concatenate([ramp, noise]).astype(np.float32)
 
 
-def _write(model, target, format, names, top_k):
+def _write(model, target, format, names, top_k, external=False):
     tf = serving.tensorflow()
     if format == "saved_model":
         serving.save_serving_model(model, target, names, top_k)
     elif format == "onnx":
-        onnx_export.write(model, target, external=_onnx_data_beside(model))
+        onnx_export.write(model, target, external=external)
     else:
         with tempfile.TemporaryDirectory(prefix="keras_vit-") as scratch:
             serving.save_pixel_model(model, os.path.join(scratch, "model"))
@@ -298,8 +299,7 @@ def litert_interpreter(path):
 def _size(path):
     if os.path.isdir(path):
         return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
-    data = path + ONNX_DATA_SUFFIX  # an ONNX export's weights beside it
-    return os.path.getsize(path) + (os.path.getsize(data) if os.path.exists(data) else 0)
+    return os.path.getsize(path)
 
 
 def _write_pair_atomic(path, fill):

@@ -54,12 +54,13 @@ def check_probes_workdir(workdir):
             recorded = json.load(f)
     except (OSError, ValueError):
         recorded = None
-    if is_training_config(recorded):
+    kind = run_files.written_by(recorded)
+    if kind == "training":
         raise UsageError(
             f"{workdir} holds a training run, whose config.json and results.json the probes would "
             f"replace: choose another --workdir (--weights={workdir} probes that run's model)."
         )
-    if run_files.written_by(recorded) != "probes":
+    if kind != "probes":
         raise UsageError(
             f"{path} is not a few-shot command's config.json, and the probes would replace it: "
             "choose another --workdir."
