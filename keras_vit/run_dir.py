@@ -11,7 +11,7 @@ import json
 
 from keras_vit import fileio, model_files, weights
 from keras_vit.errors import CheckpointError
-from keras_vit.run_files import CLASS_NAMES_FILE, CONFIG_FILE, MODEL_FILE, written_by
+from keras_vit.run_files import CLASS_NAMES_FILE, CONFIG_FILE, MODEL_FILE, probes_hold_no_model, written_by
 from keras_vit.variants import VARIANTS
 
 
@@ -46,6 +46,15 @@ def read_config(workdir):
     return json.loads(_read_text(path))
 
 
+def holds_probes(folder):
+    """Whether `folder` is the few-shot command's workdir (its config.json says so)."""
+    path = fileio.join(folder, CONFIG_FILE)
+    try:
+        return fileio.exists(path) and written_by(json.loads(_read_text(path))) == "probes"
+    except ValueError:  # not JSON: no command's
+        return False
+
+
 def read_class_names(workdir):
     """The run's class names by label index, or None if the run wrote none."""
     path = fileio.join(workdir, CLASS_NAMES_FILE)
@@ -67,10 +76,7 @@ def load_run(workdir, include_preprocessing=True):
     weights_path = fileio.join(workdir, MODEL_FILE)
     if not fileio.exists(weights_path):
         if written_by(config) == "probes":  # it was told to rerun a command that trains nothing
-            raise CheckpointError(
-                f"{workdir} holds few-shot probes (trainers.fewshot), which leave no model: pass the "
-                "--workdir of a trainers.finetune or trainers.pretrain run"
-            )
+            raise CheckpointError(probes_hold_no_model(workdir))
         raise CheckpointError(
             f"{workdir} has no {MODEL_FILE}: the run has not finished; rerun its command to "
             "complete it (it resumes from its last checkpoint)"

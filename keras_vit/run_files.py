@@ -21,3 +21,11 @@ def written_by(config):
     if "total_steps" in config:
         return "training"
     return "probes" if "shots" in config else None
+
+
+def probes_hold_no_model(folder):
+    """The one-line error for a few-shot command's workdir given where a model is read."""
+    return (
+        f"{folder} holds few-shot probes (trainers.fewshot), which leave no model: pass the "
+        "--workdir of a trainers.finetune or trainers.pretrain run"
+    )

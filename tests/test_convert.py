@@ -77,6 +77,14 @@ def test_a_finished_runs_workdir_converts_as_its_model_npz_and_another_folder_is
     assert convert.main([str(run), str(tmp_path / "other.npz")]) == 2
     assert capsys.readouterr().err.startswith(f"error: {run} is a folder, not a checkpoint: pass a")
     assert not os.path.exists(tmp_path / "other.npz")
+    # The few-shot command's workdir (its config.json and results.json, no model) was "a folder,
+    # not a checkpoint ... a finished run's workdir": it names what the folder is.
+    (run / "config.json").write_text('{"model": "ViT-Ti_16", "shots": "1,5"}\n')
+    assert convert.main([str(run), str(tmp_path / "other.npz")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {run} holds few-shot probes (trainers.fewshot), which leave no model: pass the "
+        "--workdir of a trainers.finetune or trainers.pretrain run\n"
+    )
 
 
 def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch):

@@ -17,7 +17,7 @@ from trainer_cli import _env as cli_env
 import keras_vit
 from keras_vit import fileio
 from keras_vit import weights as weights_lib
-from trainers import data, distribute, errors, features, fewshot, finetune, linear_probe
+from trainers import data, distribute, errors, features, fewshot, finetune, linear_probe, workdir_lock
 from trainers import plan as plan_lib
 from trainers.flags import config_to_json
 
@@ -238,6 +238,13 @@ def test_the_probes_write_over_earlier_probes_only(tmp_path, capsys):
     assert run_main([*argv, "--shots=2", f"--workdir={probes}"], capsys)[0] == 0
     assert read_results(probes)["shots"] == [2]
     assert json.loads((probes / "config.json").read_text())["shots"] == "2"
+    # A run holding the folder (a training run started there as the probes began) keeps it: the
+    # probes took no lock, and their end replaced that run's config.json.
+    with workdir_lock.held(str(probes)):
+        code, err = run_main([*argv, "--shots=3", f"--workdir={probes}"], capsys)
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"fewshot: error: {probes} is in use by another run (process {os.getpid()} on")
+    assert read_results(probes)["shots"] == [2]
 
 
 def test_checkpoint_of_another_variant_is_a_one_line_error(tmp_path, capsys):

@@ -137,6 +137,15 @@ def test_a_folder_with_a_safetensors_file_stays_a_hugging_face_checkpoint(tmp_pa
         f"{empty}: holds no model.safetensors and no model.npz; pass a folder of a timm or "
         "transformers checkpoint, or the workdir of a finished trainer run"
     )
+    # A few-shot command's workdir (config.json with its shots, no model): said as such.
+    (empty / "config.json").write_text('{"model": "ViT-Ti_16", "shots": "1,5"}\n')
+    with pytest.raises(
+        ValueError, match=f"^{empty} holds few-shot probes .trainers.fewshot., which leave no model"
+    ):
+        weights.read_params(str(empty))
+    (empty / "config.json").write_text("{not json")  # no command's: the error stays the folder's
+    with pytest.raises(ValueError, match="holds no model.safetensors and no model.npz"):
+        weights.read_params(str(empty))
 
 
 def test_a_hub_name_is_no_workdir_and_asks_no_file_system(monkeypatch):

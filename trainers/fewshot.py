@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_config
 from keras_vit import VARIANTS, commands, initializers
-from trainers import actions, cli, data, disk_space, engines, image_summaries, workdir_owner
+from trainers import actions, cli, data, disk_space, engines, image_summaries, workdir_lock, workdir_owner
 from trainers import plan as plan_lib
 from trainers.console import Console
 from trainers.controller import Controller
@@ -139,8 +139,18 @@ def run(config, weights_params=None):
         data.check_split(spec, split)
     with strategy.scope():
         model = build_feature_model(plan, spec.num_classes)
-    if chief:  # TensorFlow's writers would make it, with a traceback where they could not
-        disk_space.create_workdir(plan.output.workdir)
+    if not chief:
+        return _probe(plan, strategy, model, evaluator, console, started, chief)
+    # TensorFlow's writers would make it, with a traceback where they could not.
+    disk_space.create_workdir(plan.output.workdir)
+    # A training run started in the folder while the probes ran would have its config.json and
+    # results.json replaced at their end: one run at a time, as the trainers (workdir_lock.py).
+    with workdir_lock.held(plan.output.workdir):
+        return _probe(plan, strategy, model, evaluator, console, started, chief)
+
+
+def _probe(plan, strategy, model, evaluator, console, started, chief):
+    """The probes as the end of a run: their evaluation, then config.json and results.json."""
     summaries = actions.Summaries(plan.output.workdir, chief)
     # The probes print their own summary lines (final_lines): the evaluation's own line would
     # repeat them. TensorBoard's tags are the documented fewshot/<k>shot_accuracy (and _std),
