@@ -105,8 +105,10 @@ def export(model, path, format, class_names=None, top_k=5, overwrite=False, eval
     `class_names`: a list or a labels file; None: the shipped ImageNet names for 1000 or
     21,843 classes, else "class i". `eval_dir`: see the module's docstring.
     """
-    _check(model, path, format, overwrite)
     external = format == "onnx" and _onnx_data_beside(model)  # OUT.onnx.data beside the graph
+    _check(model, path, format, overwrite, external)
+    # An earlier export of two files whose graph this one replaces: its data file would outlive it.
+    stale_data = format == "onnx" and overwrite and not external and fileio.exists(path)
     names = labels.class_names(model.num_classes, class_names)
     sample = _sample_pixels(model)
     labelled = _read_labelled(eval_dir, names, model) if eval_dir else None
@@ -137,6 +139,8 @@ def export(model, path, format, class_names=None, top_k=5, overwrite=False, eval
         _write_pair_atomic(path, write_and_check)
     else:
         fileio.write_atomic(path, write_and_check)
+    if stale_data and fileio.isfile(path + ONNX_DATA_SUFFIX):
+        fileio.remove(path + ONNX_DATA_SUFFIX)
     data_path = path + ONNX_DATA_SUFFIX if external else None
     return Report(
         path,
@@ -184,7 +188,7 @@ def _check_replaceable(path, format):
         )
 
 
-def _check(model, path, format, overwrite):
+def _check(model, path, format, overwrite, external):
     check_output(path, format, overwrite)
     if keras.backend.backend() != "tensorflow":
         raise ExportError(
@@ -202,10 +206,15 @@ def _check(model, path, format, overwrite):
     serving.tensorflow()  # the install hints before any work
     if format == "onnx":
         _require(*ONNX_MODULES)
-        if _onnx_data_beside(model) and fileio.is_remote(path):
+        if external and fileio.is_remote(path):
             raise ExportError(
                 f"{path}: this model's ONNX export is two files (its weights, past 2 GiB, in "
                 f"{os.path.basename(path)}.data); write them to a local path, then copy both"
+            )
+        if external and not overwrite and fileio.exists(path + ONNX_DATA_SUFFIX):
+            raise ExportError(
+                f"{path}{ONNX_DATA_SUFFIX} exists, where this export writes its weights; pass "
+                "--overwrite to replace it, or another output path"
             )
 
 
