@@ -50,7 +50,7 @@ def convert(src, dst, model_name=None):
     # Argument checks first: they must not wait for (or print the logs of) TensorFlow.
     src = weights.run_weights_file(src) or src  # a finished run's workdir: its model.npz, as weights=
     if fileio.isdir(src):
-        if run_dir.holds_probes(src):
+        if run_files.folder_written_by(src) == "probes":
             raise ValueError(run_files.probes_hold_no_model(src))
         raise ValueError(
             f"{src} is a folder, not a checkpoint: pass a checkpoint file or a finished run's workdir "

@@ -149,21 +149,12 @@ def weight_files(path):
     pickles = sorted(name for name in os.listdir(path) if name.endswith(PICKLE_SUFFIXES))
     if pickles:
         raise pickle_refusal(os.path.join(path, pickles[0]))
-    if config and _written_by_probes(config):
+    if run_files.folder_written_by(path) == "probes":
         raise CheckpointError(run_files.probes_hold_no_model(path))
     raise CheckpointError(
         f"{path}: holds no {SAFETENSORS_FILE} and no {run_files.MODEL_FILE}; pass a folder of a timm or "
         "transformers checkpoint, or the workdir of a finished trainer run"
     )
-
-
-def _written_by_probes(config_path):
-    """Whether a folder's config.json is the few-shot command's (a Hub folder's is the model's)."""
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            return run_files.written_by(json.load(f)) == "probes"
-    except ValueError:
-        return False
 
 
 def read_tensors(files):

@@ -46,15 +46,6 @@ def read_config(workdir):
     return json.loads(_read_text(path))
 
 
-def holds_probes(folder):
-    """Whether `folder` is the few-shot command's workdir (its config.json says so)."""
-    path = fileio.join(folder, CONFIG_FILE)
-    try:
-        return fileio.exists(path) and written_by(json.loads(_read_text(path))) == "probes"
-    except ValueError:  # not JSON: no command's
-        return False
-
-
 def read_class_names(workdir):
     """The run's class names by label index, or None if the run wrote none."""
     path = fileio.join(workdir, CLASS_NAMES_FILE)

@@ -3,9 +3,14 @@
 `python -m trainers.finetune --workdir=W` (and trainers.pretrain) ends by writing W/config.json
 (the resolved flags), W/model.npz (the weights, official layout) and W/class_names.json.
 keras_vit reads them back (keras_vit.run_dir), and takes W itself where a weights file goes
-(keras_vit.weights). No imports: every module of the package may use these names. The few-shot
-command writes W/config.json and W/results.json too, and `written_by` tells the two apart.
+(keras_vit.weights). Its one import of the package is keras_vit.fileio, which imports none, so
+every module may use these names. The few-shot command writes W/config.json and W/results.json
+too, and `written_by` tells the two apart.
 """
+
+import json
+
+from keras_vit import fileio
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.npz"
@@ -21,6 +26,19 @@ def written_by(config):
     if "total_steps" in config:
         return "training"
     return "probes" if "shots" in config else None
+
+
+def folder_written_by(folder):
+    """`written_by` of FOLDER/config.json (local or remote); None where there is none, or it
+    cannot be read or is not JSON."""
+    path = fileio.join(folder, CONFIG_FILE)
+    try:
+        if not fileio.exists(path):
+            return None
+        with fileio.open(path) as f:
+            return written_by(json.load(f))
+    except (OSError, ValueError):
+        return None
 
 
 def probes_hold_no_model(folder):

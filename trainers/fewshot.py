@@ -11,6 +11,7 @@ WORKDIR/results.json ({k}shot_accuracy, {k}shot_accuracy_std) and TensorBoard sc
 WORKDIR/eval. Defaults: configs/fewshot.py; every flag overrides.
 """
 
+import contextlib
 import time
 
 import keras
@@ -139,34 +140,27 @@ def run(config, weights_params=None):
         data.check_split(spec, split)
     with strategy.scope():
         model = build_feature_model(plan, spec.num_classes)
-    if not chief:
-        return _probe(plan, strategy, model, evaluator, console, started, chief)
-    # TensorFlow's writers would make it, with a traceback where they could not.
-    disk_space.create_workdir(plan.output.workdir)
+    if chief:  # TensorFlow's writers would make it, with a traceback where they could not
+        disk_space.create_workdir(plan.output.workdir)
     # A training run started in the folder while the probes ran would have its config.json and
     # results.json replaced at their end: one run at a time, as the trainers (workdir_lock.py).
-    with workdir_lock.held(plan.output.workdir):
-        return _probe(plan, strategy, model, evaluator, console, started, chief)
-
-
-def _probe(plan, strategy, model, evaluator, console, started, chief):
-    """The probes as the end of a run: their evaluation, then config.json and results.json."""
-    summaries = actions.Summaries(plan.output.workdir, chief)
-    # The probes print their own summary lines (final_lines): the evaluation's own line would
-    # repeat them. TensorBoard's tags are the documented fewshot/<k>shot_accuracy (and _std),
-    # without _DATA.
-    probes = actions.Evaluate(
-        evaluator, model, summaries, strategy, console, quiet=True, tag_of=_tensorboard_tag
-    )
-    # The controller's evaluate-only mode: the end of a training run, without the training.
-    return Controller(
-        strategy=strategy,
-        evaluations=[probes],
-        record=plan.record,
-        export=_Export(plan, chief, summaries),
-        console=console,
-        started=started,
-    ).evaluate_only()
+    with workdir_lock.held(plan.output.workdir) if chief else contextlib.nullcontext():
+        summaries = actions.Summaries(plan.output.workdir, chief)
+        # The probes print their own summary lines (final_lines): the evaluation's own line would
+        # repeat them. TensorBoard's tags are the documented fewshot/<k>shot_accuracy (and _std),
+        # without _DATA.
+        probes = actions.Evaluate(
+            evaluator, model, summaries, strategy, console, quiet=True, tag_of=_tensorboard_tag
+        )
+        # The controller's evaluate-only mode: the end of a training run, without the training.
+        return Controller(
+            strategy=strategy,
+            evaluations=[probes],
+            record=plan.record,
+            export=_Export(plan, chief, summaries),
+            console=console,
+            started=started,
+        ).evaluate_only()
 
 
 def _tensorboard_tag(tag):

@@ -9,8 +9,6 @@ first with one line. Which command wrote a config.json its contents say
 (keras_vit/run_files.py's `written_by`).
 """
 
-import json
-
 from keras_vit import fileio, run_files
 from keras_vit.run_files import CLASS_NAMES_FILE, CONFIG_FILE, MODEL_FILE
 from trainers import results as results_lib
@@ -49,12 +47,7 @@ def check_probes_workdir(workdir):
     path = fileio.join(workdir, CONFIG_FILE)
     if not fileio.exists(path):
         return
-    try:
-        with fileio.open(path) as f:
-            recorded = json.load(f)
-    except (OSError, ValueError):
-        recorded = None
-    kind = run_files.written_by(recorded)
+    kind = run_files.folder_written_by(workdir)
     if kind == "training":
         raise UsageError(
             f"{workdir} holds a training run, whose config.json and results.json the probes would "
