@@ -8,13 +8,12 @@ to the previous one, a full disk at a save is one line with nothing lost, and tw
 middle, at the end), stop with one line when the other is killed, and end as one process of two
 devices. Every run is the same small digits training on two (simulated) CPU devices, so one
 uninterrupted run is the reference of them all; runs share what they can (one run meets both
-checkpoint faults; the moments' runs are each other's reruns; the test run's JAX compilation
-cache, tests/conftest.py, holds the step the reference compiled).
+checkpoint faults; the moments' runs are each other's reruns, the two-process runs too; the test
+run's JAX compilation cache, tests/conftest.py, holds the step the reference compiled).
 """
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 
@@ -126,14 +125,35 @@ def _wait_for(proc, log, done, timeout=240):
         time.sleep(0.02)
 
 
+# Moments of a run's life, each a line it prints: its start (the banner's first line: the first
+# step compiles after it), the middle of training (the first progress line of a resumed run), its
+# last loop call (the final checkpoint and evaluation follow), and the final results (the export
+# and results.json follow).
+START, MIDDLE = "model:", f"/{TOTAL}  loss"
+LAST_CALL, RESULTS = f"step {TOTAL}/{TOTAL}", "final test:"
+
+
 @pytest.mark.slow
-def test_sigkill_and_sigterm_mid_training_then_a_rerun_ends_bit_for_bit_as_an_uninterrupted_run(
+def test_sigkill_and_sigterm_at_every_moment_of_a_run_then_the_reruns_end_bit_for_bit_as_an_uninterrupted_run(
     reference, tmp_path
 ):
-    """Killed after its first checkpoint; the rerun resumes from it and is preempted (SIGTERM:
-    a save, exit 0); the last rerun resumes from that save and must end as the reference."""
+    """One workdir, one run per stop, each the rerun of the one before; the last rerun must end as
+    the reference, bit for bit. The stops: a SIGTERM at the start (nothing to save yet), a SIGKILL
+    after the first checkpoint (the rerun resumes from it), then a SIGTERM in the middle of
+    training (a save, exit 0), at the last loop call and in the results. Two tests before (the
+    kill with a mid-training SIGTERM, and the moments), each with its own reruns: merged, the same
+    checks take six runs instead of eight."""
     workdir = str(tmp_path / "run")
     args = ONE_PROCESS + [f"--workdir={workdir}"]
+    for folder in ("start", "middle"):  # the logs of each call of sigterm_at_each apart
+        (tmp_path / folder).mkdir()
+    ((_, start),) = sigterm_at_each(args, (START,), tmp_path / "start")
+    assert (
+        "preempted (SIGTERM) before training began: nothing to save yet; rerun the same command to start."
+        in start
+    )
+    assert checkpoint_steps(workdir) == []
+
     killed = tmp_path / "killed.log"
     proc = start_cli("finetune", args, log_path=str(killed))
     _wait_for(proc, killed, lambda: checkpoint_steps(workdir))
@@ -142,44 +162,14 @@ def test_sigkill_and_sigterm_mid_training_then_a_rerun_ends_bit_for_bit_as_an_un
     assert not os.path.exists(os.path.join(workdir, "results.json")), "it finished before the kill"
     kept = checkpoint_steps(workdir)[-1]
 
-    preempted = tmp_path / "preempted.log"
-    proc = start_cli("finetune", args, log_path=str(preempted))
-    _wait_for(proc, preempted, lambda: f"/{TOTAL}  loss" in preempted.read_text())  # training again
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0, preempted.read_text()[-3000:]
-    out = preempted.read_text()
-    assert f"at step {kept}." in out
-    (step,) = [int(s) for s in PREEMPTED.findall(out)]
+    ((_, middle),) = sigterm_at_each(args, (MIDDLE,), tmp_path / "middle")
+    assert f"at step {kept}." in middle
+    (step,) = [int(s) for s in PREEMPTED.findall(middle)]
     assert kept < step < TOTAL and checkpoint_steps(workdir)[-1] == step
     assert not os.path.exists(os.path.join(workdir, "results.json"))
 
-    proc = run_child("finetune", args)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"at step {step}." in proc.stdout
-    _assert_identical(workdir, reference)
-
-
-# Moments of a run's life, each a line it prints: its start (the banner's first line: the first
-# step compiles after it), the middle of training, its last loop call (the final checkpoint and
-# evaluation follow), and the final results (the export and results.json follow).
-MOMENTS = ("model:", f"step {TOTAL // 2}/{TOTAL}", f"step {TOTAL}/{TOTAL}", "final test:")
-
-
-@pytest.mark.slow
-def test_sigterm_at_every_moment_of_a_run_then_the_reruns_end_bit_for_bit_as_an_uninterrupted_run(
-    reference, tmp_path
-):
-    """One workdir, one run per moment, each the rerun of the one before; the last rerun must end
-    as the reference, bit for bit."""
-    workdir = str(tmp_path / "run")
-    args = ONE_PROCESS + [f"--workdir={workdir}"]
-    start, middle, last_call, results = (out for _, out in sigterm_at_each(args, MOMENTS, tmp_path))
-    assert (
-        "preempted (SIGTERM) before training began: nothing to save yet; rerun the same command to start."
-        in start
-    )
-    (step,) = [int(s) for s in PREEMPTED.findall(middle)]
-    assert TOTAL // 2 <= step < TOTAL
+    last_call, results = (out for _, out in sigterm_at_each(args, (LAST_CALL, RESULTS), tmp_path))
+    assert f"at step {step}." in last_call
     assert stopped_at_the_end(last_call, TOTAL), last_call[-2000:]
     assert "Resumed from" in results and os.path.exists(os.path.join(workdir, "results.json"))
     proc = run_child("finetune", args)
@@ -249,55 +239,43 @@ def _start_two(tmp_path, workdir, name):
 
 
 @pytest.mark.slow
-def test_sigterm_to_one_of_two_processes_stops_both_at_one_step_and_they_end_as_one_process(
+def test_two_processes_stop_together_at_every_moment_and_on_a_kill_and_the_reruns_end_as_one_process(
     reference, tmp_path
 ):
+    """One workdir, five runs of two processes, each the rerun of the one before (three tests
+    before, each with its own first run and rerun; merged, the same checks take five runs instead
+    of seven):
+    - a SIGTERM to the second process at the start: the two stop together at the first loop
+      boundary, step 1 (a fresh run's first loop call is one step);
+    - one in the middle of training: both save a checkpoint at the same step and say so once (the
+      chief learns of it only by the collective), with no results.json and no per-process scratch;
+    - a SIGKILL to the second process after a new checkpoint: the survivor stops within
+      peer_watch.LOST_AFTER_S with one line naming that checkpoint, which the next run resumes from;
+    - a SIGTERM at the last loop call: both stop after the final checkpoint, with it saved;
+    - the last rerun, signalled by nobody, says nothing of a preemption, only the chief reports
+      its resume, and it ends as one process of two devices."""
     workdir = str(tmp_path / "run")
-    procs, logs = _start_two(tmp_path, workdir, "preempted")
-    try:
-        _wait_for(procs[0], logs[0], lambda: f"/{TOTAL}  loss" in logs[0].read_text())
-        procs[1].send_signal(signal.SIGTERM)  # the non-chief: the chief learns of it only by the collective
-    except BaseException:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-        raise
-    outputs = wait_all(procs, logs, timeout=120)
-    step = stop_step_of_two(outputs)
-    assert 0 < step < TOTAL and checkpoint_steps(workdir)[-1] == step
+    args = TWO_PROCESSES + [f"--workdir={workdir}"]
+    (_, start), (_, middle) = sigterm_to_the_second_at_each(args, ("model:", f"/{TOTAL}  loss"), tmp_path)
+    assert stop_step_of_two(start) == 1
+    step = stop_step_of_two(middle)
+    assert 1 < step < TOTAL and checkpoint_steps(workdir)[-1] == step
     assert not os.path.exists(os.path.join(workdir, "results.json"))
     assert not [n for n in os.listdir(workdir) if n.startswith(".worker_")]
 
-    chief_out, other_out = wait_all(*_start_two(tmp_path, workdir, "resumed"))
-    assert f"at step {step}." in chief_out and "Resumed" not in other_out
-    _assert_two_processes_match(workdir, reference)
-
-
-@pytest.mark.slow
-def test_sigterm_to_one_of_two_processes_at_the_start_and_at_the_end_stops_both_together(reference, tmp_path):
-    """At the start the two stop together at the first loop boundary; at the last loop call after
-    the final checkpoint or evaluation, with that checkpoint saved. The reruns end as the
-    uninterrupted run."""
-    workdir = str(tmp_path / "run")
-    markers = ("model:", f"step {TOTAL}/{TOTAL}")
-    args = TWO_PROCESSES + [f"--workdir={workdir}"]
-    (_, start), (_, end) = sigterm_to_the_second_at_each(args, markers, tmp_path)
-    assert stop_step_of_two(start) == 1  # a fresh run's first loop call is one step
-    assert stopped_at_the_end(end[1], TOTAL), end[1][-2000:]
-    chief_out, _ = wait_all(*_start_two(tmp_path, workdir, "resumed"))
-    assert f"at step {TOTAL}." in chief_out
-    _assert_two_processes_match(workdir, reference)
-
-
-@pytest.mark.slow
-def test_a_killed_process_stops_the_other_with_one_line_and_the_rerun_resumes_from_its_checkpoint(
-    reference, tmp_path
-):
-    workdir = str(tmp_path / "run")
     procs, logs = _start_two(tmp_path, workdir, "killed")
-    _, named = kill_one_of_two(procs, logs, workdir, peer_watch.LOST_AFTER_S)
-    chief_out, _ = wait_all(*_start_two(tmp_path, workdir, "resumed"))
-    assert f"Resumed from {named} at step" in chief_out
+    killed_out, named = kill_one_of_two(procs, logs, workdir, peer_watch.LOST_AFTER_S, after_step=step)
+    assert f"at step {step}." in killed_out and not PREEMPTED.search(killed_out)
+
+    (tmp_path / "end").mkdir()  # its logs apart from the first two runs'
+    ((_, end),) = sigterm_to_the_second_at_each(args, (f"step {TOTAL}/{TOTAL}",), tmp_path / "end")
+    assert f"Resumed from {named} at step" in end[0]
+    assert stopped_at_the_end(end[1], TOTAL), end[1][-2000:]
+
+    chief_out, other_out = wait_all(*_start_two(tmp_path, workdir, "resumed"))
+    assert f"at step {TOTAL}." in chief_out
+    assert not PREEMPTED.search(chief_out) and not PREEMPTED.search(other_out)
+    assert "Resumed" not in other_out  # only the chief reports
     _assert_two_processes_match(workdir, reference)
 
 

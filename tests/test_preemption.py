@@ -145,60 +145,48 @@ def _assert_matches(workdir, reference):
 
 
 @pytest.mark.slow
-def test_sigterm_to_one_worker_checkpoints_all_at_one_step_and_resumes_exactly(cluster_reference, tmp_path):
+def test_two_workers_stop_together_at_every_moment_and_on_a_kill_and_the_reruns_end_as_one_run(
+    cluster_reference, tmp_path
+):
+    """One workdir, five runs of two workers, each the rerun of the one before (three tests
+    before, each with its own first run and rerun; merged, the same checks take five runs instead
+    of seven):
+    - a SIGTERM to the second worker at the start: the two stop together at the first loop
+      boundaries (a worker that stopped alone left the other waiting in a collective);
+    - one in the middle of training: both save a checkpoint at the same step and say so once,
+      the signalled worker that it was preempted and the chief that it stopped with the others
+      (the chief learns of it only through the cluster), with no results.json and no per-worker
+      scratch left behind;
+    - a SIGKILL to the second worker after a new checkpoint: the survivor stops within
+      peer_watch.LOST_AFTER_S with one line naming that checkpoint, which the next run resumes from;
+    - a SIGTERM at the last loop call: both stop after the final checkpoint or evaluation, or (the
+      handler's agreement takes one more safe point) they finish first;
+    - the last rerun, signalled by nobody, says nothing of a preemption, only the chief reports
+      its resume, and it ends as the uninterrupted run."""
     workdir = str(tmp_path / "run")
-    procs, logs = _start_workers(tmp_path, workdir, "preempted")
-    try:
-        deadline = time.time() + 240
-        while f"/{TOTAL}  loss" not in logs[0].read_text():  # training is under way
-            assert time.time() < deadline and all(p.poll() is None for p in procs), [
-                log.read_text()[-2000:] for log in logs
-            ]
-            time.sleep(0.1)
-        procs[1].send_signal(signal.SIGTERM)  # the non-chief: the chief learns of it only through the cluster
-    except BaseException:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-        raise
-    outputs = wait_all(procs, logs, timeout=120)
-    step = stop_step_of_two(outputs)
+    args = RUN + [f"--workdir={workdir}"]
+    (_, start), (_, middle) = sigterm_to_the_second_at_each(args, ("model:", f"/{TOTAL}  loss"), tmp_path)
+    assert stop_step_of_two(start) < TOTAL
+    step = stop_step_of_two(middle)
     assert 0 < step < TOTAL
     assert checkpoint_steps(workdir)[-1] == step
     assert not os.path.exists(os.path.join(workdir, "results.json"))
     assert not [n for n in os.listdir(workdir) if n.startswith(".worker_")]
 
-    chief_out, other_out = _train(tmp_path, workdir, "resumed")
-    assert f"at step {step}." in chief_out and not PREEMPTED.search(chief_out)
-    assert "Resumed" not in other_out and not PREEMPTED.search(other_out)  # only the chief reports
-    _assert_matches(workdir, cluster_reference)
+    procs, logs = _start_workers(tmp_path, workdir, "killed")
+    killed_out, named = kill_one_of_two(procs, logs, workdir, peer_watch.LOST_AFTER_S, after_step=step)
+    assert f"at step {step}." in killed_out and not PREEMPTED.search(killed_out)
 
-
-@pytest.mark.slow
-def test_sigterm_to_one_worker_at_the_start_and_at_the_end_stops_both_together(cluster_reference, tmp_path):
-    """At the start the two stop together at the first loop boundaries; at the last loop call
-    after the final checkpoint or evaluation, or (the handler's agreement takes one more safe
-    point) they finish first. The reruns end as the uninterrupted run."""
-    workdir = str(tmp_path / "run")
-    markers = ("model:", f"step {TOTAL}/{TOTAL}")
-    (_, start), (_, end) = sigterm_to_the_second_at_each(RUN + [f"--workdir={workdir}"], markers, tmp_path)
-    assert stop_step_of_two(start) < TOTAL
+    (tmp_path / "end").mkdir()  # its logs apart from the first two runs'
+    ((_, end),) = sigterm_to_the_second_at_each(args, (f"step {TOTAL}/{TOTAL}",), tmp_path / "end")
+    assert f"Resumed from {named} at step" in end[0]
     # The signalled worker's line, if the signal reached it before its last safe point.
     assert stopped_at_the_end(end[1], TOTAL) or not SIGTERM_LINE.search(end[1]), end[1][-2000:]
-    chief_out, _ = _train(tmp_path, workdir, "resumed")
+
+    chief_out, other_out = _train(tmp_path, workdir, "resumed")
     assert f"at step {TOTAL}." in chief_out
-    _assert_matches(workdir, cluster_reference)
-
-
-@pytest.mark.slow
-def test_a_killed_worker_stops_the_other_with_one_line_and_the_rerun_resumes_from_its_checkpoint(
-    cluster_reference, tmp_path
-):
-    workdir = str(tmp_path / "run")
-    procs, logs = _start_workers(tmp_path, workdir, "killed")
-    _, named = kill_one_of_two(procs, logs, workdir, peer_watch.LOST_AFTER_S)
-    chief_out, _ = _train(tmp_path, workdir, "resumed")
-    assert f"Resumed from {named} at step" in chief_out
+    assert not PREEMPTED.search(chief_out) and not PREEMPTED.search(other_out)
+    assert "Resumed" not in other_out  # only the chief reports
     _assert_matches(workdir, cluster_reference)
 
 

@@ -421,13 +421,14 @@ LOST = re.compile(
 )
 
 
-def kill_one_of_two(procs, logs, workdir, lost_after_s, timeout=240):
-    """SIGKILLs the second of two processes once the run has a checkpoint; returns (the survivor's
-    output, the checkpoint its line names) after checking that it stopped within `lost_after_s`
-    with exit code 1, its one line, and nothing half-written."""
+def kill_one_of_two(procs, logs, workdir, lost_after_s, timeout=240, after_step=-1):
+    """SIGKILLs the second of two processes once the run has a checkpoint after `after_step` (the
+    step it resumed from); returns (the survivor's output, the checkpoint its line names) after
+    checking that it stopped within `lost_after_s` with exit code 1, its one line, and nothing
+    half-written."""
     deadline = time.time() + timeout
     try:
-        while not checkpoint_steps(workdir):
+        while checkpoint_steps(workdir)[-1:] <= [after_step]:
             assert time.time() < deadline and all(p.poll() is None for p in procs), [
                 log.read_text()[-2000:] for log in logs
             ]
