@@ -16,7 +16,8 @@
         uploaded to the Hugging Face Hub (huggingface_hub, the `hub` extra).
 
 Either path may be on any TensorFlow file system (gs://...). The output is written
-atomically; it must not be the input. Bad input exits with status 2 and a one-line message.
+atomically; it must not be the input, and an existing one (with --to: the folder's checkpoint
+files) is replaced only with --overwrite. Bad input exits with status 2 and a one-line message.
 It runs on the Keras backend KERAS_BACKEND selects (the weights are arrays either way), with
 TensorFlow's start-up lines hidden (keras_vit/startup.py).
 """
@@ -45,8 +46,9 @@ from keras_vit.errors import blocked_output, error_line
 USAGE_ERROR = 2
 
 
-def convert(src, dst, model_name=None):
-    """Converts `src` to `dst` (by their extensions); returns a one-line summary."""
+def convert(src, dst, model_name=None, overwrite=False):
+    """Converts `src` to `dst` (by their extensions); returns a one-line summary. An existing
+    `dst` is replaced only with `overwrite`."""
     # Argument checks first: they must not wait for (or print the logs of) TensorFlow.
     src = weights.run_weights_file(src) or src  # a finished run's workdir: its model.npz, as weights=
     if fileio.isdir(src):
@@ -66,7 +68,7 @@ def convert(src, dst, model_name=None):
         raise ValueError(f"{dst}: the output must end in .weights.h5 or .npz")
     if dst.endswith(".weights.h5") and not model_name:
         raise ValueError("--model is required to write a .weights.h5 (e.g. --model=ViT-B_16)")
-    _check_output(dst)
+    _check_output(dst, overwrite)
     if dst.endswith(".weights.h5"):
         model = _build(model_name, src)
         weights.save_weights(model, dst)
@@ -89,22 +91,30 @@ def convert(src, dst, model_name=None):
     )
 
 
-def _check_output(path):
+def _check_output(path, overwrite, names=None):
+    """Refuses an output path that cannot be written, or (without `overwrite`) one that exists:
+    the file `path`, or with `names` the files of those names in the folder `path`."""
     blocking = fileio.file_in_the_way(path)
     if blocking:
         raise ValueError(blocked_output(path, blocking))
+    existing = [path] if names is None else [fileio.join(path, name) for name in names]
+    found = next((p for p in existing if fileio.exists(p)), None)
+    if found and not overwrite:
+        raise ValueError(f"{found} exists; pass --overwrite to replace it, or another output path")
 
 
-def to_hub_format(src, out_dir, to, model_name=None, class_names=None, push_to_hub=None):
+def to_hub_format(src, out_dir, to, model_name=None, class_names=None, push_to_hub=None, overwrite=False):
     """Writes the model `src` names to `out_dir` as a timm or transformers checkpoint.
 
     src: a checkpoint file, a registry name (with model_name), a Hub name or folder, or a
     trainers.finetune workdir (its class names come along). class_names: a list or a labels
-    file. push_to_hub: "OWNER/REPO" to upload the folder to. Returns a one-line summary.
+    file. push_to_hub: "OWNER/REPO" to upload the folder to. overwrite: replace the checkpoint
+    files an earlier conversion left in `out_dir` (other files there are kept either way).
+    Returns a one-line summary.
     """
     if to not in hf_export.FORMATS:
         raise ValueError(f"--to must be one of {', '.join(hf_export.FORMATS)}, got {to!r}")
-    _check_output(out_dir)
+    _check_output(out_dir, overwrite, hf_export.FILES[to])
     model, names = _load_for_export(src, model_name)
     if class_names is not None:
         names = labels.class_names(model.num_classes, class_names)
@@ -196,14 +206,21 @@ def main(argv=None):
         metavar="OWNER/REPO",
         help="with --to: upload the folder to this Hub repo",
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing output (with --to: the folder's model.safetensors and config files)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.to:
-            summary = to_hub_format(args.src, args.dst, args.to, args.model, args.labels, args.push_to_hub)
+            summary = to_hub_format(
+                args.src, args.dst, args.to, args.model, args.labels, args.push_to_hub, args.overwrite
+            )
         elif args.push_to_hub or args.labels:
             raise ValueError("--push_to_hub and --labels go with --to=timm or --to=transformers")
         else:
-            summary = convert(args.src, args.dst, args.model)
+            summary = convert(args.src, args.dst, args.model, args.overwrite)
     except (ValueError, ImportError) as err:  # ImportError: a gs:// path without TensorFlow
         print(f"error: {err}", file=sys.stderr)
         return USAGE_ERROR

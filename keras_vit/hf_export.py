@@ -27,6 +27,11 @@ from keras_vit.hf_layout import (
 from keras_vit.npz_layout import POSEMB
 
 FORMATS = ("timm", "transformers")
+# The files save_pretrained writes into its folder, per format (the names timm and transformers read).
+FILES = {
+    "timm": (SAFETENSORS_FILE, CONFIG_FILE),
+    "transformers": (SAFETENSORS_FILE, CONFIG_FILE, PREPROCESSOR_FILE),
+}
 # timm's registered architecture per (hidden, layers, heads, mlp) family; model_args set the rest.
 _TIMM_FAMILIES = {
     (192, 12, 3, 768): "tiny",

@@ -111,6 +111,43 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypa
     assert notes.read_text() == "mine\n" and not os.path.exists(tmp_path / "out.npz")
 
 
+def test_an_existing_output_is_replaced_only_with_overwrite(tmp_path, capsys):
+    """An output already on disk (a file, or with --to the checkpoint files of a folder) is
+    refused in one line and kept, as keras_vit.export refuses OUT; --overwrite replaces it. Both
+    forms replaced what was there unasked."""
+    src = synth.save(tmp_path / "c.npz", synth.vit_jax_params(6, image_size=32, **dict(SMALL, patch_size=8)))
+    dst = tmp_path / "out.npz"
+    dst.write_bytes(b"an earlier conversion")
+    assert convert.main([src, str(dst)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {dst} exists; pass --overwrite to replace it, or another output path\n"
+    )
+    assert dst.read_bytes() == b"an earlier conversion"
+    assert convert.main([src, str(dst), "--overwrite"]) == 0
+    assert npz_layout.read_npz(str(dst)).keys() == npz_layout.read_npz(src).keys()
+    assert sorted(os.listdir(tmp_path)) == ["c.npz", "out.npz"]
+
+    # --to: a folder may exist and hold other files; the checkpoint's own files are what is refused.
+    folder = tmp_path / "vit_timm"
+    folder.mkdir()
+    (folder / "README.md").write_text("my notes\n")
+    assert convert.main([src, str(folder), "--to=timm"]) == 0
+    capsys.readouterr()
+    config = (folder / "config.json").read_text()
+    assert convert.main([src, str(folder), "--to=timm"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {folder}/model.safetensors exists; pass --overwrite to replace it, or another output path\n"
+    )
+    (folder / "model.safetensors").unlink()  # the config alone is refused too
+    (folder / "config.json").write_text("{}\n")
+    assert convert.main([src, str(folder), "--to=timm"]) == 2
+    assert f"{folder}/config.json exists" in capsys.readouterr().err
+    assert (folder / "config.json").read_text() == "{}\n"
+    assert convert.main([src, str(folder), "--to=timm", "--overwrite"]) == 0
+    assert (folder / "config.json").read_text() == config
+    assert sorted(os.listdir(folder)) == ["README.md", "config.json", "model.safetensors"]
+
+
 @pytest.mark.slow
 def test_command_line(tmp_path):
     """`python -m keras_vit.convert` through its main(argv), in this process: the summary line, and
