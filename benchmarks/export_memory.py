@@ -15,8 +15,9 @@ probabilities differ from class to class). One export runs at a time.
     python -m benchmarks.export_memory --growth onnx    # JSON: memory per extra byte of weights
 
 `--markdown [JSON]` prints the table of docs/guides/deploy.md's "Peak memory" from a run's JSON.
-`--growth FORMAT` exports a small model of one block and of 24 blocks, each in a process of its
-own, and prints the export's memory per extra byte of weights (tests/test_export.py bounds it).
+`--growth FORMAT [BLOCKS]` exports a small model of one block and of BLOCKS (24), each in a
+process of its own, and prints the export's memory per extra byte of weights
+(tests/test_export.py bounds it).
 """
 
 import json
@@ -173,7 +174,7 @@ def main(argv=None):
             print(markdown(json.load(f)))
         return 0
     if argv[:1] == ["--growth"]:
-        print(json.dumps(growth(argv[1])))
+        print(json.dumps(growth(argv[1], *(int(blocks) for blocks in argv[2:3]))))
         return 0
     if argv[:1] == ["--growth_depth"]:
         print(json.dumps(growth_overhead(argv[1], int(argv[2]))))
