@@ -238,11 +238,31 @@ def _assert_results_equal(workdir, reference):
     assert resumed["eval"]["test"] == uninterrupted["eval"]["test"]
 
 
+# Moments of a run's life, each a line it prints: its start (the banner's first line, before the
+# first step compiles), the middle of training, its last loop call (the final checkpoint and
+# evaluation follow), and the final results (the export and results.json follow).
+START, MIDDLE, LAST_CALL, RESULTS = "model:", "step 100/200", "step 200/200", "final test:"
+
+
 @pytest.mark.slow
-def test_ctrl_c_saves_says_how_to_resume_and_the_rerun_matches_an_uninterrupted_run(
+def test_ctrl_c_and_sigterm_at_every_moment_stop_a_run_with_one_line_and_the_reruns_end_as_one_run(
     one_process_reference, tmp_path
 ):
+    """One workdir, one run per stop, each the rerun of the one before (so each rerun starts from
+    what the stop before it saved); the last rerun must end as the uninterrupted run. The stops:
+    a SIGTERM at the start (nothing to save yet), Ctrl-C once training is under way (a checkpoint
+    at the next loop boundary, exit 130, and the line that says how to resume), then a SIGTERM in
+    the middle of training, at the last loop call and in the results. Two tests before (Ctrl-C
+    with its rerun, and the moments): merged, the same checks take one child less."""
     workdir = str(tmp_path / "run")
+    args = ONE_PROCESS + [f"--workdir={workdir}"]
+    (tmp_path / "start").mkdir()  # its log apart from the later moments'
+    ((_, start),) = sigterm_at_each(args, (START,), tmp_path / "start")
+    assert (
+        "preempted (SIGTERM) before training began: nothing to save yet; rerun the same command to start."
+        in start
+    )
+
     proc, log = _start_and_wait_for_training(tmp_path, workdir, "interrupted")
     sent = time.time()
     proc.send_signal(signal.SIGINT)
@@ -252,37 +272,15 @@ def test_ctrl_c_saves_says_how_to_resume_and_the_rerun_matches_an_uninterrupted_
     # Exit 130 like any interrupted command, promptly: the save is at the next loop boundary.
     assert code == 130 and seconds < 30, (code, seconds, out[-3000:])
     assert "Ctrl-C: stopping at the next step boundary, with a checkpoint of that step" in out
-    (step,) = [int(s) for s in INTERRUPTED.findall(out)]
-    assert 0 < step < 200 and checkpoint_steps(workdir) == [step]
+    (interrupted,) = [int(s) for s in INTERRUPTED.findall(out)]
+    assert 0 < interrupted < 100 and checkpoint_steps(workdir) == [interrupted]
     assert not os.path.exists(os.path.join(workdir, "results.json"))
     assert "Traceback" not in out and out.rstrip().endswith("finetune: interrupted")
 
-    resumed_log = tmp_path / "resumed.log"
-    proc = start_cli("finetune", ONE_PROCESS + [f"--workdir={workdir}"], log_path=str(resumed_log))
-    assert proc.wait(timeout=300) == 0, resumed_log.read_text()[-3000:]
-    assert f"at step {step}." in resumed_log.read_text()
-    _assert_results_equal(workdir, one_process_reference)
-
-
-# Moments of a run's life, each a line it prints: its start (the banner's first line, before the
-# first step compiles), the middle of training, its last loop call (the final checkpoint and
-# evaluation follow), and the final results (the export and results.json follow).
-MOMENTS = ("model:", "step 100/200", "step 200/200", "final test:")
-
-
-@pytest.mark.slow
-def test_sigterm_at_every_moment_of_a_run_stops_it_with_one_line_and_the_reruns_end_as_an_uninterrupted_run(
-    one_process_reference, tmp_path
-):
-    """One workdir, one run per moment, each the rerun of the one before (so each rerun starts
-    from what the stop before it saved); the last rerun must end as the uninterrupted run."""
-    workdir = str(tmp_path / "run")
-    args = ONE_PROCESS + [f"--workdir={workdir}"]
-    start, middle, last_call, results = (out for _, out in sigterm_at_each(args, MOMENTS, tmp_path))
-    assert (
-        "preempted (SIGTERM) before training began: nothing to save yet; rerun the same command to start."
-        in start
+    middle, last_call, results = (
+        out for _, out in sigterm_at_each(args, (MIDDLE, LAST_CALL, RESULTS), tmp_path)
     )
+    assert f"at step {interrupted}." in middle
     (step,) = [int(s) for s in PREEMPTED.findall(middle)]
     assert 100 <= step < 200
     # The last loop call's SIGTERM lands in the final checkpoint or evaluation (stopped with the
