@@ -27,17 +27,14 @@ from trainer_cli import (
     command,
     error_line,
     file_size_limited,
-    kill_one_of_two,
     read_results,
     read_weights,
     run_child,
     sigterm_at_each,
-    sigterm_to_the_second_at_each,
     start_cli,
-    start_cluster,
     stop_step_of_two,
     stopped_at_the_end,
-    wait_all,
+    stops_of_two,
 )
 
 from trainers import peer_watch, preemption
@@ -234,10 +231,6 @@ def test_a_full_disk_at_a_save_is_one_line_and_loses_nothing(faults):
     assert not os.path.exists(os.path.join(workdir, "results.json"))
 
 
-def _start_two(tmp_path, workdir, name):
-    return start_cluster(tmp_path, TWO_PROCESSES + [f"--workdir={workdir}"], name)
-
-
 @pytest.mark.slow
 def test_two_processes_stop_together_at_every_moment_and_on_a_kill_and_the_reruns_end_as_one_process(
     reference, tmp_path
@@ -256,26 +249,10 @@ def test_two_processes_stop_together_at_every_moment_and_on_a_kill_and_the_rerun
       its resume, and it ends as one process of two devices."""
     workdir = str(tmp_path / "run")
     args = TWO_PROCESSES + [f"--workdir={workdir}"]
-    (_, start), (_, middle) = sigterm_to_the_second_at_each(args, ("model:", f"/{TOTAL}  loss"), tmp_path)
-    assert stop_step_of_two(start) == 1
-    step = stop_step_of_two(middle)
-    assert 1 < step < TOTAL and checkpoint_steps(workdir)[-1] == step
-    assert not os.path.exists(os.path.join(workdir, "results.json"))
-    assert not [n for n in os.listdir(workdir) if n.startswith(".worker_")]
-
-    procs, logs = _start_two(tmp_path, workdir, "killed")
-    killed_out, named = kill_one_of_two(procs, logs, workdir, peer_watch.LOST_AFTER_S, after_step=step)
-    assert f"at step {step}." in killed_out and not PREEMPTED.search(killed_out)
-
-    (tmp_path / "end").mkdir()  # its logs apart from the first two runs'
-    ((_, end),) = sigterm_to_the_second_at_each(args, (f"step {TOTAL}/{TOTAL}",), tmp_path / "end")
-    assert f"Resumed from {named} at step" in end[0]
-    assert stopped_at_the_end(end[1], TOTAL), end[1][-2000:]
-
-    chief_out, other_out = wait_all(*_start_two(tmp_path, workdir, "resumed"))
-    assert f"at step {TOTAL}." in chief_out
-    assert not PREEMPTED.search(chief_out) and not PREEMPTED.search(other_out)
-    assert "Resumed" not in other_out  # only the chief reports
+    stops = stops_of_two(args, workdir, tmp_path, TOTAL, peer_watch.LOST_AFTER_S)
+    assert stop_step_of_two(stops["start"]) == 1
+    assert 1 < stops["step"] < TOTAL
+    assert stopped_at_the_end(stops["end"][1], TOTAL), stops["end"][1][-2000:]
     _assert_two_processes_match(workdir, reference)
 
 

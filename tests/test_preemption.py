@@ -22,15 +22,14 @@ from trainer_cli import (
     checkpoint_steps,
     command,
     handles,
-    kill_one_of_two,
     read_results,
     run_cli,
     sigterm_at_each,
-    sigterm_to_the_second_at_each,
     start_cli,
     start_cluster,
     stop_step_of_two,
     stopped_at_the_end,
+    stops_of_two,
     wait_all,
 )
 
@@ -164,29 +163,12 @@ def test_two_workers_stop_together_at_every_moment_and_on_a_kill_and_the_reruns_
     - the last rerun, signalled by nobody, says nothing of a preemption, only the chief reports
       its resume, and it ends as the uninterrupted run."""
     workdir = str(tmp_path / "run")
-    args = RUN + [f"--workdir={workdir}"]
-    (_, start), (_, middle) = sigterm_to_the_second_at_each(args, ("model:", f"/{TOTAL}  loss"), tmp_path)
-    assert stop_step_of_two(start) < TOTAL
-    step = stop_step_of_two(middle)
-    assert 0 < step < TOTAL
-    assert checkpoint_steps(workdir)[-1] == step
-    assert not os.path.exists(os.path.join(workdir, "results.json"))
-    assert not [n for n in os.listdir(workdir) if n.startswith(".worker_")]
-
-    procs, logs = _start_workers(tmp_path, workdir, "killed")
-    killed_out, named = kill_one_of_two(procs, logs, workdir, peer_watch.LOST_AFTER_S, after_step=step)
-    assert f"at step {step}." in killed_out and not PREEMPTED.search(killed_out)
-
-    (tmp_path / "end").mkdir()  # its logs apart from the first two runs'
-    ((_, end),) = sigterm_to_the_second_at_each(args, (f"step {TOTAL}/{TOTAL}",), tmp_path / "end")
-    assert f"Resumed from {named} at step" in end[0]
+    stops = stops_of_two(RUN + [f"--workdir={workdir}"], workdir, tmp_path, TOTAL, peer_watch.LOST_AFTER_S)
+    assert stop_step_of_two(stops["start"]) < TOTAL
+    assert 0 < stops["step"] < TOTAL
     # The signalled worker's line, if the signal reached it before its last safe point.
-    assert stopped_at_the_end(end[1], TOTAL) or not SIGTERM_LINE.search(end[1]), end[1][-2000:]
-
-    chief_out, other_out = _train(tmp_path, workdir, "resumed")
-    assert f"at step {TOTAL}." in chief_out
-    assert not PREEMPTED.search(chief_out) and not PREEMPTED.search(other_out)
-    assert "Resumed" not in other_out  # only the chief reports
+    end = stops["end"][1]
+    assert stopped_at_the_end(end, TOTAL) or not SIGTERM_LINE.search(end), end[-2000:]
     _assert_matches(workdir, cluster_reference)
 
 
