@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 import pytest
+from stop_chains import stops_of_two
 from trainer_cli import (
     PREEMPTED,
     TINY_DIGITS_FLAGS,
@@ -34,7 +35,6 @@ from trainer_cli import (
     start_cli,
     stop_step_of_two,
     stopped_at_the_end,
-    stops_of_two,
 )
 
 from trainers import peer_watch, preemption

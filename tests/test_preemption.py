@@ -13,6 +13,7 @@ import subprocess
 import time
 
 import pytest
+from stop_chains import stops_of_two
 from trainer_cli import (
     PREEMPTED,
     ROOT,
@@ -29,7 +30,6 @@ from trainer_cli import (
     start_cluster,
     stop_step_of_two,
     stopped_at_the_end,
-    stops_of_two,
     wait_all,
 )
 
