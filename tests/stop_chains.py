@@ -21,9 +21,8 @@ def stops_of_two(args, workdir, tmp_path, total, lost_after_s):
     at the last loop call, then a rerun nobody stops. Checks what every engine keeps at each
     (sigterm_to_the_second_at_each, kill_one_of_two; no results.json and no per-process scratch
     after the middle stop; each rerun resumes from the stop before; only the chief reports its
-    resume; no preemption claimed unasked) and returns {"start", "middle", "end", "final": the
-    outputs of the two, "step": the middle stop's step, "named": the checkpoint the kill's
-    survivor named}."""
+    resume; no preemption claimed unasked) and returns what each engine checks its own way:
+    {"start", "end": the outputs of the two, "step": the middle stop's step}."""
     markers = ("model:", f"/{total}  loss")
     (_, start), (_, middle) = sigterm_to_the_second_at_each(args, markers, tmp_path)
     step = stop_step_of_two(middle)
@@ -43,4 +42,4 @@ def stops_of_two(args, workdir, tmp_path, total, lost_after_s):
     assert f"at step {total}." in final[0]
     assert not PREEMPTED.search(final[0]) and not PREEMPTED.search(final[1])
     assert "Resumed" not in final[1]  # only the chief reports
-    return {"start": start, "middle": middle, "end": end, "final": final, "step": step, "named": named}
+    return {"start": start, "end": end, "step": step}

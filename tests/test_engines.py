@@ -47,7 +47,8 @@ CASES = {
 # draws every initial value from the seed and the weight's path, not from the backend's
 # generator). Masked patch prediction adds the [mask] embedding and its head. The fine-tune from
 # the seed is also the one-device case of accumulation with a binding clip (its gradient norms
-# are 1.0-4.7), so that each engine runs one run less.
+# were 0.96-4.7 without accumulation; the test asserts that the clip binds), so that each engine
+# runs one run less.
 FROM_SCRATCH = {
     "from_scratch": ["finetune", "--weights=none", "--seed=3", "--accum_steps=2", "--grad_norm_clip=0.5"],
     "from_scratch_masked_patch": ["pretrain", "--objective=masked_patch", "--pre_logits=false", "--seed=3"],
