@@ -11,9 +11,11 @@ TEST_STAMP := $(VENV)/.installed-test
 # process start-up, compilation and single-threaded Python, so two workers on 2 cores take about
 # 40% less time than one process; `make test TEST_WORKERS=auto` uses every core. A worker that dies
 # ends the run at once, naming the test it was running: pytest-xdist 3.8 with --dist=loadfile can
-# hang on the worker that replaces a dead one, or start the same fatal test again.
+# hang on the worker that replaces a dead one, or start the same fatal test again. Files are handed
+# out in the order tests/conftest.py collects them (those with slow tests first), not pytest-xdist's
+# (the most tests first), so that the workers end together.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q --numprocesses=$(TEST_WORKERS) --dist=loadfile --max-worker-restart=0
+PYTEST := $(BIN)/python -m pytest -q --numprocesses=$(TEST_WORKERS) --dist=loadfile --no-loadscope-reorder --max-worker-restart=0
 
 .PHONY: install test test-fast docs demo bench lint format clean
 

@@ -100,6 +100,19 @@ def jax_compilation_cache(tmp_path_factory):
         yield folder
 
 
+def pytest_collection_modifyitems(config, items):
+    """The files with `slow` tests first, those with the most of them first; each file's tests in
+    their own order. pytest-xdist's --dist=loadfile hands a worker the next file when its current
+    one is nearly done, in this order (the Makefile's --no-loadscope-reorder; by default it orders
+    files by their number of tests, which can leave one worker alone with a slow file while the
+    other has finished): the runs then end on the files of fast tests, the workers together."""
+    slow_per_file = {}
+    for item in items:
+        slow_per_file.setdefault(item.path, 0)
+        slow_per_file[item.path] += item.get_closest_marker("slow") is not None
+    items.sort(key=lambda item: -slow_per_file[item.path])  # stable: a file's tests stay together
+
+
 _MODULE_RUNNING = {}
 
 

@@ -26,6 +26,7 @@ def test_make_targets():
             "mkdocs build --strict",
             "-m pytest",
             "--dist=loadfile",
+            "--no-loadscope-reorder",  # tests/conftest.py's order of the files: the workers end together
             "--max-worker-restart=0",  # a dead worker ends the run, never a hang (the Makefile)
         ],
         "make format": ["ruff format ."],

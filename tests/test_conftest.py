@@ -1,0 +1,39 @@
+"""tests/conftest.py's order of the collected tests, which pytest-xdist's --dist=loadfile follows."""
+
+import pathlib
+import types
+
+import conftest
+
+
+def _item(path, name, slow):
+    marker = object() if slow else None
+    return types.SimpleNamespace(
+        path=pathlib.Path(path), name=name, get_closest_marker=lambda mark: marker if mark == "slow" else None
+    )
+
+
+def test_files_with_the_most_slow_tests_come_first_each_whole_and_in_its_own_order():
+    collected = [
+        _item("tests/test_a.py", "fast_1", False),
+        _item("tests/test_a.py", "fast_2", False),
+        _item("tests/test_b.py", "slow_1", True),
+        _item("tests/test_b.py", "fast_1", False),
+        _item("tests/test_c.py", "fast_1", False),
+        _item("tests/test_c.py", "slow_1", True),
+        _item("tests/test_c.py", "slow_2", True),
+        _item("tests/test_d.py", "slow_1", True),
+    ]
+    items = list(collected)
+    conftest.pytest_collection_modifyitems(None, items)
+    # Two slow tests, then one each in collection order (b before d), then the file of fast ones.
+    assert [(item.path.stem, item.name) for item in items] == [
+        ("test_c", "fast_1"),
+        ("test_c", "slow_1"),
+        ("test_c", "slow_2"),
+        ("test_b", "slow_1"),
+        ("test_b", "fast_1"),
+        ("test_d", "slow_1"),
+        ("test_a", "fast_1"),
+        ("test_a", "fast_2"),
+    ]
