@@ -30,7 +30,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before anything else)
 from benchmarks import flops, harness, inference, jax_trainer, peak, shared, train  # noqa: E402
-from keras_vit import fused_attention  # noqa: E402
+from keras_vit import commands, fused_attention  # noqa: E402
 
 NAMES = {
     "keras_vit": "keras_vit JAX+XLA",
@@ -327,4 +327,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    commands.exit_with(main)

@@ -29,6 +29,7 @@ import tempfile
 import time
 
 from benchmarks import harness
+from keras_vit import commands
 
 DEFAULT_CASES = "ViT-B_16:384,ViT-L_16:224"
 DEFAULT_FORMATS = "saved_model,onnx,litert,litert-int8"
@@ -95,6 +96,20 @@ def growth(format, layers=GROWTH_LAYERS):
     extra = found["weights"][1] - found["weights"][0]
     found["per_weight_byte"] = (found["overhead"][1] - found["overhead"][0]) / extra
     return found
+
+
+def growth_arguments(words):
+    """(format, blocks) from the words after --growth, FORMAT [BLOCKS], or a one-line error."""
+    usage = "write --growth FORMAT [BLOCKS], e.g. --growth onnx 12"
+    if len(words) not in (1, 2):
+        raise SystemExit(f"error: --growth takes a format and, optionally, a number of blocks: {usage}")
+    format, blocks = words[0], words[1] if len(words) == 2 else str(GROWTH_LAYERS)
+    if format not in OUTPUTS:
+        raise SystemExit(f"error: unknown format {format!r}: choose from {', '.join(OUTPUTS)}")
+    # Two blocks at least: the growth is measured against the model of one.
+    if not blocks.isdecimal() or int(blocks) < 2:
+        raise SystemExit(f"error: {blocks!r} blocks: the number must be a whole number of 2 or more: {usage}")
+    return format, int(blocks)
 
 
 def growth_overhead(format, depth, shape=GROWTH_SHAPE):
@@ -170,11 +185,13 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--markdown"]:
         path = argv[1] if argv[1:] else os.path.join(harness.OUT_DIR, "export_memory.json")
+        if not os.path.isfile(path):
+            raise SystemExit(f"error: no run's JSON at {path}: run python -m benchmarks.export_memory first")
         with open(path, encoding="utf-8") as f:
             print(markdown(json.load(f)))
         return 0
     if argv[:1] == ["--growth"]:
-        print(json.dumps(growth(argv[1], *(int(blocks) for blocks in argv[2:3]))))
+        print(json.dumps(growth(*growth_arguments(argv[1:]))))
         return 0
     if argv[:1] == ["--growth_depth"]:
         print(json.dumps(growth_overhead(argv[1], int(argv[2]))))
@@ -225,4 +242,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

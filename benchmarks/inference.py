@@ -37,7 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before TensorFlow)
 from benchmarks import flops, harness, peak, shared  # noqa: E402
-from keras_vit import cpu_info  # noqa: E402
+from keras_vit import commands, cpu_info  # noqa: E402
 
 NUM_CLASSES = 1000
 OURS = "keras_vit TF"
@@ -536,4 +536,4 @@ def run_inference(args, argv, name, cases):
 
 
 if __name__ == "__main__":
-    main()
+    commands.exit_with(main)

@@ -27,6 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import contestants  # noqa: E402, F401, I001  (first: it imports PyTorch before TensorFlow)
 from benchmarks import harness, shared  # noqa: E402
+from keras_vit import commands  # noqa: E402
 
 FAKE_TFDS = os.path.join(os.path.dirname(harness.ROOT), "shared", "tools", "fake_tfds.py")
 TARGET = 3.0  # pipeline images/s over the step's, per core
@@ -166,4 +167,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    commands.exit_with(main)

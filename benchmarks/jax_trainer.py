@@ -18,6 +18,7 @@ import importlib.util
 import sys
 
 from benchmarks import contestants, harness, shared
+from keras_vit import commands
 
 NAME = "keras_vit Trainer JAX+XLA (trainers.finetune --engine=jax)"
 CHILD_ENV = {"KERAS_BACKEND": "jax", contestants.CHILD_FRAMEWORK: "jax"}
@@ -63,4 +64,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    commands.exit_with(main)

@@ -29,6 +29,7 @@ import time
 
 # contestants first: it imports PyTorch before anything imports TensorFlow (harness does).
 from benchmarks import contestants, flops, harness, inference, shared, train
+from keras_vit import commands
 
 FRAMEWORKS = {"tf": "keras_vit TF", "torch": "timm eager"}
 _BEGIN, _END = "benchmark-kernels: begin", "benchmark-kernels: end"
@@ -224,4 +225,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    commands.exit_with(main)

@@ -23,6 +23,7 @@ import tempfile
 import time
 
 from benchmarks import harness
+from keras_vit import commands
 
 # name: (variant for create_model, ViT arguments over the variant's)
 MODELS = {
@@ -119,4 +120,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

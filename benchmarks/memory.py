@@ -18,6 +18,8 @@ import resource
 import subprocess
 import sys
 
+from keras_vit import commands
+
 DEFAULT_CASES = (
     "ViT-Ti_16:224:8,ViT-Ti_16:224:16,ViT-Ti_16:384:8,ViT-S_16:224:8,ViT-B_16:224:8,ViT-B_16:384:2"
 )
@@ -88,4 +90,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands.exit_with(main)

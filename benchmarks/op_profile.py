@@ -28,6 +28,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import flops, harness, inference, shared  # noqa: E402
+from keras_vit import commands  # noqa: E402
 
 # Operation types (as TF's profiler names them, oneDNN's _Mkl prefix dropped) by group.
 MATMULS = {
@@ -156,4 +157,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    commands.exit_with(main)

@@ -18,6 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import contestants  # noqa: E402, F401, I001  (first: it imports PyTorch before TensorFlow)
 from benchmarks import flops, harness, inference  # noqa: E402
+from keras_vit import commands  # noqa: E402
 
 COLUMNS = (
     ("size", "image_size", "d"),
@@ -86,4 +87,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    commands.exit_with(main)

@@ -26,6 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before TensorFlow)
 from benchmarks import flops, harness, jax_trainer, peak, shared  # noqa: E402
+from keras_vit import commands  # noqa: E402
 
 # keras_vit rows: the finetune defaults, then the same with one setting forced.
 OURS = {
@@ -316,4 +317,4 @@ def memory_rows(kinds, argv, label):
 
 
 if __name__ == "__main__":
-    main()
+    commands.exit_with(main)

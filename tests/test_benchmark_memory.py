@@ -2,6 +2,7 @@
 peak memory per format (benchmarks/export_memory.py), with the deploy page's table."""
 
 import os
+import re
 import sys
 
 import pytest
@@ -45,3 +46,21 @@ def test_the_deploy_pages_peak_memory_table_is_the_committed_run():
     command = " ".join(arg for arg in data["command"].split() if not arg.startswith("--out="))
     assert f"`{command}`" in page and f"Measured {data['date']}" in page  # --out: where the JSON went
     assert {r["case"] for r in table_rows(data)} == set(export_memory.TARGET_GB)  # B/16 at 384 px, L/16
+
+
+def test_growth_reads_a_format_and_a_number_of_blocks_and_refuses_others_in_one_line(tmp_path):
+    assert export_memory.growth_arguments(["onnx"]) == ("onnx", export_memory.GROWTH_LAYERS)
+    assert export_memory.growth_arguments(["litert", "12"]) == ("litert", 12)
+    refused = {
+        "": "--growth takes a format and, optionally, a number of blocks: write --growth FORMAT [BLOCKS]",
+        "png": "unknown format 'png': choose from saved_model, onnx,",
+        "onnx twelve": "'twelve' blocks: the number must be a whole number of 2 or more",
+        "onnx 1": "'1' blocks: the number must be a whole number of 2 or more",
+        "onnx 12 3": "--growth takes a format and, optionally, a number of blocks",
+    }
+    for words, message in refused.items():
+        with pytest.raises(SystemExit, match=f"^error: {re.escape(message)}"):
+            export_memory.main(["--growth", *words.split()])
+    missing = tmp_path / "none.json"
+    with pytest.raises(SystemExit, match=f"^error: no run's JSON at {re.escape(str(missing))}: run python"):
+        export_memory.main(["--markdown", str(missing)])

@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+import benchmarks
 import keras_vit
 import trainers
 from keras_vit import __main__ as keras_vit_main
@@ -72,9 +73,10 @@ def _main_blocks(package):
 
 def test_every_command_ends_through_exit_with():
     """A command whose `__main__` block is `sys.exit(main())` prints a BrokenPipeError traceback
-    when its reader goes away (`--help | head -1`)."""
-    blocks = {**_main_blocks(keras_vit), **_main_blocks(trainers)}
+    when its reader goes away (`--help | head -1`, `python -m benchmarks.report | head`)."""
+    blocks = {**_main_blocks(keras_vit), **_main_blocks(trainers), **_main_blocks(benchmarks)}
     assert {"trainers/finetune.py", "keras_vit/predict.py", "keras_vit/visualize/__main__.py"} <= set(blocks)
+    assert {"benchmarks/report.py", "benchmarks/memory.py", "benchmarks/export_memory.py"} <= set(blocks)
     assert {path: body for path, body in blocks.items() if body != ["commands.exit_with(main)"]} == {}
 
 
