@@ -92,10 +92,19 @@ def test_more_cpu_devices_than_jax_started_with_is_one_line(feed):
 def test_joining_a_cluster_says_what_it_waits_for_and_how_long(monkeypatch, capsys):
     """jax.distributed.initialize waits for every process of TF_CONFIG to start: a process that
     never started held the others silent for five minutes, after which JAX's client ended them
-    with its own fatal error. The wait is now said first, with its limit, which is passed."""
+    with its own fatal error. The wait is now said first, with its limit, past which the process
+    ends with its one-line error (trainers/join_deadline.py), a minute before JAX's limit."""
     import jax
 
-    from trainers import jax_distribute
+    from trainers import jax_distribute, join_deadline
+
+    limits = []
+    real_limit = join_deadline.ends_the_process_after
+    monkeypatch.setattr(
+        join_deadline,
+        "ends_the_process_after",
+        lambda seconds, message: limits.append((seconds, message)) or real_limit(seconds, message),
+    )
 
     workers = ["host-a:2222", "host-b:2222", "host-c:2222"]
     monkeypatch.setenv(
@@ -105,9 +114,17 @@ def test_joining_a_cluster_says_what_it_waits_for_and_how_long(monkeypatch, caps
     monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: joined.append(kwargs))
     monkeypatch.setattr(jax_distribute, "_CLUSTER", {"coordinator": "", "names": []})
     jax_distribute._initialize()
-    assert joined[0]["initialization_timeout"] == jax_distribute.JOIN_TIMEOUT_S == 300
+    assert joined[0]["initialization_timeout"] == jax_distribute.JAX_JOIN_TIMEOUT_S == 360
     assert (joined[0]["coordinator_address"], joined[0]["process_id"]) == ("host-a:2222", 2)
     assert capsys.readouterr().out == (
         "cluster: worker 2 of TF_CONFIG (host-c:2222) waits for its 3 processes to start; "
-        "Ctrl-C twice stops the wait, and JAX gives up after 300 s\n"
+        "Ctrl-C twice stops the wait, which gives up after 300 s\n"
     )
+    assert limits == [
+        (
+            jax_distribute.JOIN_TIMEOUT_S,
+            "--strategy=multi_worker: the cluster of TF_CONFIG did not form within 300 s: start each of "
+            "its 3 processes, with the same TF_CONFIG but its own task.index, and check that each "
+            "reaches process 0 at host-a:2222",
+        )
+    ]

@@ -39,7 +39,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from keras_vit import startup
-from trainers import preemption
+from trainers import join_deadline, preemption
 from trainers.distribute import STRATEGIES, Processes, cluster_wait_line, host_of
 from trainers.errors import StrategyError
 
@@ -127,9 +127,12 @@ def _keep_tensorflow_off_accelerators():
 # the run's own line comes first.
 HEARTBEAT_TIMEOUT_S = 100
 # How long a process waits for the others to start (jax.distributed.initialize's default, said in
-# the line printed before the wait); past it JAX's client ends the process with its own fatal
-# error (exit status 134), which no callback of its public API turns into an exception.
+# the line printed before the wait); past it the process ends with its one-line error
+# (trainers/join_deadline.py). JAX's own limit is set a minute later: its client would end the
+# process with a fatal error of its own (exit status 134), which its public API cannot turn into
+# an exception.
 JOIN_TIMEOUT_S = 300
+JAX_JOIN_TIMEOUT_S = JOIN_TIMEOUT_S + 60
 # The cluster this process joined: the coordinator's "host:port" and the processes' addresses.
 _CLUSTER = {"coordinator": "", "names": []}
 
@@ -153,15 +156,16 @@ def _initialize():
             if not isinstance(workers, list) or not 0 <= index < len(workers):
                 raise ValueError("task.index does not name one of cluster.worker")
             # The first Ctrl-C is noted for the run's first step boundary (trainers/preemption.py).
-            stops = f"Ctrl-C twice stops the wait, and JAX gives up after {JOIN_TIMEOUT_S} s"
+            stops = f"Ctrl-C twice stops the wait, which gives up after {JOIN_TIMEOUT_S} s"
             print(cluster_wait_line({"worker": workers}, "worker", index, stops), flush=True)
-            jax.distributed.initialize(
-                coordinator_address=workers[0],
-                num_processes=len(workers),
-                process_id=index,
-                initialization_timeout=JOIN_TIMEOUT_S,
-                heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
-            )
+            with join_deadline.ends_the_process_after(JOIN_TIMEOUT_S, _never_formed(workers)):
+                jax.distributed.initialize(
+                    coordinator_address=workers[0],
+                    num_processes=len(workers),
+                    process_id=index,
+                    initialization_timeout=JAX_JOIN_TIMEOUT_S,
+                    heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
+                )
             _CLUSTER.update(coordinator=workers[0], names=list(workers))
         else:
             jax.distributed.initialize(heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
@@ -174,6 +178,15 @@ def _initialize():
             f"{str(e).strip().splitlines()[0] if str(e).strip() else e}): set TF_CONFIG, e.g. "
             '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", "index": 0}}'
         ) from None
+
+
+def _never_formed(workers):
+    """The one-line error of a process whose cluster did not form within JOIN_TIMEOUT_S."""
+    return (
+        f"--strategy=multi_worker: the cluster of TF_CONFIG did not form within {JOIN_TIMEOUT_S} s: "
+        f"start each of its {len(workers)} processes, with the same TF_CONFIG but its own task.index, "
+        f"and check that each reaches process 0 at {workers[0]}"
+    )
 
 
 _Extended = collections.namedtuple("_Extended", "worker_devices")
