@@ -98,14 +98,20 @@ def growth(format, layers=GROWTH_LAYERS):
     return found
 
 
+def check_formats(formats):
+    """A one-line error for the first of `formats` that keras_vit.export does not write."""
+    unknown = sorted(set(formats) - set(OUTPUTS))
+    if unknown:
+        raise SystemExit(f"error: unknown format {unknown[0]!r}: choose from {', '.join(OUTPUTS)}")
+
+
 def growth_arguments(words):
     """(format, blocks) from the words after --growth, FORMAT [BLOCKS], or a one-line error."""
     usage = "write --growth FORMAT [BLOCKS], e.g. --growth onnx 12"
     if len(words) not in (1, 2):
         raise SystemExit(f"error: --growth takes a format and, optionally, a number of blocks: {usage}")
     format, blocks = words[0], words[1] if len(words) == 2 else str(GROWTH_LAYERS)
-    if format not in OUTPUTS:
-        raise SystemExit(f"error: unknown format {format!r}: choose from {', '.join(OUTPUTS)}")
+    check_formats([format])
     # Two blocks at least: the growth is measured against the model of one.
     if not blocks.isdecimal() or int(blocks) < 2:
         raise SystemExit(f"error: {blocks!r} blocks: the number must be a whole number of 2 or more: {usage}")
@@ -208,9 +214,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    unknown = sorted(set(formats) - set(OUTPUTS))
-    if unknown:
-        raise SystemExit(f"error: unknown format {unknown[0]!r}: choose from {', '.join(OUTPUTS)}")
+    check_formats(formats)
     for case in cases:
         if not re.fullmatch(r"[\w-]+:\d+", case):
             raise SystemExit(f"error: --cases entry {case!r}: write VARIANT:IMAGE_SIZE, e.g. ViT-B_16:384")

@@ -10,6 +10,7 @@ nor the tests' fixtures (an import of TensorFlow costs about 10 s of CPU on 2 co
 and a run without -n do.
 """
 
+import collections
 import gc
 import importlib
 import os
@@ -106,10 +107,7 @@ def pytest_collection_modifyitems(config, items):
     one is nearly done, in this order (the Makefile's --no-loadscope-reorder; by default it orders
     files by their number of tests, which can leave one worker alone with a slow file while the
     other has finished): the runs then end on the files of fast tests, the workers together."""
-    slow_per_file = {}
-    for item in items:
-        slow_per_file.setdefault(item.path, 0)
-        slow_per_file[item.path] += item.get_closest_marker("slow") is not None
+    slow_per_file = collections.Counter(item.path for item in items if item.get_closest_marker("slow"))
     items.sort(key=lambda item: -slow_per_file[item.path])  # stable: a file's tests stay together
 
 
