@@ -2,7 +2,9 @@
 
 A child of the tests finds this file first on PYTHONPATH only while KERAS_VIT_PROCESS_LOG names
 the count's log (tests/child_processes.py puts it there); otherwise nothing here runs. The
-standard library only: it runs before anything else the child imports.
+standard library only: it runs before anything else the child imports. Python runs one
+`sitecustomize`, the first it finds, so this one then runs the next on the path: a test's own
+(tests/test_startup.py notes what a command imported with one) runs under the count too.
 """
 
 import importlib.util
@@ -58,5 +60,18 @@ def _append(text):
         pass
 
 
+def _run_the_next_sitecustomize():
+    """Runs the `sitecustomize.py` that Python would have found after this one, if any."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    folders = [os.path.abspath(folder or os.curdir) for folder in sys.path]
+    for folder in folders[folders.index(here) + 1 :] if here in folders else []:
+        path = os.path.join(folder, "sitecustomize.py")
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location("_next_sitecustomize", path)
+            spec.loader.exec_module(importlib.util.module_from_spec(spec))
+            return
+
+
 if _LOG:
     sys.meta_path.insert(0, _TensorFlowImport())
+_run_the_next_sitecustomize()
