@@ -341,6 +341,12 @@ def on_backend(backend, directory, out):
         TF_CPP_MIN_LOG_LEVEL="2",
         PYTHONPATH=ROOT,
     )
+    # No JAX compilation cache (tests/conftest.py): the one child on JAX compiles some 700 of
+    # Keras' eager ops that no other process uses again, and JAX writes each to the size-bounded
+    # cache only after reading the size and time of every entry already there: 81 s of CPU for
+    # the child with the cache, 56 s without, and the rest of the run's entries would pay for
+    # these 700 at each write.
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
     proc = subprocess.run(
         [sys.executable, os.path.abspath(__file__), str(directory), str(out)],
         capture_output=True,

@@ -90,7 +90,9 @@ def jax_compilation_cache(tmp_path_factory):
     jax engine loads what another already compiled (the same step, evaluation, initialisers)
     instead of compiling it again; a tiny digits run on two devices took 8.7 s instead of 17.
     Every compilation is kept (no minimum time). The size bound turns on the cache's file lock,
-    so that no process reads an entry while another writes it; the run's entries take a few MB."""
+    so that no process reads an entry while another writes it; the run's entries take a few MB.
+    The bound also makes each write read every entry's size and time, so a child whose many
+    compilations no other process reuses goes without (tests/backend_cases.py's on JAX)."""
     from fixtures import shared_run_folder
 
     folder = shared_run_folder(tmp_path_factory) / "jax_compilation_cache"
