@@ -23,6 +23,7 @@ def test_a_tests_own_sitecustomize_still_runs_under_the_count(tmp_path, monkeypa
     (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITE_RAN'] = 'yes'\n")
     monkeypatch.delenv("OWN_SITE_RAN", raising=False)
     monkeypatch.setattr(sys, "path", [child_processes.CHILD_SITE, str(own), *sys.path])
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # its finder, with the count on
     _run_site_file("counted_site")
     assert os.environ.get("OWN_SITE_RAN") == "yes"
 
