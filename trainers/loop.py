@@ -20,6 +20,7 @@ import keras
 import tensorflow as tf
 
 from trainers import distribute, objectives
+from trainers.graph_functions import as_written
 from trainers.numerics import LOSSES, clip_factor, global_norm, micro_batches
 
 
@@ -111,7 +112,7 @@ class TensorFlowTrainer:
         replica_step = self._replica_step
         devices = distribute.worker_devices(strategy)
         if jit_compile and (len(devices) == 1 or distribute.all_gpus(devices)):
-            replica_step = tf.function(replica_step, jit_compile=True)
+            replica_step = tf.function(replica_step, jit_compile=True, autograph=False)
         elif jit_compile:
             # Several CPU replicas: MirroredStrategy lifts a jit-compiled replica function into
             # ONE XLA cluster over all replicas (tensorflow/python/distribute/mirrored_run.py,
@@ -119,8 +120,11 @@ class TensorFlowTrainer:
             # CPU:0, and XLA refuses replica 1's variables ("Trying to access resource ...
             # located in device CPU:1 from device CPU:0", xla_launch_util.cc). So each replica
             # compiles its forward and backward pass; the all-reduce and update stay outside.
-            self._micro_batch_grads = tf.function(self._micro_batch_grads, jit_compile=True)
-        self._replica_step_fn = replica_step
+            self._micro_batch_grads = tf.function(self._micro_batch_grads, jit_compile=True, autograph=False)
+        self._replica_step_fn = as_written(replica_step)
+        self._replica_eval_fn = as_written(self._replica_eval)
+        # The two loops over tensors, converted by AutoGraph; what they call per replica is not
+        # (trainers/graph_functions.py).
         self._train_fn = tf.function(self._train_loop)
         self._eval_fn = tf.function(self._eval_loop)
 
@@ -175,16 +179,20 @@ class TensorFlowTrainer:
         else:
             images = micro_batches(images, self.accum_steps)
             labels = micro_batches(labels, self.accum_steps)
-            loss = tf.constant(0.0)
-            grads = [tf.zeros_like(v) for v in variables]
-            for i in tf.range(self.accum_steps):
-                # One micro-batch at a time: the iterations do not depend on each other until the
-                # sum, so tf.while_loop would otherwise run up to 10 at once, holding the
-                # activations of all of them, which is the memory accumulation exists to save.
-                tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+
+            def accumulate(i, loss, grads):
                 micro_loss, micro_grads = self._micro_batch_grads(images[i], labels[i])
-                loss += micro_loss
-                grads = [g + tf.cast(m, g.dtype) for g, m in zip(grads, micro_grads)]
+                return i + 1, loss + micro_loss, [g + tf.cast(m, g.dtype) for g, m in zip(grads, micro_grads)]
+
+            # One micro-batch at a time: the iterations do not depend on each other until the sum,
+            # so tf.while_loop would otherwise run up to 10 at once, holding the activations of
+            # all of them, which is the memory accumulation exists to save.
+            _, loss, grads = tf.while_loop(
+                lambda i, loss, grads: i < self.accum_steps,
+                accumulate,
+                (tf.constant(0), tf.constant(0.0), [tf.zeros_like(v) for v in variables]),
+                parallel_iterations=1,
+            )
         ctx = tf.distribute.get_replica_context()
         grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         norm = global_norm(grads)
@@ -252,7 +260,7 @@ class TensorFlowTrainer:
         # Over an iterator, not the dataset: AutoGraph's loop over a dataset reads its options
         # in graph mode, which makes tf.data warn on every evaluation.
         for images, labels, weights in iterator:
-            out = strategy.run(self._replica_eval, args=(images, labels, weights))
+            out = strategy.run(self._replica_eval_fn, args=(images, labels, weights))
             totals += tf.stack([strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for v in out])
         return totals
 

@@ -17,6 +17,7 @@ from trainers.data.ops import decode_image
 from trainers.data.spec import DatasetSpec, pad_label_lists
 from trainers.data.splits import LAYOUT_SEED, MemoryReader
 from trainers.errors import DatasetError
+from trainers.graph_functions import as_written
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 _LAYOUT = "PATH/train/<class>/*.jpg|png (and PATH/test/<class>/... for evaluation)"
@@ -120,6 +121,7 @@ def _readable(paths):
         return np.zeros(0, bool)
     files = tf.constant(paths)
 
+    @as_written
     def decoded_height(i):
         return i, tf.shape(decode_image(tf.io.read_file(tf.gather(files, i))))[0]
 

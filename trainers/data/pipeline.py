@@ -30,6 +30,7 @@ from trainers.data.ops import SEED_ALG, BatchChain, BatchContext, Chain, eval_op
 from trainers.data.spec import NO_LABEL, DatasetSpec, multi_label_refusal
 from trainers.data.subsets import examples_per_class_subset
 from trainers.errors import DatasetError
+from trainers.graph_functions import as_written
 
 # Records per shuffle window of a streamed TFDS split (encoded, ~110 kB each for ImageNet). Splits up
 # to this size are shuffled uniformly; in-memory splits always are.
@@ -135,6 +136,7 @@ class InputFn:
             payloads = tf.constant(list(records.payloads), tf.string)
             labels = tf.constant(records.labels, tf.int32)
 
+            @as_written
             def epoch(e):
                 order = tf.random.experimental.stateless_shuffle(
                     tf.range(count, dtype=tf.int64), seed=_epoch_seed(seed, e), alg=SEED_ALG
@@ -159,6 +161,7 @@ class InputFn:
         else:
             base = base.batch(window)
 
+        @as_written
         def epoch(e):
             def permute(w, block):
                 index, (payload, label) = block
@@ -182,9 +185,10 @@ class InputFn:
         stream, fetch = self._ordered_stream()
         stream = shard.keep(stream)
         if fetch is not None:
-            stream = stream.map(fetch)
+            stream = stream.map(as_written(fetch))
         seed = self.seed
 
+        @as_written
         def prepare(epoch, index, payload, label):
             image = self.image_ops(self._encoded(payload), example_seed(seed, epoch, index))
             return image, self._target(label)
@@ -201,9 +205,9 @@ class InputFn:
         chain, seed, start_step, training = self.batch_ops, self.seed, self.start_step, self.training
         num_classes, micro_batches = self.spec.num_classes, self.micro_batches
 
-        # Not converted by AutoGraph: the ops are plain TensorFlow, and an op's ValueError (a
-        # batch it cannot work on) then reaches the user as its own one line.
-        @tf.autograph.experimental.do_not_convert
+        # Not converted by AutoGraph (trainers/graph_functions.py): an op's ValueError (a batch it
+        # cannot work on) then also reaches the user as its own one line.
+        @as_written
         def apply(k, batch):
             images, labels, *weights = batch
             context = BatchContext(
@@ -225,6 +229,7 @@ class InputFn:
         else:
             stream = records.stream()
 
+        @as_written
         def prepare(index, example):
             payload, label = example
             return self.image_ops(self._encoded(payload)), self._target(label), tf.constant(1.0, tf.float32)
@@ -285,11 +290,11 @@ class _HostShard:
         if self.host_batch == self.global_batch:
             return ds
 
-        # Named functions, not lambdas: AutoGraph cannot parse two lambdas on one line and
-        # warns on every worker that it runs them as they are.
+        @as_written
         def is_mine(position, element):
             return self.mine(position)
 
+        @as_written
         def drop_position(position, element):
             return element
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from trainers.graph_functions import as_written
+
 # Pads the class-index rows of a multi-label dataset; tf.one_hot maps it to a zero row.
 NO_LABEL = -1
 
@@ -31,7 +33,7 @@ class Records:
         """All labels in natural order (one pass over a TFDS split, images left encoded)."""
         if self.labels is not None:
             return self.labels
-        labels = self.stream().map(lambda image, label: label)
+        labels = self.stream().map(as_written(lambda image, label: label))
         if labels.element_spec.shape.rank:
             return pad_label_lists(list(labels.as_numpy_iterator()))
         return np.fromiter(labels.as_numpy_iterator(), dtype=np.int32, count=self.count)

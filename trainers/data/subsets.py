@@ -6,6 +6,7 @@ from absl import logging
 
 from trainers.data.spec import Records
 from trainers.errors import DatasetError
+from trainers.graph_functions import as_written
 
 # Few-shot subsets of a TFDS split are held in memory up to this size (encoded bytes).
 IN_MEMORY_LIMIT_BYTES = 256 << 20
@@ -37,9 +38,11 @@ def examples_per_class_subset(records, k, seed, num_classes, dataset, split):
     wanted = tf.constant(np.isin(np.arange(records.count), chosen))
     stream = records.stream
 
+    @as_written
     def is_wanted(index, example):
         return wanted[index]
 
+    @as_written
     def example_of(index, example):
         return example
 

@@ -20,6 +20,7 @@ from trainers.data.spec import DatasetSpec, Records
 from trainers.data.splits import SplitCounts, bad_split_message
 from trainers.data.tfds_prepare import ensure_prepared, open_tfds_builder
 from trainers.errors import DatasetError
+from trainers.graph_functions import as_written
 
 
 class _TfdsReader:
@@ -49,7 +50,7 @@ class _TfdsReader:
 
         def stream():
             ds = builder.as_dataset(split=split, shuffle_files=False, decoders=decoders)
-            return ds.map(lambda ex: (ex[image_key], tf.cast(ex[label_key], tf.int32)))
+            return ds.map(as_written(lambda ex: (ex[image_key], tf.cast(ex[label_key], tf.int32))))
 
         return Records(count=count, stream=stream)
 

@@ -12,6 +12,7 @@ from tensorflow.python.client import device_lib
 
 from trainers import distribute, loop, objectives, preemption, reproducible
 from trainers.engines import common
+from trainers.graph_functions import as_written
 
 
 class TfEngine:
@@ -96,10 +97,11 @@ class _TfFeatureStep:
         self.strategy = strategy
         self._forward = lambda images: represent(images, training=False)
 
+        @as_written
         def replica_step(images, labels, weights):
             return tf.cast(self._forward(images), tf.float32), labels, weights
 
-        @tf.function
+        @tf.function(autograph=False)
         def step(batch):
             out = self.strategy.run(replica_step, args=tuple(batch))
             # gather: the global batch on every host, so multi-worker and TPU pods agree.
