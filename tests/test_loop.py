@@ -85,12 +85,15 @@ def test_two_replicas_match_one_with_binding_clip():
     assert one[1]["examples"] == two[1]["examples"] == 59
 
 
-def test_xla_over_two_cpu_replicas_trains_as_one_replica_without():
-    # Compiling the whole replica step over two logical CPUs fails in TF 2.21 (one XLA
-    # cluster reaching both devices' variables); the Trainer compiles each replica's
-    # gradients instead (here inside the accumulation loop).
+@pytest.mark.parametrize("replicas, accum_steps", [(1, 1), (2, 2)])
+def test_xla_trains_as_one_replica_without(replicas, accum_steps):
+    """On one device the whole replica step is one XLA function, which MirroredStrategy must be
+    handed as the tf.function itself: wrapped in anything else, its all-reduce failed as it was
+    traced (merge_call while defining a graph). Over two logical CPUs, compiling the whole step
+    fails in TF 2.21 (one XLA cluster reaching both devices' variables); the Trainer compiles
+    each replica's gradients instead (here inside the accumulation loop)."""
     plain = _run(replicas=1)
-    compiled = _run(replicas=2, accum_steps=2, jit_compile=True)
+    compiled = _run(replicas=replicas, accum_steps=accum_steps, jit_compile=True)
     for a, b in zip(plain[0], compiled[0]):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
     for a, b in zip(plain[2], compiled[2]):

@@ -112,16 +112,22 @@ class TensorFlowTrainer:
         replica_step = self._replica_step
         devices = distribute.worker_devices(strategy)
         if jit_compile and (len(devices) == 1 or distribute.all_gpus(devices)):
+            # A tf.function itself, not wrapped: MirroredStrategy runs a tf.function it is given
+            # around its replicas (mirrored_run.py), where the step's all-reduce may be called.
             replica_step = tf.function(replica_step, jit_compile=True, autograph=False)
-        elif jit_compile:
-            # Several CPU replicas: MirroredStrategy lifts a jit-compiled replica function into
-            # ONE XLA cluster over all replicas (tensorflow/python/distribute/mirrored_run.py,
-            # call_for_each_replica: only all-GPU replicas keep one cluster each), launched on
-            # CPU:0, and XLA refuses replica 1's variables ("Trying to access resource ...
-            # located in device CPU:1 from device CPU:0", xla_launch_util.cc). So each replica
-            # compiles its forward and backward pass; the all-reduce and update stay outside.
-            self._micro_batch_grads = tf.function(self._micro_batch_grads, jit_compile=True, autograph=False)
-        self._replica_step_fn = as_written(replica_step)
+        else:
+            if jit_compile:
+                # Several CPU replicas: MirroredStrategy lifts a jit-compiled replica function into
+                # ONE XLA cluster over all replicas (tensorflow/python/distribute/mirrored_run.py,
+                # call_for_each_replica: only all-GPU replicas keep one cluster each), launched on
+                # CPU:0, and XLA refuses replica 1's variables ("Trying to access resource ...
+                # located in device CPU:1 from device CPU:0", xla_launch_util.cc). So each replica
+                # compiles its forward and backward pass; the all-reduce and update stay outside.
+                self._micro_batch_grads = tf.function(
+                    self._micro_batch_grads, jit_compile=True, autograph=False
+                )
+            replica_step = as_written(replica_step)
+        self._replica_step_fn = replica_step
         self._replica_eval_fn = as_written(self._replica_eval)
         # The two loops over tensors, converted by AutoGraph; what they call per replica is not
         # (trainers/graph_functions.py).
