@@ -7,6 +7,9 @@ and returns the top-k class indices, names and probabilities: the same pixels an
 `keras_vit.predict` (keras_vit.images).
 `serving_pixels` takes float32 pixels in [0, 255] at the model's size and also returns every
 probability. TensorFlow is imported only here, when a SavedModel or LiteRT file is made.
+
+The functions are traced as written, without AutoGraph, which would parse and rewrite every
+function the model calls: none branches on a tensor (the decoder's choice is a `tf.cond`).
 """
 
 from keras_vit import images
@@ -51,12 +54,12 @@ def save_serving_model(model, path, class_names, top_k=5):
         image.set_shape([None, None, 3])
         return tf.image.resize(tf.cast(image, tf.float32), [height, width], method="bilinear")
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")], autograph=False)
     def serve_images(encoded):
         pixels = tf.map_fn(decode, encoded, fn_output_signature=tf.TensorSpec([height, width, 3], tf.float32))
         return top(model(pixels, training=False))
 
-    @tf.function(input_signature=[pixel_spec(model)])
+    @tf.function(input_signature=[pixel_spec(model)], autograph=False)
     def serve_pixels(pixels):
         probabilities = model(pixels, training=False)
         return {**top(probabilities), "probabilities": probabilities}
@@ -68,7 +71,7 @@ def save_pixel_model(model, path):
     """Writes a SavedModel whose one signature maps pixels to probabilities (for LiteRT)."""
     tf = tensorflow()
 
-    @tf.function(input_signature=[pixel_spec(model)])
+    @tf.function(input_signature=[pixel_spec(model)], autograph=False)
     def serve(pixels):
         return {"probabilities": model(pixels, training=False)}
 
