@@ -5,10 +5,10 @@ are rewritten by AutoGraph unless marked: AutoGraph, on by default, parses the s
 traced function and of every function it calls (the objective, the model's layers, the image
 ops), so that a Python `if` or `for` on a tensor becomes graph control flow. None of those
 functions branches or loops on a tensor, so the rewrite only costs time, at the start of every
-run (measured in docs/guides/training.md, "Less tracing"). The two loops that do
-loop on tensors, the training loop's steps and the evaluation's pass (trainers/loop.py), stay
-converted; a function marked here that did branch on a tensor fails as it is traced
-("Using a symbolic `tf.Tensor` as a Python `bool` is not allowed"), never silently.
+run (measured in docs/guides/training.md, "Less tracing"). The two loops that do loop on
+tensors, the training loop's steps and the evaluation's pass (trainers/loop.py), stay converted;
+a function marked here that did branch on a tensor fails as it is traced ("Using a symbolic
+`tf.Tensor` as a Python `bool` is not allowed"), never silently.
 """
 
 import tensorflow as tf
