@@ -145,7 +145,8 @@ setup(
     packages=find_packages(
         include=["keras_vit", "keras_vit.*", "trainers", "trainers.*", "configs", "configs.*"]
     ),
-    package_data={"keras_vit": ["data/*.json"]},
+    # trainers.data's is the digits' stored split (trainers/data/digits.py).
+    package_data={"keras_vit": ["data/*.json"], "trainers.data": ["*.npz"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={
         **BACKEND_REQUIRES,

@@ -64,8 +64,9 @@ KERAS_CONFIG = "keras.src.backend.config"
 # command of ours uses: Keras' scikit-learn wrappers, its plotting helpers, TensorFlow Lite's
 # converter from JAX functions and a patch of old JAX versions beside Keras' Orbax callback,
 # TensorFlow's legacy tf.keras (its check for SciPy sparse matrices) and Keras' notebook display
-# of a saved file's contents. The [train] extra installs scikit-learn, matplotlib and JAX (for
-# the digits, the plots and the jax engine, which import them when they need them); together
+# of a saved file's contents. The [train] extra installs scikit-learn, matplotlib and JAX (the
+# digits are scikit-learn's file; the plots and the jax engine import the other two when they
+# need them); together
 # they were a third of a command's `import keras`, SciPy's sparse matrices and IPython another
 # 0.15 s.
 # Module -> the importers it is refused to while a command imports Keras

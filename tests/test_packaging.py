@@ -146,6 +146,16 @@ def _distributions(packages, root=ROOT, local=()):
     return found
 
 
+def _read_distributions(packages):
+    """The distributions whose files the packages read without importing them
+    (`importlib.metadata.distribution("NAME")`: the digits, from scikit-learn's copy)."""
+    found = set()
+    for path in find_modules(ROOT, packages).values():
+        with open(path, encoding="utf-8") as f:
+            found |= set(re.findall(r'metadata\.distribution\("([\w.-]+)"\)', f.read()))
+    return {canonicalize_name(name) for name in found}
+
+
 # --- setup.py against the sources ---------------------------------------------------------
 
 
@@ -172,8 +182,10 @@ def test_the_library_requires_what_keras_vit_imports(requires):
 
 
 def test_train_extra_is_what_trainers_and_configs_import(requires):
-    # Imports inside functions count too: the TFDS loaders and the digits demo run them.
+    # Imports inside functions count too (the TFDS loaders run them), and files read from a
+    # distribution without importing it (the digits).
     needed = {distribution for distribution, _ in _distributions(("trainers", "configs"))}
+    needed |= _read_distributions(("trainers", "configs"))
     missing = needed - requires["install"] - requires["train"]
     assert not missing, f"trainers/configs import {sorted(missing)}: add them to [train] in setup.py"
     unused = requires["train"] - needed - {UNDECLARED_TFDS_DEPENDENCY}

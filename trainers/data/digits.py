@@ -5,15 +5,27 @@ increasing order. The train/test split is stratified and fixed (20% of each clas
 """
 
 import functools
+import gzip
+import importlib.metadata
+import os
 
 import numpy as np
 import tensorflow as tf
 
 from trainers.data.spec import DatasetSpec
-from trainers.data.splits import LAYOUT_SEED, MemoryReader
+from trainers.data.splits import MemoryReader
 from trainers.errors import DatasetError
 
 DIGITS_TEST_FRACTION = 0.2
+# The split, in the order the pipeline reads each part: scikit-learn's stratified
+# `train_test_split(np.arange(1797), test_size=DIGITS_TEST_FRACTION, stratify=digits,
+# random_state=LAYOUT_SEED)` (trainers/data/splits.py), made once and stored, so that a command
+# does not import scikit-learn to draw it (about 1 s of CPU at every digits command's start; the
+# commands start Keras without it, keras_vit/startup.py) and the split no longer depends on
+# scikit-learn's version. tests/test_data.py checks that the two still agree.
+SPLIT_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "digits_split.npz")
+# scikit-learn's copy of the UCI file: 64 pixel values (0..16) and the digit per row.
+_SCANS = "sklearn/datasets/data/digits.csv.gz"
 
 
 def parse_digit_classes(selection, dataset):
@@ -38,31 +50,42 @@ def parse_digit_classes(selection, dataset):
     return sorted(classes)
 
 
+def scans():
+    """(the 1,797 8x8 scans with values 0..16, their digits), read from scikit-learn's copy of the
+    file by its path: importing `sklearn.datasets` would import scikit-learn."""
+    try:
+        path = importlib.metadata.distribution("scikit-learn").locate_file(_SCANS)
+    except importlib.metadata.PackageNotFoundError:
+        raise DatasetError(
+            "the digits data set is the copy scikit-learn ships, and scikit-learn is not installed: "
+            'pip install "keras-vision-transformer[train]"'
+        ) from None
+    with gzip.open(path, "rt") as rows:
+        table = np.loadtxt(rows, delimiter=",")
+    return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(int)
+
+
+def stored_split():
+    """(train indices, test indices) of the scans, each in its reading order (SPLIT_FILE)."""
+    with np.load(SPLIT_FILE, allow_pickle=False) as split:
+        return split["train"].astype(np.int64), split["test"].astype(np.int64)
+
+
 @functools.lru_cache(maxsize=1)
 def _encoded_digits():
     """(PNG bytes of every scan, its digit, the train indices, the test indices): the same on every
     call, so made once per process. A process that reads the digits several times (the demo's
     stages, a pre-training run and its few-shot probes) would otherwise encode the 1,797 scans
     again for each."""
-    # Imported here on purpose: scikit-learn adds about 0.2 s to every trainer's start (measured on
-    # top of TensorFlow and TFDS), and only runs on the digits need it.
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    digits = load_digits()
+    images, target = scans()
     # 8x8 pixels with values 0..16 -> uint8 0..255, RGB, stored PNG-encoded like any other image.
-    pixels = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)
+    pixels = np.round(images * (255.0 / 16.0)).astype(np.uint8)
     rgb = np.repeat(pixels[..., None], 3, axis=-1)
     encoded = np.array([tf.io.encode_png(p).numpy() for p in rgb], dtype=object)
-    train, test = train_test_split(
-        np.arange(len(pixels)),
-        test_size=DIGITS_TEST_FRACTION,
-        stratify=digits.target,
-        random_state=LAYOUT_SEED,
-    )
-    for array in (encoded, digits.target, train, test):
+    train, test = stored_split()
+    for array in (encoded, target, train, test):
         array.flags.writeable = False  # shared by every spec made from them
-    return encoded, digits.target, train, test
+    return encoded, target, train, test
 
 
 def digits_spec(dataset, selection):
