@@ -22,7 +22,7 @@ DIGITS_TEST_FRACTION = 0.2
 # random_state=LAYOUT_SEED)` (trainers/data/splits.py), made once and stored, so that a command
 # does not import scikit-learn to draw it (about 1 s of CPU at every digits command's start; the
 # commands start Keras without it, keras_vit/startup.py) and the split no longer depends on
-# scikit-learn's version. tests/test_data.py checks that the two still agree.
+# scikit-learn's version. tests/test_digits.py checks that the two still agree.
 SPLIT_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "digits_split.npz")
 # scikit-learn's copy of the UCI file: 64 pixel values (0..16) and the digit per row.
 _SCANS = "sklearn/datasets/data/digits.csv.gz"
