@@ -433,8 +433,24 @@ def limit_line(data):
     m = data["machine"]
     where = f"one {m['accelerator']}" if m.get("accelerator") else cpu_info.describe(m)
     peaks = data["matmul_peak_flops"]
-    rates = ", ".join(f"{k} {peaks[k] / 1e9:.0f} GFLOP/s" for k in sorted(peaks) if k != "seconds")
-    return f"matmul peak of {where}, measured in this run: {rates}"
+    in_order = {k: peaks[k] for k in sorted(peaks)}
+    return f"matmul peak of {where}, measured in this run: {described_peaks(in_order)}"
+
+
+def peak_rates(measured):
+    """{"tf float32": FLOP/s, ...}: a peak measurement (benchmarks/peak.py) without its time and
+    sizes."""
+    return {k: v for k, v in measured.items() if k not in ("seconds", "sizes")}
+
+
+def described_peaks(measured):
+    """ "tf float32 219 GFLOP/s, ..., torch bfloat16 1 GFLOP/s (1024²)": each rate in the order
+    measured, and the size of those measured below the requested one."""
+    sizes = measured.get("sizes", {})
+    return ", ".join(
+        f"{k} {v / 1e9:.0f} GFLOP/s" + (f" ({sizes[k]}²)" if k in sizes else "")
+        for k, v in peak_rates(measured).items()
+    )
 
 
 def finish(data, path, start):

@@ -314,12 +314,13 @@ def kinds(peers, timm_modes, runtimes=()):
 
 
 def measure_cases(
-    cases, kinds_, batch_sizes, dtypes, args, overrides, build_step=None, name=None, keras="tf"
+    cases, kinds_, batch_sizes, dtypes, args, overrides, build_step=None, name=None, keras="tf", skipped=()
 ):
     """Rows of every (case, batch, dtype) with every contestant, interleaved within each.
 
     `build_step(kind, shape, image_size, batch, dtype)` and `name(kind, dtype)` default to this
-    module's (Keras on TensorFlow); `keras` names the Keras contestants' framework ("tf", "jax")."""
+    module's (Keras on TensorFlow); `keras` names the Keras contestants' framework ("tf", "jax");
+    a contestant whose (framework, dtype) is in `skipped` is left out."""
     build_step, name = build_step or build, name or contestant_name
     rows = []
     for variant, image_size in cases:
@@ -336,7 +337,7 @@ def measure_cases(
                         framework=framework_of(k, keras),
                     )
                     for k in kinds_
-                    if runs_in(k, dtype)
+                    if runs_in(k, dtype) and (framework_of(k, keras), dtype) not in skipped
                 ]
                 times = harness.interleave(entrants, args.repeats, args.min_seconds)
                 case = f"{variant} {image_size} px b{batch} {dtype}"
@@ -508,6 +509,10 @@ def run_inference(args, argv, name, cases):
     uses_torch = "timm" in chosen or ON_TORCH in kinds_
     frameworks = ["tf"] + (["torch"] if uses_torch and "torch" in sys.modules else [])
     rates = peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
+    skipped = peak.without_fast_kernels(rates)
+    notes += [skipped[k] for k in skipped if k[1] in dtypes]
+    # Without a fast kernel for keras_vit's own dtype on TensorFlow, no row of it can be timed.
+    dtypes = [d for d in dtypes if ("tf", d) not in skipped]
     overrides = {"num_layers": args.num_layers}
     settings = {
         "cases": [f"{v}:{s}" for v, s in cases],
@@ -520,7 +525,7 @@ def run_inference(args, argv, name, cases):
     }
     data = harness.result(name, argv, settings)
     data["notes"] += notes
-    rows = measure_cases(cases, kinds_, batch_sizes, dtypes, args, overrides)
+    rows = measure_cases(cases, kinds_, batch_sizes, dtypes, args, overrides, skipped=skipped)
     data["matmul_peak_flops"] = rates = peak.best(
         rates, peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
     )

@@ -55,6 +55,9 @@ ORDER = (
     "train_epyc_family26",
     "inference_xeon_amx",
     "train_xeon_amx",
+    # From an AMD EPYC of family 25, model 1, with AVX2 and no AVX-512 (no bfloat16 instructions).
+    "inference_epyc_no_avx512",
+    "train_epyc_no_avx512",
     "input_pipeline",
     "scaling",
     # The same from the 2-core Intel Xeon with AMX (its --out names it and its plot).
@@ -75,6 +78,8 @@ TITLES = {
     "train_epyc_family26": "Training step on the AMD EPYC of family 26 (an earlier run)",
     "inference_xeon_amx": "Inference on the Intel Xeon with AMX",
     "train_xeon_amx": "Training step on the Intel Xeon with AMX",
+    "inference_epyc_no_avx512": "Inference on the AMD EPYC without AVX-512",
+    "train_epyc_no_avx512": "Training step on the AMD EPYC without AVX-512",
     "input_pipeline": "Input pipeline",
     "scaling": "Resolution scaling",
     "scaling_xeon_amx": "Resolution scaling on the Intel Xeon with AMX",
@@ -124,9 +129,7 @@ def _section(name, data):
     if data.get("plot"):
         lines += [f"![{TITLES[name]}]({_PAGE_TO_DOCS}/benchmarks/{data['plot']})", ""]
     if data.get("matmul_peak_flops"):
-        peaks = ", ".join(
-            f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in data["matmul_peak_flops"].items() if k != "seconds"
-        )
+        peaks = harness.described_peaks(data["matmul_peak_flops"])
         lines += [
             f"Matmul peak measured in the same run ({data['settings'].get('matmul_size', 4096)}²): {peaks}.",
             "",
@@ -307,10 +310,14 @@ def _limit_lines(data):
         tf_peak, torch_peak = peaks.get(f"tf {dtype}"), peaks.get(f"torch {dtype}")
         if tf_peak and torch_peak:
             size = data["settings"].get("matmul_size", "")
+            tf_size, torch_size = (peaks.get("sizes", {}).get(f"{k} {dtype}", size) for k in ("tf", "torch"))
+            where = f"the same {size}² matmul"
+            if tf_size != torch_size:  # a dtype too slow to measure at the full size (benchmarks/peak.py)
+                where = f"a {tf_size}² and a {torch_size}² matmul"
             lines.append(
                 f"- The {dtype} matmul kernel itself: TensorFlow {tf_peak / 1e9:.0f} GFLOP/s against "
-                f"PyTorch {torch_peak / 1e9:.0f} GFLOP/s on the same {size}² "
-                f"matmul ({tf_peak / torch_peak:.2f}x): a Keras model on TensorFlow cannot beat a PyTorch "
+                f"PyTorch {torch_peak / 1e9:.0f} GFLOP/s on {where} "
+                f"({tf_peak / torch_peak:.2f}x): a Keras model on TensorFlow cannot beat a PyTorch "
                 "peer by more than the matmuls allow."
             )
     return lines

@@ -218,9 +218,15 @@ def child(argv):
     print(json.dumps({"peak_mb": harness.peak_rss_mb(), "above_imports_mb": harness.peak_rss_mb() - base}))
 
 
-def measure(args, argv, chosen):
-    """The timed rows, ours first; also used by benchmarks.input_pipeline."""
-    kinds, label = chosen_kinds(args, chosen), names(args)
+def measure(args, argv, chosen, skipped=()):
+    """The timed rows, ours first; also used by benchmarks.input_pipeline. A peer whose (framework,
+    dtype) is in `skipped` is left out."""
+    label = names(args)
+    kinds = [
+        k
+        for k in chosen_kinds(args, chosen)
+        if k in OURS or (framework_of(k), kind_dtype(k, args)) not in skipped
+    ]
     shape = flops.shape(args.variant, num_layers=args.num_layers)
     per_image = flops.train_step(args.image_size, **shape, num_classes=shared.NUM_CLASSES)
     entrants = [
@@ -274,7 +280,10 @@ def main(argv=None):
     settings = {k: getattr(args, k) for k in ("variant", "image_size", "batch_size", "num_layers", "repeats")}
     data = harness.result("train", argv, {**settings, "steps_per_call": args.steps_per_call})
     data["notes"] += notes
-    kinds, rows = measure(args, argv, chosen)
+    skipped = peak.without_fast_kernels(rates)
+    wanted = {(framework_of(k), kind_dtype(k, args)) for k in chosen_kinds(args, chosen) if k not in OURS}
+    data["notes"] += [note for key, note in skipped.items() if key in wanted]
+    kinds, rows = measure(args, argv, chosen, skipped)
     data["matmul_peak_flops"] = rates = peak.best(
         rates, peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
     )

@@ -10,6 +10,7 @@ and with oneDNN's optimisations on; each path also has an environment variable t
 import functools
 import os
 import platform
+import sys
 
 import keras
 
@@ -24,8 +25,17 @@ def switched_on(name):
 
 
 def onednn_on():
-    """Whether TensorFlow's oneDNN kernels are on: an x86 CPU without TF_ENABLE_ONEDNN_OPTS=0.
-    (Read from the environment, as TensorFlow reads it, so that TensorFlow is not started.)"""
+    """Whether TensorFlow's oneDNN kernels are on: TensorFlow's own answer once it is imported
+    (its default depends on the CPU, and it reads TF_ENABLE_ONEDNN_OPTS once, at its import);
+    before, an x86 CPU without TF_ENABLE_ONEDNN_OPTS=0 (keras_vit asks for them where unset,
+    keras_vit/onednn_default.py), so that this does not start TensorFlow."""
+    if "tensorflow" in sys.modules:
+        try:
+            from tensorflow.python.util import _pywrap_util_port
+        except ImportError:  # moved in a later TensorFlow: read the environment as below
+            pass
+        else:
+            return bool(_pywrap_util_port.IsMklEnabled())
     flag = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower()
     return flag not in ("0", "false") and platform.machine().lower() in X86
 

@@ -38,6 +38,8 @@ import os
 import sys
 import tempfile
 
+from keras_vit import onednn_default
+
 VERBOSE_FLAG = "--verbose"
 _TRUE = ("", "=true", "=True", "=1")
 # The packages whose `python -m` commands start quietly (the trainers also when imported).
@@ -202,6 +204,7 @@ def no_backend_message(backend, environ=None, modules=None):
 def import_keras():
     """Imports Keras, and so its backend, for keras_vit/__init__.py: quietly (hide_backend_start),
     and ending in one line (SystemExit, status 1, no traceback) when the backend is not installed."""
+    onednn_default.ask_for_onednn()  # before TensorFlow reads it, at its import
     hide = hide_backend_start()
     command = is_command()
     if command:

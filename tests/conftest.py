@@ -13,6 +13,7 @@ and a run without -n do.
 import collections
 import gc
 import importlib
+import importlib.util
 import os
 import sys
 import types
@@ -34,6 +35,16 @@ if ROOT not in sys.path:
 TESTS = os.path.dirname(os.path.abspath(__file__))
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
+
+# The oneDNN kernels keras_vit asks TensorFlow for on every x86 CPU, asked for before a test module
+# imports TensorFlow, so that the tests' process runs the kernels its commands run. The module is
+# loaded by its path: importing the package would start Keras in pytest-xdist's controlling process.
+_spec = importlib.util.spec_from_file_location(
+    "onednn_default", os.path.join(ROOT, "keras_vit", "onednn_default.py")
+)
+_onednn_default = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_onednn_default)
+_onednn_default.ask_for_onednn()
 
 # KERAS_VIT_PROCESS_LOG=FILE counts the child processes and TensorFlow imports (tests/child_processes.py).
 if os.environ.get("KERAS_VIT_PROCESS_LOG"):

@@ -62,3 +62,21 @@ def test_digit_class_selection_relabels_from_zero(digits):
     # the relabelled class 0 holds exactly the images of digit 5, in the same order
     np.testing.assert_array_equal(part.payloads[part.labels == 0], full.payloads[full.labels == 5])
     assert high.num_examples["train"] == int(np.isin(full.labels, [5, 6, 7, 8, 9]).sum())
+
+
+def test_without_scikit_learn_the_digits_say_which_extra_to_install(monkeypatch):
+    """The scans are scikit-learn's copy, found through its installed distribution: without it a
+    digits command ends on this line (trainers/errors.py's one-line errors), not on a traceback."""
+    import importlib.metadata
+
+    from trainers.data import digits
+    from trainers.errors import DatasetError
+
+    def no_scikit_learn(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(digits.importlib.metadata, "distribution", no_scikit_learn)
+    with pytest.raises(
+        DatasetError, match=r'scikit-learn is not installed: pip install "keras-vision-transformer\[train\]"'
+    ):
+        digits.scans()

@@ -1,14 +1,11 @@
 """trainers/graph_functions.py: a marked function, and what it calls, is traced as written; a run
 of the tf engine leaves AutoGraph only its two loops over tensors."""
 
+import autograph_conversions
 import pytest
 import tensorflow as tf
 import trainer_cli
 from fixtures import TINY_DIGITS_FLAGS
-
-# AutoGraph's entry for each function it converts (TensorFlow's own module; no public hook tells
-# which functions a trace converted).
-from tensorflow.python.autograph.impl import api as autograph_api
 
 from trainers.graph_functions import as_written
 
@@ -33,14 +30,7 @@ def test_a_run_converts_only_the_training_and_evaluation_loops(monkeypatch, tmp_
     numerics) cost a tiny digits run about a tenth of its CPU. A function added to the
     pipeline or the step without `as_written` shows here. The run covers accumulation (the
     replica step's own loop), evaluation and few-shot probes (the feature step)."""
-    converted = set()
-    convert = autograph_api._convert_actual
-
-    def recording(entity, program_ctx):
-        converted.add(f"{entity.__module__}.{entity.__qualname__}")
-        return convert(entity, program_ctx)
-
-    monkeypatch.setattr(autograph_api, "_convert_actual", recording)
+    converted = autograph_conversions.recorded(monkeypatch)
     proc = trainer_cli.run_cli(
         "finetune",
         TINY_DIGITS_FLAGS

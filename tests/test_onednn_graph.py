@@ -1,6 +1,9 @@
 """keras_vit.onednn_graph: whether a call being traced will run on TensorFlow's oneDNN CPU kernels,
 which decides whether keras_vit's CPU inference paths change the graph."""
 
+import platform
+import sys
+
 import pytest
 import tensorflow as tf
 
@@ -10,20 +13,37 @@ from keras_vit import onednn_graph
 @pytest.mark.parametrize(
     "machine, flag, expected",
     [
-        ("x86_64", None, True),  # TensorFlow's default on x86: on
+        ("x86_64", None, True),  # keras_vit asks for them on x86 (keras_vit/onednn_default.py)
         ("AMD64", "1", True),
         ("x86_64", "0", False),  # the user turned oneDNN off
         ("x86_64", "false", False),
         ("aarch64", None, False),  # ARM builds run other kernels, where nothing was measured
     ],
 )
-def test_onednn_is_on_for_x86_unless_switched_off(monkeypatch, machine, flag, expected):
+def test_before_tensorflow_starts_onednn_is_on_for_x86_unless_switched_off(
+    monkeypatch, machine, flag, expected
+):
+    monkeypatch.delitem(sys.modules, "tensorflow")  # put back after the test
     monkeypatch.setattr(onednn_graph.platform, "machine", lambda: machine)
     if flag is None:
         monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     else:
         monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", flag)
     assert onednn_graph.onednn_on() is expected
+
+
+def test_once_tensorflow_started_its_own_answer_counts(monkeypatch):
+    """TensorFlow reads TF_ENABLE_ONEDNN_OPTS once, at its import, and by default runs oneDNN's
+    kernels only on CPUs with AVX-512 VNNI, AVX-512 BF16 or AMX: a variable changed afterwards, or
+    a process that imported TensorFlow before keras_vit on an AVX2 CPU, must not make keras_vit
+    build a graph for kernels that will not run."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    started = _pywrap_util_port.IsMklEnabled()
+    # The tests' process asked for them before TensorFlow started (tests/conftest.py), as keras_vit does.
+    assert started is (platform.machine().lower() in onednn_graph.X86)
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1" if not started else "0")
+    assert onednn_graph.onednn_on() is started
 
 
 def test_only_a_trace_without_xla_counts():
