@@ -18,7 +18,7 @@ from benchmarks import harness
 MAX_PRODUCT_SECONDS = 10.0
 SMALLEST_SIZE = 256
 # A dtype whose product ran at under this fraction of the same framework's float32 one has no fast
-# kernel on this machine (PyTorch's bfloat16 on the AVX2 EPYC: about 1 GFLOP/s against 50-68 in
+# kernel on this machine (PyTorch's bfloat16 on the AVX2 EPYC: about 1 GFLOP/s against 123-148 in
 # float32, 2026-12-02): its contestants would take hours to time and none could be a fastest mode,
 # so the benchmarks leave them out with a note (without_fast_kernels).
 NO_FAST_KERNEL_FRACTION = 0.1

@@ -3,8 +3,9 @@
 TensorFlow runs its CPU kernels on oneDNN by default only on CPUs with instructions for neural
 networks (AVX-512 VNNI, AVX-512 BF16, AMX); on the others, such as an AMD EPYC with AVX2 and no
 AVX-512, it runs Eigen's, unless TF_ENABLE_ONEDNN_OPTS=1. There keras_vit's ViT-Ti/16 training
-step (224 px, batch 16, float32) ran at 3.7 images/s on Eigen's kernels and 8.6 on oneDNN's
-(`python -m benchmarks.train`, 2026-12-02, docs/guides/benchmarks.md). TensorFlow reads the
+step (224 px, batch 16, float32) ran at 26% of TensorFlow's float32 matmul peak on Eigen's
+kernels (3.7 images/s) and at 55% on oneDNN's (10.3 images/s; `python -m benchmarks.train`,
+2026-12-02, docs/guides/benchmarks.md). TensorFlow reads the
 variable once, as it is imported, so keras_vit sets it before importing Keras
 (keras_vit/startup.py), where it is unset: a value the user set stays, TF_ENABLE_ONEDNN_OPTS=0
 included, and a program that imported TensorFlow before keras_vit keeps TensorFlow's choice.

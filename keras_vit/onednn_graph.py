@@ -14,8 +14,10 @@ import sys
 
 import keras
 
+from keras_vit import onednn_default
+
 # CPUs whose TensorFlow wheels run their kernels on oneDNN's x86 code.
-X86 = ("x86_64", "amd64", "x86", "i686")
+X86 = onednn_default.X86
 
 
 def switched_on(name):
