@@ -52,7 +52,7 @@ def applies(layer, tokens, training=None):
         return False
     if not compiled_layer_norm.plain_norm(layer, tokens):
         return False
-    return math.prod(shape) >= MIN_ELEMENTS and onednn_graph.runs_on_onednn() and op_registered()
+    return math.prod(shape) >= MIN_ELEMENTS and onednn_graph.runs_on_onednn(tokens.dtype) and op_registered()
 
 
 @functools.cache

@@ -14,7 +14,7 @@ import sys
 
 import keras
 
-from keras_vit import onednn_default
+from keras_vit import cpu_info, onednn_default
 
 # CPUs whose TensorFlow wheels run their kernels on oneDNN's x86 code.
 X86 = onednn_default.X86
@@ -27,19 +27,28 @@ def switched_on(name):
 
 
 def onednn_on():
-    """Whether TensorFlow's oneDNN kernels are on: TensorFlow's own answer once it is imported
-    (its default depends on the CPU, and it reads TF_ENABLE_ONEDNN_OPTS once, at its import);
-    before, an x86 CPU without TF_ENABLE_ONEDNN_OPTS=0 (keras_vit asks for them where unset,
+    """Whether TensorFlow's oneDNN kernels are on: not where TF_ENABLE_ONEDNN_OPTS is "0" or
+    "false" (also keras_vit's switch for its oneDNN paths, read at each trace); else TensorFlow's
+    own answer once it is imported (its default depends on the CPU, and it reads the variable once,
+    at its import); before, an x86 CPU (keras_vit asks for the kernels where the variable is unset,
     keras_vit/onednn_default.py), so that this does not start TensorFlow."""
+    flag = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower()
+    if flag in ("0", "false") or platform.machine().lower() not in X86:
+        return False
     if "tensorflow" in sys.modules:
         try:
             from tensorflow.python.util import _pywrap_util_port
-        except ImportError:  # moved in a later TensorFlow: read the environment as below
-            pass
-        else:
-            return bool(_pywrap_util_port.IsMklEnabled())
-    flag = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower()
-    return flag not in ("0", "false") and platform.machine().lower() in X86
+        except ImportError:  # moved in a later TensorFlow: as before it is imported
+            return True
+        return bool(_pywrap_util_port.IsMklEnabled())
+    return True
+
+
+def onednn_has_bfloat16():
+    """Whether oneDNN has bfloat16 kernels on this CPU: it needs AVX-512 (elsewhere TensorFlow's
+    oneDNN says "oneDNN supports DT_BFLOAT16 only on platforms with AVX-512", and its fused layer
+    norm fails to create a primitive in bfloat16; the AVX2 EPYC, 2026-12-02)."""
+    return "avx512f" in cpu_info.flags()
 
 
 def traced_without_xla():
@@ -63,8 +72,12 @@ def has_gpu():
     return bool(tf.config.list_logical_devices("GPU"))
 
 
-def runs_on_onednn():
-    """All of the above: a traced call that TensorFlow's oneDNN kernels will run."""
+def runs_on_onednn(dtype=None):
+    """All of the above: a traced call that TensorFlow's oneDNN kernels will run; given `dtype`,
+    one that oneDNN has kernels of (bfloat16 only with AVX-512: `onednn_has_bfloat16`)."""
+    bfloat16 = dtype is not None and keras.backend.standardize_dtype(dtype) == "bfloat16"
+    if bfloat16 and not onednn_has_bfloat16():
+        return False
     return onednn_on() and traced_without_xla() and not has_gpu()
 
 

@@ -72,7 +72,7 @@ def count(tokens, compute_dtype):
     if not MIN_MULTIPLY_ADDS <= batch * length * width * width <= MAX_MULTIPLY_ADDS:
         return 1
     l2 = cpu_info.l2_bytes()
-    if l2 is None or not onednn_graph.runs_on_onednn():
+    if l2 is None or not onednn_graph.runs_on_onednn(compute_dtype):
         return 1
     itemsize = 2 if keras.backend.standardize_dtype(compute_dtype) in ("bfloat16", "float16") else 4
     if not single_threaded(batch * length, width, width, itemsize, l2):

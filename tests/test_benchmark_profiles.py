@@ -86,7 +86,8 @@ def test_kernels_and_the_training_op_profile_run_keras_vits_step(tmp_path):
     assert all(r["contestant"] == "keras_vit TF" for r in rows)
     # The trainer's bfloat16 step runs its products on oneDNN in bfloat16, the attention's
     # softmax in float32 (Keras computes it so).
-    assert {"bf16"} <= {r["dtype"] for r in rows if r["primitive"] in ("matmul", "inner_product")}
+    if onednn_graph.onednn_has_bfloat16():  # without AVX-512 oneDNN has no bfloat16 kernels
+        assert {"bf16"} <= {r["dtype"] for r in rows if r["primitive"] in ("matmul", "inner_product")}
     assert sum(r["share"] for r in rows) == pytest.approx(1)
     assert all(r["gflops_per_s"] > 0 for r in table_rows(data, 1))
     op_profile.main(

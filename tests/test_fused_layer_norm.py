@@ -50,6 +50,10 @@ def test_a_large_inference_norm_is_one_fused_op_with_keras_outputs(onednn_cpu, d
     norm = _norm(768, dtype)
     tokens = _tokens(LARGE, dtype)
     fused = tf.function(lambda x: fused_layer_norm.layer_norm(norm, x, training=False))
+    if dtype == "bfloat16" and not onednn_graph.onednn_has_bfloat16():
+        # Without AVX-512 oneDNN's kernel cannot run bfloat16 (it failed to create a primitive).
+        assert _fused_ops(fused, tokens) == 0
+        return
     assert _fused_ops(fused, tokens) == 1
     expected = np.float32(norm(tokens))
     np.testing.assert_allclose(np.float32(fused(tokens)), expected, atol=atol, rtol=0)

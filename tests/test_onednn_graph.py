@@ -42,8 +42,16 @@ def test_once_tensorflow_started_its_own_answer_counts(monkeypatch):
     started = _pywrap_util_port.IsMklEnabled()
     # The tests' process asked for them before TensorFlow started (tests/conftest.py), as keras_vit does.
     assert started is (platform.machine().lower() in onednn_graph.X86)
-    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1" if not started else "0")
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
     assert onednn_graph.onednn_on() is started
+    # As TensorFlow answers where it started without them (an AVX2 CPU, TensorFlow imported
+    # before keras_vit): the variable set afterwards does not turn them on.
+    monkeypatch.setattr(_pywrap_util_port, "IsMklEnabled", lambda: False)
+    assert onednn_graph.onednn_on() is False
+    # "0" stays keras_vit's switch for its oneDNN paths, read at each trace.
+    monkeypatch.setattr(_pywrap_util_port, "IsMklEnabled", lambda: True)
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    assert onednn_graph.onednn_on() is False
 
 
 def test_only_a_trace_without_xla_counts():
