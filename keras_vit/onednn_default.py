@@ -1,7 +1,7 @@
 """TensorFlow's oneDNN CPU kernels on every x86 CPU, not only the ones TensorFlow picks.
 
 TensorFlow runs its CPU kernels on oneDNN by default only on CPUs with instructions for neural
-networks (AVX-512 VNNI, AVX-512 BF16, AMX); on the others, such as an AMD EPYC with AVX2 and no
+networks (AVX-512 VNNI, AVX-512 BF16, AVX-VNNI, AMX); on the others, such as an AMD EPYC with AVX2 and no
 AVX-512, it runs Eigen's, unless TF_ENABLE_ONEDNN_OPTS=1. There keras_vit's ViT-Ti/16 training
 step (224 px, batch 16, float32) ran at 26% of TensorFlow's float32 matmul peak on Eigen's
 kernels (3.7 images/s) and at 55% on oneDNN's (10.3 images/s; `python -m benchmarks.train`,

@@ -9,7 +9,6 @@ and with oneDNN's optimisations on; each path also has an environment variable t
 
 import functools
 import os
-import platform
 import sys
 
 import keras
@@ -33,7 +32,7 @@ def onednn_on():
     at its import); before, an x86 CPU (keras_vit asks for the kernels where the variable is unset,
     keras_vit/onednn_default.py), so that this does not start TensorFlow."""
     flag = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower()
-    if flag in ("0", "false") or platform.machine().lower() not in X86:
+    if flag in ("0", "false") or not onednn_default.is_x86():
         return False
     if "tensorflow" in sys.modules:
         try:

@@ -7,7 +7,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from keras_vit import onednn_graph
+from keras_vit import onednn_default, onednn_graph
 
 
 @pytest.mark.parametrize(
@@ -24,7 +24,7 @@ def test_before_tensorflow_starts_onednn_is_on_for_x86_unless_switched_off(
     monkeypatch, machine, flag, expected
 ):
     monkeypatch.delitem(sys.modules, "tensorflow")  # put back after the test
-    monkeypatch.setattr(onednn_graph.platform, "machine", lambda: machine)
+    monkeypatch.setattr(onednn_default.platform, "machine", lambda: machine)
     if flag is None:
         monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     else:
@@ -64,7 +64,7 @@ def test_only_a_trace_without_xla_counts():
 
 
 def test_a_gpu_means_no_onednn(monkeypatch):
-    monkeypatch.setattr(onednn_graph.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(onednn_default.platform, "machine", lambda: "x86_64")
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     seen = []
 
