@@ -75,22 +75,23 @@ def trainer_step(config, steps):
 
 
 def trainer_mode(config):
-    """(row name, compute dtype) of the trainers' step for `config` on this machine. The jax
-    engine's is resolved here from the same devices, with XLA on, as that engine always has it
-    (its registration's always_xla)."""
-    from trainers import distribute, engines, model_builder, plan_pieces, precision
+    """(row name, compute dtype) of the trainers' step for `config` on this machine, decided as
+    a run decides it (precision.resolve_step); the jax engine's is named from its registration,
+    without loading JAX into the benchmark's process."""
+    from trainers import distribute, model_builder, plan_pieces, precision
 
     strategy = distribute.create_strategy(config.strategy, cpu_devices=config.cpu_devices or 1)
-    # The benchmark's own process runs the tf engine's backend: another engine's row is named
-    # from its registration (an engine whose step is always XLA), without loading its framework.
-    engine = engines.name_of(config)
-    jit = engines.REGISTRY[engine].always_xla or engines.of(strategy).use_jit(config.jit_compile, strategy)
     hidden_size, num_patches = model_builder.encoder_size(plan_pieces.model_settings(config))
-    chosen = precision.resolve(
-        config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches
-    )[0]
-    dtype = precision.compute_dtype(chosen)
-    mode = f"{engine.upper()}{'+XLA' if jit else ''}{'' if dtype == 'float32' else ' ' + dtype}"
+    step = precision.resolve_step(
+        config.mixed_precision,
+        config.jit_compile,
+        strategy,
+        engine=config.engine,
+        hidden_size=hidden_size,
+        num_patches=num_patches,
+    )
+    dtype = precision.compute_dtype(step.precision)
+    mode = f"{config.engine.upper()}{'+XLA' if step.jit else ''}{'' if dtype == 'float32' else ' ' + dtype}"
     return f"keras_vit Trainer {mode}", dtype
 
 

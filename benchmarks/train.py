@@ -3,14 +3,14 @@
 keras_vit: `trainers.loop.TensorFlowTrainer` built by trainers.training for the configuration
 `python -m trainers.finetune` picks (its defaults: optimizer, clipping, --mixed_precision=auto,
 --jit_compile=auto, accumulation), with only the model, image size and batch set here, so a
-change of a default shows here; further rows force XLA on, and float32 where the defaults chose
-bfloat16. keras-hub: ViTImageClassifier under model.fit (XLA in float32; in bfloat16 without,
-as XLA's CPU backend has no fast bfloat16 matmul); timm: an eager and a torch.compile step (in
-bfloat16 under torch.autocast). The peers run in float32, and also in bfloat16 where our
-defaults chose it. The same trainer on the jax engine (`trainers.finetune --engine=jax`, its own
-defaults) runs in a child process (benchmarks/jax_trainer.py), as Keras fixes its backend per
-process. All: SGD with momentum 0.9, gradient global-norm clip 1, softmax cross-entropy,
-37 classes, random images.
+change of a default shows here; further rows force XLA on, and float32 without XLA, where those
+differ from the defaults' choice. keras-hub: ViTImageClassifier under model.fit (XLA in
+float32; in bfloat16 without, as XLA's CPU backend has no fast bfloat16 matmul); timm: an eager
+and a torch.compile step (in bfloat16 under torch.autocast). The peers run in float32, and also
+in bfloat16 where our defaults chose it. The same trainer on the jax engine (`trainers.finetune
+--engine=jax`, its own defaults) runs in a child process (benchmarks/jax_trainer.py), as Keras
+fixes its backend per process. All: SGD with momentum 0.9, gradient global-norm clip 1, softmax
+cross-entropy, 37 classes, random images.
 
     pip install -e ".[bench]"
     python -m benchmarks.train
@@ -32,7 +32,7 @@ from keras_vit import commands  # noqa: E402
 OURS = {
     "keras_vit": {},
     "keras_vit-xla": {"jit_compile": "true"},
-    "keras_vit-float32": {"mixed_precision": "none"},
+    "keras_vit-float32": {"mixed_precision": "none", "jit_compile": "false"},
 }
 # The trainer on the jax engine (its finetune defaults), timed in a child process.
 JAX = "keras_vit-jax"
@@ -129,7 +129,7 @@ def names(args):
     why = {
         "keras_vit": defaults,
         "keras_vit-xla": "--jit_compile=true",
-        "keras_vit-float32": "--mixed_precision=none",
+        "keras_vit-float32": "--mixed_precision=none --jit_compile=false",
     }
     ours = {kind: f"{shared.trainer_name(_ours_config(kind, args))} ({why[kind]})" for kind in OURS}
     ours[JAX] = f"{shared.trainer_name(_ours_config(JAX, args))} (trainers.finetune --engine=jax)"
@@ -137,11 +137,14 @@ def names(args):
 
 
 def chosen_kinds(args, peers):
-    """keras_vit's defaults, then each forced setting that changes its mode, then the same
+    """keras_vit's defaults, then each forced setting whose mode no row before it has, then the same
     trainer on the jax engine (where it can run), then the peers in float32 and, where the
     defaults chose bfloat16, in bfloat16 too."""
     mode = {kind: shared.trainer_mode(_ours_config(kind, args)) for kind in OURS}
-    kinds = [kind for kind in OURS if kind == "keras_vit" or mode[kind] != mode["keras_vit"]]
+    first_of_mode = {}
+    for kind in OURS:
+        first_of_mode.setdefault(mode[kind], kind)
+    kinds = list(first_of_mode.values())
     if args.jax_engine == "true" and not jax_trainer.missing():
         kinds.append(JAX)
     suffixes = [""] + (["-bfloat16"] if mode["keras_vit"][1] == "bfloat16" else [])

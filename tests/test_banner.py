@@ -27,6 +27,7 @@ def _pets_lines():
         memory_note="accum_steps auto: 16 (step ~9.9 GB of 14.0 GB available RAM per replica)",
         precision_note="bfloat16 (auto: CPU with AMX bfloat16 matrix units)",
         jit=False,
+        jit_note="auto: bfloat16 on CPU runs faster without XLA",
         start_step=0,
     )
 
@@ -65,7 +66,8 @@ def test_the_banner_names_model_data_hardware_batch_steps_and_workdir():
         "eval minival 368 (train[90%:]), test 3,669 (test)" in text
     )
     assert (
-        "hardware: tf engine, MirroredStrategy: 1 replica(s) on 1 worker(s) [CPU:0]; XLA off; "
+        "hardware: tf engine, MirroredStrategy: 1 replica(s) on 1 worker(s) [CPU:0]; "
+        "XLA off (auto: bfloat16 on CPU runs faster without XLA); "
         "precision bfloat16 (auto: CPU with AMX bfloat16 matrix units)" in text
     )
     assert (

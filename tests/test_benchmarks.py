@@ -125,14 +125,11 @@ def test_inference_measures_ours_and_keras_hub_in_bfloat16(results):
 
 @pytest.mark.slow
 def test_train_uses_the_finetune_defaults_and_names_their_mode(results):
-    from trainers import distribute, engines, finetune
-
     rows = table_rows(read_json(results / "train.json"))
-    config = finetune.get_config("oxford_iiit_pet")
-    strategy = distribute.create_strategy(config.strategy)
-    xla = engines.of(strategy).use_jit(config.jit_compile, strategy)
     names = [r["contestant"] for r in rows]
-    assert names[0] == f"keras_vit Trainer TF{'+XLA' if xla else ''} (finetune defaults)"
+    # 32 px is 4 patches: below the size where "auto" turns XLA or bfloat16 on on a CPU.
+    assert names[0] == "keras_vit Trainer TF (finetune defaults)"
+    assert names[1] == "keras_vit Trainer TF+XLA (--jit_compile=true)"
     assert names[-1] == "keras-hub fit TF+XLA"
     assert all(r["images_per_s"] > 0 for r in rows)
     # The same trainer on the jax engine, timed in its child process, against JAX's matmul peak.
@@ -188,11 +185,13 @@ def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16
         "float32",
         "bfloat16",
     ]
-    # Without the instructions (or at 32 px) the defaults stay float32 and so do the peers.
+    # Without the instructions the defaults stay float32, with XLA (the XLA row would repeat
+    # them: the other keras_vit row is float32 without XLA), and the peers are float32 only.
     monkeypatch.setattr(cpu_info, "flags", lambda: frozenset())
+    assert train.names(args)["keras_vit"] == "keras_vit Trainer TF+XLA (finetune defaults)"
     assert train.chosen_kinds(args, ["keras-hub", "timm"]) == [
         "keras_vit",
-        "keras_vit-xla",
+        "keras_vit-float32",
         "keras_vit-jax",
         "keras-hub",
         "timm-eager",

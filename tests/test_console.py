@@ -60,7 +60,7 @@ def test_a_short_run_prints_a_banner_and_early_progress_and_no_noise(tmp_path):
         f"weights: {checkpoint}",
         "data:     digits, 10 classes; train 1,437 (train); eval test 360 (test)",
         "hardware: tf engine, MirroredStrategy: 1 replica(s)",
-        "XLA off; precision float32",
+        "XLA off (auto: on CPU XLA is measured from width 192); precision float32",
         "batch:    64 global = 1 replica(s) x 64;",
         "steps:    60 (2 warm-up, sgd, base_lr 0.1), from the start",
         f"workdir:  {workdir}",

@@ -244,7 +244,8 @@ def test_every_registered_engine_has_every_member_of_the_interface():
         assert sorted(m for m in methods if not hasattr(trainers[name], m)) == [], name
         assert set(engine.fixed_fields) <= set(FIELDS), name
         if engines.REGISTRY[name].always_xla:  # what its registration says without loading it
-            assert engine.use_jit("auto", None) and "jit_compile" in engine.fixed_fields, name
+            xla = engine.use_jit("auto", None, precision="none", hidden_size=8, num_patches=4)[0]
+            assert xla and "jit_compile" in engine.fixed_fields, name
 
 
 def test_backend_follows_the_command_line():

@@ -43,7 +43,9 @@ def test_the_text_fields_come_parsed_and_in_order():
     assert [name for name, _ in plan.train_ops] == ["decode", "resize", "value_range"]
     assert plan.batch_ops == (("mixup", {"p": 0.5}),) and plan.mixes
     assert plan.eval_ops == plan.train_ops  # the same three image ops
-    assert (plan.precision, plan.jit) == ("none", False)  # this CPU: float32, no XLA
+    # A digits-sized step on a CPU: float32, and no XLA, with the banner's reason.
+    assert (plan.precision, plan.jit) == ("none", False)
+    assert plan.jit_note == "auto: on CPU XLA is measured from width 192"
 
 
 def test_empty_pp_fields_give_the_flags_pipelines():

@@ -62,7 +62,18 @@ def _threads(threads, engine):
 
 
 def lines(
-    *, settings, spec, strategy, model, eval_splits, accum_steps, memory_note, precision_note, jit, start_step
+    *,
+    settings,
+    spec,
+    strategy,
+    model,
+    eval_splits,
+    accum_steps,
+    memory_note,
+    precision_note,
+    jit,
+    start_step,
+    jit_note="",
 ):
     """The banner as a list of lines (printed by the chief only); `settings`: BannerSettings."""
     engine = engines.of(strategy)
@@ -85,7 +96,7 @@ def lines(
         f"data:     {spec.name}, {spec.num_classes} classes; train {train_count} ({settings.train_split}); "
         f"eval {_split_sizes(spec, eval_splits) if eval_splits else 'none (no classification evaluator)'}",
         f"hardware: {engine.name} engine, {engine.describe(strategy)}; "
-        f"XLA {'on' if jit else 'off'}; "
+        f"XLA {'on' if jit else 'off'}{f' ({jit_note})' if jit_note else ''}; "
         f"precision {precision_note}{_threads(settings.cpu_threads, engine)}",
         f"batch:    {batch}; {memory_note}",
         f"steps:    {settings.total_steps} ({settings.warmup_steps} warm-up, {settings.optimizer}, base_lr "

@@ -250,8 +250,8 @@ _HARDWARE = {
         PRECISIONS,
     ),
     "jit_compile": Field(
-        "XLA for the step: auto (on GPUs; off on CPU, where the step measured slower with it), "
-        "true (any device and replica count) or false",
+        "XLA for the step: auto (on GPUs; on CPUs for float32 steps of models ViT-Ti wide or wider, "
+        "off for bfloat16 and narrower models there), true (any device and replica count) or false",
         JIT_COMPILE,
     ),
     "device_memory_gb": Field(

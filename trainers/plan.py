@@ -43,6 +43,7 @@ class Plan:
     batch_ops: tuple  # the batch ops of training (Mixup, masked patch prediction's draw)
     eval_ops: tuple  # the image ops of evaluation
     jit: bool  # XLA for the step
+    jit_note: str  # the banner's reason for an "auto" XLA choice ("" for an explicit one)
     precision: str  # "none", "bfloat16" or "float16": "auto" decided for this device
     precision_note: str  # the banner's reason for that precision
     params: object  # the --weights file's parameters the command line read; None: the builder reads it
@@ -81,10 +82,14 @@ def resolve(config, strategy, weights_params=None):
     pp.check(train_ops, batch_ops, eval_ops)  # a bad op argument is one line here
     replicas = strategy.num_replicas_in_sync
     check_batch(config.batch_size, replicas, accum_steps, mixes=_mixes(batch_ops))
-    jit = engines.of(strategy).use_jit(config.jit_compile, strategy)
     hidden_size, num_patches = model_builder.encoder_size(model)
-    mixed_precision, precision_note = precision.resolve(
-        config.mixed_precision, strategy, jit=jit, hidden_size=hidden_size, num_patches=num_patches
+    step = precision.resolve_step(
+        config.mixed_precision,
+        config.jit_compile,
+        strategy,
+        engine=engines.of(strategy).name,
+        hidden_size=hidden_size,
+        num_patches=num_patches,
     )
     return Plan(
         replicas=replicas,
@@ -97,9 +102,10 @@ def resolve(config, strategy, weights_params=None):
         train_ops=tuple(train_ops),
         batch_ops=tuple(batch_ops),
         eval_ops=tuple(eval_ops),
-        jit=jit,
-        precision=mixed_precision,
-        precision_note=precision_note,
+        jit=step.jit,
+        jit_note=step.jit_note,
+        precision=step.precision,
+        precision_note=step.precision_note,
         params=weights_params if model.weights else None,
         objective=objective,
         masked_target=plan_pieces.field_value(config, "masked_target"),

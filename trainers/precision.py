@@ -1,4 +1,5 @@
-"""--mixed_precision: the compute dtype of a run's step, and what "auto" picks on this hardware.
+"""--mixed_precision: the compute dtype of a run's step, and what "auto" picks on this hardware;
+`resolve_step` decides --jit_compile after it (the engine's `use_jit`), as each depends on the other.
 
 "auto" gives bfloat16 where it measured faster and the accuracy held (README, "Mixed precision
 and backends"), float32 everywhere else:
@@ -16,6 +17,7 @@ and backends"), float32 everywhere else:
 Variables stay float32 under every policy, so a checkpoint resumes at any precision.
 """
 
+import dataclasses
 import os
 
 import tensorflow as tf
@@ -30,8 +32,39 @@ PRECISIONS = ("auto", *POLICIES)
 # The banner's words for each of cpu_info.BFLOAT16_FLAGS (the first one the CPU has is named).
 CPU_BFLOAT16_WORDS = {"amx_bf16": "AMX bfloat16 matrix units", "avx512_bf16": "AVX-512 BF16 instructions"}
 GPU_MIN_COMPUTE_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores
+# The smallest step whose CPU choices were measured: bfloat16 here (width and patches), XLA in
+# trainers/engines/tf.py (width: ViT-Ti/16 at 64, 128 and 224 px, 1.48x, 1.21x and 1.11x).
 CPU_MIN_HIDDEN_SIZE = 192  # ViT-Ti's width
 CPU_MIN_PATCHES = 64  # ViT-Ti/16 at 128 px: 1.12x in bfloat16; at 64 px (16 patches): 0.89x
+
+
+@dataclasses.dataclass(frozen=True)
+class StepChoice:
+    """--mixed_precision and --jit_compile decided together for a run's step on this hardware."""
+
+    precision: str  # "none", "bfloat16" or "float16"
+    precision_note: str  # the banner's words for it, e.g. "bfloat16 (auto: TPU)"
+    jit: bool  # XLA compiles the step
+    jit_note: str  # the banner's reason for an "auto" XLA choice ("" for an explicit one)
+
+
+def resolve_step(mixed_precision, jit_compile, strategy, *, engine, hidden_size, num_patches):
+    """The StepChoice of a run of `engine` (its --engine name). The precision comes first: "auto"
+    refuses bfloat16 on a CPU only where XLA is certain (--jit_compile=true, or an engine that
+    always compiles); then the engine decides XLA knowing it (on a CPU "auto" compiles a float32
+    step only). An always-XLA engine is answered from its registration, without loading it."""
+    always_xla = engines.REGISTRY[engine].always_xla
+    certain_jit = always_xla or jit_compile == "true"
+    chosen, note = resolve(
+        mixed_precision, strategy, jit=certain_jit, hidden_size=hidden_size, num_patches=num_patches
+    )
+    if always_xla:
+        jit, jit_note = True, engines.always_xla_note(engine)
+    else:
+        jit, jit_note = engines.get(engine).use_jit(
+            jit_compile, strategy, precision=chosen, hidden_size=hidden_size, num_patches=num_patches
+        )
+    return StepChoice(chosen, note, jit, jit_note)
 
 
 def resolve(setting, strategy, *, jit, hidden_size, num_patches):

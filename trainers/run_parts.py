@@ -79,7 +79,7 @@ def _check_labels(plan, spec):
         )
 
 
-BuiltTrainer = collections.namedtuple("BuiltTrainer", "trainer schedule memory_note precision_note")
+BuiltTrainer = collections.namedtuple("BuiltTrainer", "trainer schedule memory_note precision_note jit_note")
 
 
 def build_trainer(config, strategy, spec, plan=None):
@@ -116,7 +116,7 @@ def build_trainer(config, strategy, spec, plan=None):
             )
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
-    return BuiltTrainer(trainer, schedule, memory_note, plan.precision_note)
+    return BuiltTrainer(trainer, schedule, memory_note, plan.precision_note, plan.jit_note)
 
 
 def _objective(plan, strategy, model):
@@ -193,6 +193,7 @@ class Run:
             memory_note=self.built.memory_note,
             precision_note=self.built.precision_note,
             jit=trainer.jit_compile,
+            jit_note=self.built.jit_note,
             start_step=step,
         ):
             self.console.print(line)

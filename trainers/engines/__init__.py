@@ -50,6 +50,11 @@ DEFAULT = ENGINES[0]
 JIT_COMPILE = ("auto", "true", "false")
 
 
+def always_xla_note(name):
+    """The banner's reason for XLA under an engine whose step is always one XLA program."""
+    return f"the {name} engine compiles its whole step"
+
+
 def get(name):
     """The Engine registered as `name` (its module imported on first use); KeyError if none is."""
     return importlib.import_module(REGISTRY[name].module).ENGINE

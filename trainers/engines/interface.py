@@ -98,8 +98,10 @@ class Engine(Protocol):
     def gpu_compute_capabilities(self, strategy) -> list:
         """[(major, minor), ...] of the GPUs the step runs on ([] without GPUs)."""
 
-    def use_jit(self, setting, strategy) -> bool:
-        """Whether XLA compiles the step, for --jit_compile's `setting` ("auto", "true", "false")."""
+    def use_jit(self, setting, strategy, *, precision, hidden_size, num_patches) -> tuple:
+        """(whether XLA compiles the step, the banner's reason for it) for --jit_compile's `setting`
+        ("auto", "true", "false"), given the run's resolved --mixed_precision and its encoder's width
+        and patch count (trainers/precision.py resolve_step decides both)."""
 
     def kernels(self) -> str:
         """Whether the step's CPU kernels are the demo's pinned ones, in words (trainers/reproducible.py)."""

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from trainers import distribute, jax_distribute, jax_loop, objectives
-from trainers.engines import common
+from trainers.engines import always_xla_note, common
 from trainers.errors import UsageError
 
 
@@ -61,8 +61,8 @@ class JaxEngine:
         found = [getattr(d, "compute_capability", "") for d in strategy.local_devices]
         return [tuple(int(n) for n in c.split(".")[:2]) for c in found if c]
 
-    def use_jit(self, setting, strategy):
-        return True  # the jax engine always compiles its step
+    def use_jit(self, setting, strategy, *, precision, hidden_size, num_patches):
+        return True, always_xla_note(self.name)
 
     def kernels(self):
         return "not pinned (the jax engine's step runs XLA's CPU code)"

@@ -10,7 +10,7 @@ tf.distribute's PreemptionCheckpointHandler (trainers/preemption.py).
 import tensorflow as tf
 from tensorflow.python.client import device_lib
 
-from trainers import distribute, loop, objectives, preemption, reproducible
+from trainers import distribute, loop, objectives, precision, preemption, reproducible
 from trainers.engines import common
 from trainers.graph_functions import as_written
 
@@ -58,16 +58,21 @@ class TfEngine:
                 found.append(tuple(capability))
         return found
 
-    def use_jit(self, setting, strategy):
-        """XLA for the per-replica step. "auto": on GPUs only. TPUStrategy compiles the whole step
-        with XLA anyway. On CPU, "true" works for any number of replicas (loop.TensorFlowTrainer), but the
-        step measured slower under XLA than without (docs/guides/benchmarks.md), so "auto" leaves
-        it off there."""
+    def use_jit(self, setting, strategy, *, precision, hidden_size, num_patches):
+        """XLA for the per-replica step. "auto": on GPUs; on a CPU for a float32 step of an encoder at
+        least ViT-Ti wide (precision.CPU_MIN_HIDDEN_SIZE), where the ViT-Ti/16 training step ran
+        1.08x-1.16x faster under XLA at 224 px on each kind of CPU measured (AMD EPYC with and
+        without AVX-512, Intel Xeon with AMX), and 1.21x and 1.48x at 128 and 64 px on the EPYC
+        without AVX-512 (docs/guides/benchmarks.md); not for bfloat16 on a CPU (XLA's CPU backend
+        has no fast bfloat16 matmul), nor for narrower encoders (the digits preset's, say), which
+        were not measured. TPUStrategy compiles the whole step with XLA anyway."""
         if setting != "auto":
-            return setting == "true"
+            return setting == "true", ""
         if isinstance(strategy, tf.distribute.TPUStrategy):
-            return False
-        return distribute.all_gpus(distribute.worker_devices(strategy))
+            return False, "auto: TPUStrategy compiles the whole step"
+        if distribute.all_gpus(distribute.worker_devices(strategy)):
+            return True, "auto: GPU"
+        return cpu_jit(precision, hidden_size, num_patches)
 
     def kernels(self):
         return reproducible.describe()
@@ -80,6 +85,15 @@ class TfEngine:
 
     def feature_step(self, represent, strategy):
         return _TfFeatureStep(represent, strategy)
+
+
+def cpu_jit(chosen_precision, hidden_size, num_patches):
+    """(XLA on, the banner's words) for "auto" on a CPU, given the run's resolved --mixed_precision."""
+    if chosen_precision != "none":
+        return False, f"auto: {precision.compute_dtype(chosen_precision)} on CPU runs faster without XLA"
+    if hidden_size < precision.CPU_MIN_HIDDEN_SIZE:
+        return False, f"auto: on CPU XLA is measured from width {precision.CPU_MIN_HIDDEN_SIZE}"
+    return True, "auto: float32 step on CPU"
 
 
 def _worker_count(strategy):
