@@ -16,6 +16,7 @@ from keras_vit import (
     posembs,
     preprocessing,
     vit_graph,
+    xla_inference,
 )
 from keras_vit import layers as vit_layers
 from keras_vit import weights as weights_lib
@@ -188,6 +189,13 @@ class ViT(keras.Model):
         if args:
             self._check_pixels(args[0])
         return super().__call__(*args, **kwargs)
+
+    def call(self, inputs, training=None, mask=None):
+        # float32 inference traced on an x86 CPU without AVX-512: one XLA-compiled call
+        # (keras_vit/xla_inference.py says where and why).
+        if mask is None and xla_inference.applies(self, inputs, training):
+            return xla_inference.compiled(self)(inputs)
+        return super().call(inputs, training=training, mask=mask)
 
     def fit(self, x=None, *args, **kwargs):
         self._check_pixels(x)

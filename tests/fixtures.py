@@ -92,10 +92,12 @@ def tiny_hybrid(**overrides):
 
 def pretend_onednn_cpu(monkeypatch, *switches):
     """This process as an x86 CPU whose TensorFlow runs oneDNN's kernels with no GPU, whatever this
-    machine is, and the KERAS_VIT_* `switches` unset: where keras_vit's CPU graph paths apply."""
-    from keras_vit import onednn_default, onednn_graph
+    machine is, and the KERAS_VIT_* `switches` unset: where keras_vit's CPU graph paths apply. A
+    CPU with AVX-512: float32 inference keeps TensorFlow's graph (keras_vit/xla_inference.py)."""
+    from keras_vit import onednn_default, onednn_graph, xla_inference
 
     monkeypatch.setattr(onednn_graph, "has_gpu", lambda: False)
+    monkeypatch.setattr(xla_inference, "cpu_prefers_xla", lambda: False)
     monkeypatch.setattr(onednn_default.platform, "machine", lambda: "x86_64")
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     for switch in switches:

@@ -73,8 +73,10 @@ DELIBERATE_LAZY_IMPORTS = {
     # TensorFlow's threads, devices and tracing state, asked only on the TensorFlow backend,
     # which has imported TensorFlow already (inference in parts of the rows and their attention,
     # the fused layer norm, the training step's compiled GELU and layer norms, its bias adds and
-    # patch embedding, and the oneDNN checks they make before changing a traced graph).
+    # patch embedding, the float32 inference call compiled by XLA, and the oneDNN checks they make
+    # before changing a traced graph).
     ("keras_vit.row_parts", "tensorflow"),
+    ("keras_vit.xla_inference", "tensorflow"),
     ("keras_vit.onednn_graph", "tensorflow"),
     ("keras_vit.fused_layer_norm", "tensorflow"),
     ("keras_vit.fused_gelu", "tensorflow"),
