@@ -8,6 +8,7 @@ on Keras' PyTorch backend run in child processes, where PyTorch can load before 
 
 import gc
 import os
+import re
 import shutil
 import sys
 import time
@@ -127,9 +128,10 @@ def test_inference_measures_ours_and_keras_hub_in_bfloat16(results):
 def test_train_uses_the_finetune_defaults_and_names_their_mode(results):
     rows = table_rows(read_json(results / "train.json"))
     names = [r["contestant"] for r in rows]
-    # 32 px is 4 patches: below the size where "auto" turns XLA or bfloat16 on on a CPU.
-    assert names[0] == "keras_vit Trainer TF (finetune defaults)"
-    assert names[1] == "keras_vit Trainer TF+XLA (--jit_compile=true)"
+    # ViT-Ti's width on 4 patches, on any CPU: float32 ("auto" picks bfloat16 from 64 patches),
+    # and so XLA (from ViT-Ti's width); the other keras_vit row is the step without XLA.
+    assert names[0] == "keras_vit Trainer TF+XLA (finetune defaults)"
+    assert names[1] == "keras_vit Trainer TF (--mixed_precision=none --jit_compile=false)"
     assert names[-1] == "keras-hub fit TF+XLA"
     assert all(r["images_per_s"] > 0 for r in rows)
     # The same trainer on the jax engine, timed in its child process, against JAX's matmul peak.
@@ -315,10 +317,18 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
     names += ["timm eager"] if with_timm else []
     rows = table_rows(data)
     # PyTorch's bfloat16 contestants only where its bfloat16 product is fast (not without AVX-512
-    # BF16 or AMX, where it ran at 1% of float32: benchmarks/peak.py's note says so).
-    torch_bf16 = ("torch", "bfloat16") not in peak.without_fast_kernels(data["matmul_peak_flops"])
-    skipped_note = any(n.startswith("PyTorch's bfloat16 contestants not run") for n in data["notes"])
-    assert skipped_note is not torch_bf16
+    # BF16 or AMX, where it ran at 1% of float32: benchmarks/peak.py's note says so). The choice
+    # is made on the product measured before the contestants, whose rates the note quotes; the
+    # recorded peak is the better of that and a second measurement after them, so on a loaded
+    # machine the two can straddle the rule's tenth: only a clear case is checked against it.
+    note = next((n for n in data["notes"] if n.startswith("PyTorch's bfloat16 contestants not run")), None)
+    torch_bf16 = note is None
+    if note:
+        quoted = int(re.search(r"GFLOP/s on this CPU, (\d+)% of its float32", note).group(1))
+        assert quoted <= 100 * peak.NO_FAST_KERNEL_FRACTION, note  # the note rounds to a whole percent
+    recorded = data["matmul_peak_flops"]
+    if "torch bfloat16" in recorded and recorded["torch bfloat16"] < 0.02 * recorded["torch float32"]:
+        assert note, recorded
     assert [(r["contestant"], r["dtype"]) for r in rows] == [(name, "float32") for name in names] + [
         ("keras_vit TF", "bfloat16")
     ] + ([("keras_vit PyTorch", "bfloat16")] if torch_bf16 else []) + (  # ONNX Runtime: float32 only, a note
