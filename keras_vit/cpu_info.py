@@ -51,6 +51,12 @@ def flags():
     return frozenset(first_processor().get("flags", "").split())
 
 
+def has_avx512():
+    """Whether this CPU has AVX-512 (its foundation, avx512f): oneDNN's bfloat16 kernels need it,
+    and without it XLA ran float32 inference faster (keras_vit/xla_inference.py)."""
+    return "avx512f" in flags()
+
+
 def has_bfloat16():
     """Whether this CPU has bfloat16 product instructions (BFLOAT16_FLAGS)."""
     return bool(flags() & BFLOAT16_FLAGS)

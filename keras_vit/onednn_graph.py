@@ -47,7 +47,7 @@ def onednn_has_bfloat16():
     """Whether oneDNN has bfloat16 kernels on this CPU: it needs AVX-512 (elsewhere TensorFlow's
     oneDNN says "oneDNN supports DT_BFLOAT16 only on platforms with AVX-512", and its fused layer
     norm fails to create a primitive in bfloat16; the AVX2 EPYC, 2026-12-02)."""
-    return "avx512f" in cpu_info.flags()
+    return cpu_info.has_avx512()
 
 
 def traced_without_xla():

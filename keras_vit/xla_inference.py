@@ -32,7 +32,7 @@ _COMPILED = weakref.WeakKeyDictionary()
 
 def cpu_prefers_xla():
     """Whether this is an x86 CPU without AVX-512, where XLA ran float32 inference faster."""
-    return onednn_default.is_x86() and "avx512f" not in cpu_info.flags()
+    return onednn_default.is_x86() and not cpu_info.has_avx512()
 
 
 def applies(model, images, training=None):

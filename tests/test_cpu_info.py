@@ -94,6 +94,14 @@ def test_bfloat16_products_need_avx512_bf16_or_amx_not_avx512_alone(monkeypatch)
         assert cpu_info.has_bfloat16() is expected, found
 
 
+def test_avx512_is_its_foundation_flag_not_a_look_alike(monkeypatch):
+    # avx512f, AVX-512's foundation, is the flag oneDNN's bfloat16 kernels need and XLA's
+    # inference rule reads: AVX2 alone (the AVX2 EPYC) is not AVX-512, nor is another AVX-512 flag.
+    for found, expected in (({"avx2", "fma"}, False), ({"avx2", "avx512f"}, True), ({"avx512_bf16"}, False)):
+        monkeypatch.setattr(cpu_info, "flags", lambda found=found: frozenset(found))
+        assert cpu_info.has_avx512() is expected, found
+
+
 def _cache_dir(tmp_path, entries):
     for index, (level, size) in enumerate(entries):
         (tmp_path / f"index{index}").mkdir()
