@@ -221,15 +221,9 @@ def child(argv):
     print(json.dumps({"peak_mb": harness.peak_rss_mb(), "above_imports_mb": harness.peak_rss_mb() - base}))
 
 
-def measure(args, argv, chosen, skipped=()):
-    """The timed rows, ours first; also used by benchmarks.input_pipeline. A peer whose (framework,
-    dtype) is in `skipped` is left out."""
+def measure(args, kinds, dtypes):
+    """The timed rows of `kinds` (ours first), each with its compute dtype from `dtypes`."""
     label = names(args)
-    kinds = [
-        k
-        for k in chosen_kinds(args, chosen)
-        if k in OURS or (framework_of(k), kind_dtype(k, args)) not in skipped
-    ]
     shape = flops.shape(args.variant, num_layers=args.num_layers)
     per_image = flops.train_step(args.image_size, **shape, num_classes=shared.NUM_CLASSES)
     entrants = [
@@ -244,7 +238,7 @@ def measure(args, argv, chosen, skipped=()):
     times = harness.interleave(entrants, args.repeats, args.min_seconds)
     jax_trainer.close()
     images_per_call = args.batch_size * args.steps_per_call
-    return kinds, [
+    return [
         {
             "contestant": c.name,
             "ours": c.ours,
@@ -253,7 +247,7 @@ def measure(args, argv, chosen, skipped=()):
             "repeats_s": times[c.name],
             "compile_s": c.compile_s,
             "flops_per_image": per_image,
-            "dtype": kind_dtype(k, args),
+            "dtype": dtypes[k],
         }
         for k, c in zip(kinds, entrants)
     ]
@@ -284,9 +278,14 @@ def main(argv=None):
     data = harness.result("train", argv, {**settings, "steps_per_call": args.steps_per_call})
     data["notes"] += notes
     skipped = peak.without_fast_kernels(rates)
-    wanted = {(framework_of(k), kind_dtype(k, args)) for k in chosen_kinds(args, chosen) if k not in OURS}
+    # Each kind's mode is resolved once (it builds the run's strategy); a peer without a fast
+    # kernel for its dtype is left out, with the note why.
+    kinds = chosen_kinds(args, chosen)
+    dtypes = {k: kind_dtype(k, args) for k in kinds}
+    wanted = {(framework_of(k), dtypes[k]) for k in kinds if k not in OURS}
     data["notes"] += [note for key, note in skipped.items() if key in wanted]
-    kinds, rows = measure(args, argv, chosen, skipped)
+    kinds = [k for k in kinds if k in OURS or (framework_of(k), dtypes[k]) not in skipped]
+    rows = measure(args, kinds, dtypes)
     data["matmul_peak_flops"] = rates = peak.best(
         rates, peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
     )
