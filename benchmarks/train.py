@@ -278,8 +278,9 @@ def main(argv=None):
     data = harness.result("train", argv, {**settings, "steps_per_call": args.steps_per_call})
     data["notes"] += notes
     skipped = peak.without_fast_kernels(rates)
-    # Each kind's mode is resolved once (it builds the run's strategy); a peer without a fast
-    # kernel for its dtype is left out, with the note why.
+    # The rows and their compute dtypes, decided here once for the notes and the timing (each
+    # decision builds a run's strategy); a peer without a fast kernel for its dtype is left out,
+    # with the note why.
     kinds = chosen_kinds(args, chosen)
     dtypes = {k: kind_dtype(k, args) for k in kinds}
     wanted = {(framework_of(k), dtypes[k]) for k in kinds if k not in OURS}
