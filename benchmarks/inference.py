@@ -3,11 +3,11 @@
 Every contestant builds the same classifier (1000 classes) and runs inside one tf.function or
 torch.inference_mode: keras_vit as Keras' `model.predict` runs it on a CPU (TensorFlow's own
 kernels, no XLA; in float32 on an x86 CPU without AVX-512 keras_vit itself compiles the call
-with XLA, keras_vit/xla_inference.py), keras-hub in its fastest mode (XLA-compiled in float32; in bfloat16
-TensorFlow's own kernels are faster on a CPU), timm eager and under torch.compile. bfloat16:
-the weights stored and computed in bfloat16, as a deployed model runs (Keras' `bfloat16`
-policy, timm's weights cast with .bfloat16()). Peak resident memory is measured for one case,
-each contestant in its own process.
+with XLA, keras_vit/xla_inference.py), keras-hub in its fastest mode (XLA-compiled in float32;
+in bfloat16 TensorFlow's own kernels are faster on a CPU), timm eager and under torch.compile.
+bfloat16: the weights stored and computed in bfloat16, as a deployed model runs (Keras'
+`bfloat16` policy, timm's weights cast with .bfloat16()). Peak resident memory is measured for
+one case, each contestant in its own process.
 
 keras_vit itself also runs where a user may deploy it on a CPU (--runtimes): on Keras' PyTorch
 backend (eager, under torch.inference_mode, in a child process, since Keras fixes its backend per
@@ -145,12 +145,12 @@ def keras_step(kind, shape, image_size, batch, dtype, whole_rows=False):
 
 
 def keras_uses_xla(kind, dtype):
-    """keras_vit runs as Keras' `model.predict` runs it on a CPU, without XLA (in float32 as fast
-    as XLA or faster here: ViT-Ti/16 at batch 1 1.16x, its rows in parts; on an x86 CPU without
-    AVX-512 the model compiles a float32 call itself, keras_vit/xla_inference.py, whatever this
-    says), and XLA-compiled as the
-    runtime ON_XLA; keras-hub in float32 under XLA, its fastest mode. XLA for float32 only: its
-    CPU backend has no bfloat16 matmul kernels, and ran the bfloat16 step at half the speed of
+    """Whether a contestant's call is wrapped in XLA here. keras_vit runs as Keras' `model.predict`
+    runs it on a CPU, not wrapped (in float32 as fast as XLA or faster on the CPUs with AVX-512:
+    ViT-Ti/16 at batch 1 1.16x, its rows in parts; on an x86 CPU without AVX-512 the model
+    compiles a float32 call itself, keras_vit/xla_inference.py), and wrapped as the runtime
+    ON_XLA; keras-hub in float32 under XLA, its fastest mode. XLA for float32 only: its CPU
+    backend has no bfloat16 matmul kernels, and ran the bfloat16 step at half the speed of
     TensorFlow's own oneDNN kernels here."""
     return kind in (ON_XLA, "keras-hub") and dtype != "bfloat16"
 
