@@ -2,9 +2,10 @@
 
 Every contestant builds the same classifier (1000 classes) and runs inside one tf.function or
 torch.inference_mode: keras_vit as Keras' `model.predict` runs it on a CPU (TensorFlow's own
-kernels, no XLA; in float32 on an x86 CPU without AVX-512 keras_vit itself compiles the call
-with XLA, keras_vit/xla_inference.py), keras-hub in its fastest mode (XLA-compiled in float32;
-in bfloat16 TensorFlow's own kernels are faster on a CPU), timm eager and under torch.compile.
+kernels, no XLA; on an x86 CPU without AVX-512 keras_vit itself compiles the call with XLA,
+keras_vit/xla_inference.py), keras-hub in its fastest mode (XLA-compiled in float32; in bfloat16
+TensorFlow's own kernels are faster on a CPU with AVX-512, XLA without), timm eager and under
+torch.compile.
 bfloat16: the weights stored and computed in bfloat16, as a deployed model runs (Keras'
 `bfloat16` policy, timm's weights cast with .bfloat16()). Peak resident memory is measured for
 one case, each contestant in its own process.
@@ -18,7 +19,8 @@ converts the float32 file's weights as it compiles), on Keras' OpenVINO backend 
 `predict_on_batch` in a child process, in the one precision OpenVINO picks for the CPU, bfloat16
 where it has bfloat16 instructions), and in float32 XLA-compiled. In
 bfloat16 it also runs with its inference in parts of the token rows switched off
-(keras_vit/row_parts.py), the gain of that measured in the same run.
+(keras_vit/row_parts.py), and on an x86 CPU without AVX-512 with its own XLA compile switched
+off (TensorFlow's graph), the gain of each measured in the same run.
 
     pip install -e ".[bench]"
     python -m benchmarks.inference
@@ -38,12 +40,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before TensorFlow)
 from benchmarks import flops, harness, peak, shared  # noqa: E402
-from keras_vit import commands, cpu_info  # noqa: E402
+from keras_vit import commands, cpu_info, xla_inference  # noqa: E402
 
 NUM_CLASSES = 1000
 OURS = "keras_vit TF"
-# keras_vit on the other runtimes --runtimes names, and without inference in parts of the rows.
+# keras_vit on the other runtimes --runtimes names, without inference in parts of the rows, and
+# without its own XLA compile (keras_vit/xla_inference.py).
 ON_TORCH, ON_ONNX, WHOLE_ROWS = "keras_vit-torch", "keras_vit-onnxruntime", "keras_vit-whole-rows"
+ON_GRAPH = "keras_vit-graph"
 ON_OPENVINO = "keras_vit-openvino"
 ON_KERAS_OPENVINO = "keras_vit-keras-openvino"
 ON_XLA = "keras_vit-xla"
@@ -54,6 +58,7 @@ NAMES = {
     ON_OPENVINO: "keras_vit OpenVINO",
     ON_KERAS_OPENVINO: "keras_vit Keras-OpenVINO",
     WHOLE_ROWS: "keras_vit TF, whole rows",
+    ON_GRAPH: "keras_vit TF graph",
     ON_XLA: "keras_vit TF+XLA",
     "keras-hub": "keras-hub TF+XLA",
     "timm-eager": "timm eager",
@@ -66,6 +71,7 @@ RUNTIMES = {
     "openvino": (ON_OPENVINO, ("openvino", "torch", "onnxscript", "onnx")),
     "keras-openvino": (ON_KERAS_OPENVINO, ("openvino",)),
     "tf-whole-rows": (WHOLE_ROWS, ()),
+    "tf-graph": (ON_GRAPH, ()),
     "tf-xla": (ON_XLA, ()),
 }
 # The child process that runs keras_vit on Keras' PyTorch backend (harness.ChildServer).
@@ -117,9 +123,9 @@ def check_variant(variant):
         raise SystemExit(f"error: unknown or hybrid variant {variant!r}: use a plain ViT, e.g. ViT-B_16")
 
 
-def keras_step(kind, shape, image_size, batch, dtype, whole_rows=False):
-    """`kind`: "keras-hub", or keras_vit's "keras_vit" or ON_XLA; `whole_rows`: traced with
-    keras_vit's inference in parts of the rows switched off."""
+def keras_step(kind, shape, image_size, batch, dtype, switched_off=None):
+    """`kind`: "keras-hub", or keras_vit's "keras_vit" or ON_XLA; `switched_off`: a path of
+    keras_vit's (its KERAS_VIT_* switch) that is off while the call is traced."""
     import tensorflow as tf
 
     # The dtype is the Keras policy: in bfloat16 the weights are stored in bfloat16 too. Under
@@ -129,18 +135,16 @@ def keras_step(kind, shape, image_size, batch, dtype, whole_rows=False):
     model = contestants.keras_model(model_kind, shape, image_size, NUM_CLASSES, dtype, policy=dtype)
     images = tf.constant(shared.synthetic_images(batch, image_size))
     forward = tf.function(lambda x: model(x, training=False), jit_compile=keras_uses_xla(kind, dtype))
-    if whole_rows:
-        from keras_vit import row_parts
-
-        previous = os.environ.get(row_parts.SWITCH)
-        os.environ[row_parts.SWITCH] = "0"
+    if switched_off:
+        previous = os.environ.get(switched_off)
+        os.environ[switched_off] = "0"
         try:
-            forward.get_concrete_function(images)  # traced now, with the rows kept whole
+            forward.get_concrete_function(images)  # traced now, without that path
         finally:  # as it was: the run's own setting, or unset
             if previous is None:
-                del os.environ[row_parts.SWITCH]
+                del os.environ[switched_off]
             else:
-                os.environ[row_parts.SWITCH] = previous
+                os.environ[switched_off] = previous
     return lambda: forward(images).numpy()
 
 
@@ -148,11 +152,15 @@ def keras_uses_xla(kind, dtype):
     """Whether a contestant's call is wrapped in XLA here. keras_vit runs as Keras' `model.predict`
     runs it on a CPU, not wrapped (in float32 as fast as XLA or faster on the CPUs with AVX-512:
     ViT-Ti/16 at batch 1 1.16x, its rows in parts; on an x86 CPU without AVX-512 the model
-    compiles a float32 call itself, keras_vit/xla_inference.py), and wrapped as the runtime
-    ON_XLA; keras-hub in float32 under XLA, its fastest mode. XLA for float32 only: its CPU
-    backend has no bfloat16 matmul kernels, and ran the bfloat16 step at half the speed of
-    TensorFlow's own oneDNN kernels here."""
-    return kind in (ON_XLA, "keras-hub") and dtype != "bfloat16"
+    compiles its call itself, keras_vit/xla_inference.py), and wrapped as the runtime ON_XLA
+    (float32); keras-hub under XLA in its fastest mode: float32, and bfloat16 on a CPU without
+    AVX-512. Where the CPU has AVX-512, XLA's CPU backend, which has no bfloat16 matmul kernels,
+    ran the bfloat16 step at half the speed of TensorFlow's own oneDNN kernels; without it
+    TensorFlow has no fast bfloat16 kernels either, and keras-hub's bfloat16 ViT-Ti/16 at batch 8
+    ran 5x as fast under XLA (the AVX2 EPYC, 2026-12-02)."""
+    if kind == ON_XLA:
+        return dtype == "float32"
+    return kind == "keras-hub" and (dtype == "float32" or xla_inference.cpu_prefers_xla())
 
 
 def keras_torch_step(shape, image_size, batch, dtype):
@@ -235,10 +243,13 @@ def runs_in(kind, dtype):
     """Whether contestant `kind` has a `dtype` mode: the ONNX export on ONNX Runtime and XLA run
     float32 only, OpenVINO (the exported file, and keras_vit on Keras' OpenVINO backend) bfloat16
     only on a CPU with bfloat16 instructions (elsewhere it would compute in float32 under the
-    bfloat16 name), and the whole rows bfloat16 only, the dtype
-    whose gain from the parts the table follows."""
+    bfloat16 name), the whole rows bfloat16 only, the dtype
+    whose gain from the parts the table follows, and TensorFlow's graph only where keras_vit
+    compiles its call with XLA (elsewhere it is keras_vit's own row)."""
     if kind == WHOLE_ROWS:
         return dtype == "bfloat16"
+    if kind == ON_GRAPH:
+        return xla_inference.cpu_prefers_xla()
     if kind in (ON_OPENVINO, ON_KERAS_OPENVINO):
         return dtype == "float32" or cpu_info.has_bfloat16()
     return kind not in (ON_ONNX, ON_XLA) or dtype == "float32"
@@ -304,7 +315,11 @@ def local_step(kind, shape, image_size, batch, dtype):
     if kind == ON_KERAS_OPENVINO:
         return keras_openvino_step(shape, image_size, batch, dtype)
     if kind == WHOLE_ROWS:
-        return keras_step("keras_vit", shape, image_size, batch, dtype, whole_rows=True)
+        from keras_vit import row_parts
+
+        return keras_step("keras_vit", shape, image_size, batch, dtype, switched_off=row_parts.SWITCH)
+    if kind == ON_GRAPH:
+        return keras_step("keras_vit", shape, image_size, batch, dtype, switched_off=xla_inference.SWITCH)
     return keras_step(kind, shape, image_size, batch, dtype)
 
 
@@ -484,11 +499,12 @@ def main(argv=None):
     p.add_argument("--cases", default="ViT-Ti_16:224,ViT-B_16:224,ViT-B_16:384", help="VARIANT:SIZE,...")
     p.add_argument(
         "--runtimes",
-        default="torch,onnxruntime,openvino,keras-openvino,tf-whole-rows,tf-xla",
+        default="torch,onnxruntime,openvino,keras-openvino,tf-whole-rows,tf-graph,tf-xla",
         help="keras_vit also on: torch (Keras' PyTorch backend), onnxruntime and openvino (its ONNX "
         "export), keras-openvino (Keras' OpenVINO backend, predict_on_batch), tf-whole-rows "
-        "(TensorFlow without inference in parts of the rows, bfloat16), tf-xla (XLA-compiled, "
-        "float32), or none",
+        "(TensorFlow without inference in parts of the rows, bfloat16), tf-graph (TensorFlow's "
+        "graph where keras_vit compiles with XLA itself: x86 without AVX-512), tf-xla "
+        "(XLA-compiled, float32), or none",
     )
     add_flags(p)
     args = p.parse_args(argv)

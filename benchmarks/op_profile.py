@@ -1,7 +1,9 @@
 """Where keras_vit's inference or training time goes on TensorFlow: self time per operation type.
 
 The model runs as the inference benchmark runs keras_vit (one tf.function on TensorFlow's own
-kernels, as Keras' `model.predict` on a CPU), or with --step=train as the trainers' training
+kernels, as Keras' `model.predict` on a CPU; on an x86 CPU without AVX-512, where keras_vit
+compiles that call with XLA itself, its "TF graph" row, traced without: XLA's fusions have no
+per-operation statistics), or with --step=train as the trainers' training
 step (benchmarks.train: the `python -m trainers.finetune` defaults with
 --mixed_precision=bfloat16, or =none for --dtype=float32); a few calls are traced, and the
 trace's per-op statistics are summed by operation type and grouped: matrix products, casts,
@@ -141,8 +143,9 @@ def main(argv=None):
         name = shared.trainer_name(config)
         step = shared.trainer_step(config, 1)
     else:
-        name = inference.contestant_name("keras_vit", args.dtype)
-        step = inference.keras_step("keras_vit", shape, args.image_size, args.batch_size, args.dtype)
+        kind = inference.ON_GRAPH if inference.runs_in(inference.ON_GRAPH, args.dtype) else "keras_vit"
+        name = inference.contestant_name(kind, args.dtype)
+        step = inference.local_step(kind, shape, args.image_size, args.batch_size, args.dtype)
     step(), step()  # compile and warm up outside the trace
     with tempfile.TemporaryDirectory() as logdir:
         totals = op_stats(step, args.calls, logdir)

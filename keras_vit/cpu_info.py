@@ -53,7 +53,7 @@ def flags():
 
 def has_avx512():
     """Whether this CPU has AVX-512 (its foundation, avx512f): oneDNN's bfloat16 kernels need it,
-    and without it XLA ran float32 inference faster (keras_vit/xla_inference.py)."""
+    and without it XLA ran inference faster (keras_vit/xla_inference.py)."""
     return "avx512f" in flags()
 
 

@@ -19,6 +19,8 @@ import signal_stack
 from benchmark_runs import FRAMEWORK_VARIABLE, TINY, read_json, run_benchmark, table_rows, timm_installed
 from fixtures import shared_fake_tfds
 
+from keras_vit import xla_inference
+
 # This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
 os.environ[FRAMEWORK_VARIABLE] = "tf"
 
@@ -108,10 +110,10 @@ def test_inference_measures_ours_and_keras_hub_in_bfloat16(results):
     data = read_json(results / "inference.json")
     rows = table_rows(data)
     assert [(r["contestant"], r["dtype"]) for r in rows] == [
-        # bfloat16 runs on TensorFlow's own kernels (XLA's CPU backend has no fast bfloat16 matmul).
         ("keras_vit TF", "bfloat16"),
         ("keras_vit TF, whole rows", "bfloat16"),
-        ("keras-hub TF", "bfloat16"),
+        # keras-hub's bfloat16 on TensorFlow's own kernels where the CPU has AVX-512, else XLA.
+        ("keras-hub TF+XLA" if xla_inference.cpu_prefers_xla() else "keras-hub TF", "bfloat16"),
     ]
     ours, whole_rows, peer = rows
     for row in (whole_rows, peer):
@@ -275,23 +277,6 @@ def _spy_on_the_benchmarks_tf_functions(monkeypatch):
     return compiled
 
 
-def test_only_keras_hub_and_the_xla_runtime_compile_and_only_in_float32():
-    # The rule behind the rows' names: keras-hub's fastest mode is XLA in float32, keras_vit's
-    # row is what Keras' predict runs on a CPU, and XLA's CPU backend is slow in bfloat16.
-    uses_xla = {
-        (k, d): inference.keras_uses_xla(k, d)
-        for k in ("keras_vit", inference.ON_XLA, "keras-hub")
-        for d in ("float32", "bfloat16")
-    }
-    assert [key for key, xla in uses_xla.items() if xla] == [
-        (inference.ON_XLA, "float32"),
-        ("keras-hub", "float32"),
-    ]
-    assert not inference.runs_in(inference.ON_XLA, "bfloat16")
-    assert inference.contestant_name("keras_vit", "float32") == "keras_vit TF"
-    assert inference.contestant_name("keras-hub", "bfloat16") == "keras-hub TF"
-
-
 @pytest.mark.slow
 def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
     """As a command: keras_vit on Keras' PyTorch and OpenVINO backends (a child process serving
@@ -361,27 +346,6 @@ def test_runtimes_timm_and_memory_in_their_own_processes(tmp_path):
         assert 0 < row["above_imports_mb"] < row["peak_mb"] < harness.peak_rss_mb() + 2000, row
 
 
-def test_the_whole_rows_contestant_is_traced_with_the_row_parts_switched_off(monkeypatch):
-    # The row the gain of keras_vit.row_parts is read against: its trace must see the switch
-    # off, keras_vit's own trace on, and the switch must not stay off for what runs after.
-    from keras_vit import row_parts
-
-    seen = []
-    real = row_parts.count
-    monkeypatch.setattr(row_parts, "count", lambda *a: seen.append(row_parts.enabled()) or real(*a))
-    monkeypatch.delenv(row_parts.SWITCH, raising=False)
-    shape = flops.shape("ViT-Ti_16", num_layers=1)
-    for kind in ("keras_vit", inference.WHOLE_ROWS):
-        inference.local_step(kind, shape, 32, 1, "bfloat16")()
-    assert seen == [True, False]
-    assert row_parts.SWITCH not in os.environ
-    # A run started with the switch set keeps its own setting after.
-    monkeypatch.setenv(row_parts.SWITCH, "off")
-    inference.local_step(inference.WHOLE_ROWS, shape, 32, 1, "bfloat16")
-    assert os.environ[row_parts.SWITCH] == "off"
-    assert not inference.runs_in(inference.WHOLE_ROWS, "float32")  # the table's bfloat16 rows only
-
-
 def test_the_timed_rounds_start_after_every_contestant_has_run_once_more_after_the_builds():
     # Catches the first contestant's first timed round taking the time that the builds leave
     # behind them (here: its first call after the other's build sleeps).
@@ -405,21 +369,6 @@ def test_the_timed_rounds_start_after_every_contestant_has_run_once_more_after_t
     times = harness.interleave([contestant("a", 2), contestant("b", 0)], repeats=2, min_seconds=0)
     assert calls == ["a", "b", "a", "b", "a", "b", "a", "b"]
     assert max(times["a"]) < 0.1 and len(times["a"]) == len(times["b"]) == 2
-
-
-def test_bad_flags_are_one_line_errors(capsys):
-    with pytest.raises(SystemExit, match="--cases entry 'ViT-B_16': write VARIANT:IMAGE_SIZE"):
-        inference.main(["--cases=ViT-B_16"])
-    with pytest.raises(SystemExit, match="unknown peer 'pytorch'"):
-        inference.main(["--cases=ViT-Ti_16:32", "--peers=pytorch"])
-    with pytest.raises(SystemExit, match="--dtypes=float16: choose float32 and/or bfloat16"):
-        inference.main(["--cases=ViT-Ti_16:32", "--dtypes=float16", "--peers=none"])
-    with pytest.raises(
-        SystemExit,
-        match="unknown runtime 'tflite': choose from torch, onnxruntime, openvino, keras-openvino, "
-        "tf-whole-rows, tf-xla or none",
-    ):
-        inference.main(["--cases=ViT-Ti_16:32", "--peers=none", "--runtimes=tflite"])
 
 
 @pytest.mark.slow  # 19 s: a child on PyTorch
