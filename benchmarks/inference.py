@@ -40,7 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import contestants  # noqa: E402, I001  (first: it imports PyTorch before TensorFlow)
 from benchmarks import flops, harness, peak, shared  # noqa: E402
-from keras_vit import commands, cpu_info, xla_inference  # noqa: E402
+from keras_vit import commands, cpu_info, row_parts, xla_inference  # noqa: E402
 
 NUM_CLASSES = 1000
 OURS = "keras_vit TF"
@@ -74,6 +74,8 @@ RUNTIMES = {
     "tf-graph": (ON_GRAPH, ()),
     "tf-xla": (ON_XLA, ()),
 }
+# keras_vit's rows with one of its own paths off while the call is traced: kind -> the path's switch.
+SWITCHED_OFF = {WHOLE_ROWS: row_parts.SWITCH, ON_GRAPH: xla_inference.SWITCH}
 # The child process that runs keras_vit on Keras' PyTorch backend (harness.ChildServer).
 TORCH_CHILD_ENV = {"KERAS_BACKEND": "torch", contestants.CHILD_FRAMEWORK: "torch"}
 # The one that runs it on Keras' OpenVINO backend.
@@ -314,12 +316,8 @@ def local_step(kind, shape, image_size, batch, dtype):
         return keras_torch_step(shape, image_size, batch, dtype)
     if kind == ON_KERAS_OPENVINO:
         return keras_openvino_step(shape, image_size, batch, dtype)
-    if kind == WHOLE_ROWS:
-        from keras_vit import row_parts
-
-        return keras_step("keras_vit", shape, image_size, batch, dtype, switched_off=row_parts.SWITCH)
-    if kind == ON_GRAPH:
-        return keras_step("keras_vit", shape, image_size, batch, dtype, switched_off=xla_inference.SWITCH)
+    if kind in SWITCHED_OFF:
+        return keras_step("keras_vit", shape, image_size, batch, dtype, switched_off=SWITCHED_OFF[kind])
     return keras_step(kind, shape, image_size, batch, dtype)
 
 
