@@ -267,6 +267,13 @@ def framework_of(kind, keras="tf"):
     return {ON_ONNX: "onnxruntime", ON_OPENVINO: "openvino", ON_KERAS_OPENVINO: "openvino"}.get(kind, keras)
 
 
+def profiled_kind(dtype):
+    """keras_vit's contestant whose operations a profile sees for `dtype`: its own call or, where
+    keras_vit compiles that call with XLA (whose fusions show neither TensorFlow's operations nor
+    oneDNN's kernels), the same call on TensorFlow's graph."""
+    return ON_GRAPH if runs_in(ON_GRAPH, dtype) else "keras_vit"
+
+
 def contestant_name(kind, dtype):
     """The contestant's name with the mode it runs in for `dtype`."""
     if kind == "keras-hub" and not keras_uses_xla(kind, dtype):

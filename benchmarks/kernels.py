@@ -6,9 +6,11 @@ convolution, reorder, ...), its implementation with the instruction set it was b
 (brg_matmul:avx512_core_bf16 on AVX-512 BF16; avx512_core_amx on an AMX Xeon), the data types,
 the shapes and the milliseconds. Each side runs in a child process of its own (the variable is
 read when oneDNN loads): keras_vit's training step as `python -m trainers.finetune` builds it
-(benchmarks.train) or its inference (benchmarks.inference), and timm's in the dtype keras_vit's
-step runs in (bfloat16 under torch.autocast in training). After two warm-up steps the lines of
-`--steps` steps are summed per kernel and per matmul shape. Operations outside oneDNN
+(benchmarks.train) or its inference (benchmarks.inference; on an x86 CPU without AVX-512, where
+keras_vit compiles that call with XLA, whose products are XLA's own and print no line, its "TF
+graph" row, traced without), and timm's in the dtype keras_vit's step runs in (bfloat16 under
+torch.autocast in training). After two warm-up steps the lines of `--steps` steps are summed per
+kernel and per matmul shape. Operations outside oneDNN
 (TensorFlow's own element-wise ops and casts, PyTorch's layer norm) print no line:
 `python -m benchmarks.op_profile --step=train` has TensorFlow's whole op table. The times are
 wall times inside each kernel: on a loaded machine compare the shares and the kernels, not ms.
@@ -154,8 +156,16 @@ def _build(args, shape):
         return train.timm_step(shape, args.image_size, args.batch_size, 1, compiled=False, dtype=dtype)
     dtype = args.inference_dtype
     if args.child == "tf":
-        return inference.keras_step("keras_vit", shape, args.image_size, args.batch_size, dtype)
+        kind = inference.profiled_kind(dtype)
+        return inference.local_step(kind, shape, args.image_size, args.batch_size, dtype)
     return inference.timm_step("timm-eager", shape, args.image_size, args.batch_size, dtype)
+
+
+def side_name(framework, args):
+    """The contestant whose kernels `framework`'s side shows."""
+    if framework == "tf" and args.step == "inference":
+        return inference.contestant_name(inference.profiled_kind(args.inference_dtype), args.inference_dtype)
+    return FRAMEWORKS[framework]
 
 
 def run_side(framework, argv):
@@ -208,7 +218,7 @@ def main(argv=None):
     data = harness.result("kernels", argv, settings)
     kernel_rows, matmul_rows = [], []
     for framework in args.frameworks:
-        name = FRAMEWORKS[framework]
+        name = side_name(framework, args)
         # Not harness.missing_peer alone: the sides run in children, so TensorFlow here is no bar.
         absent = [m for m in harness.PEER_MODULES["timm"] if importlib.util.find_spec(m) is None]
         if framework == "torch" and absent:

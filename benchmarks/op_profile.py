@@ -143,7 +143,7 @@ def main(argv=None):
         name = shared.trainer_name(config)
         step = shared.trainer_step(config, 1)
     else:
-        kind = inference.ON_GRAPH if inference.runs_in(inference.ON_GRAPH, args.dtype) else "keras_vit"
+        kind = inference.profiled_kind(args.dtype)
         name = inference.contestant_name(kind, args.dtype)
         step = inference.local_step(kind, shape, args.image_size, args.batch_size, args.dtype)
     step(), step()  # compile and warm up outside the trace

@@ -10,8 +10,8 @@ from benchmark_runs import FRAMEWORK_VARIABLE, read_json, table_rows
 # This process loaded TensorFlow first (conftest.py): the benchmarks must leave PyTorch out.
 os.environ[FRAMEWORK_VARIABLE] = "tf"
 
-from benchmarks import kernels, op_profile  # noqa: E402
-from keras_vit import onednn_graph  # noqa: E402
+from benchmarks import flops, inference, kernels, op_profile  # noqa: E402
+from keras_vit import onednn_graph, xla_inference  # noqa: E402
 
 
 def test_op_types_fall_into_their_groups():
@@ -20,6 +20,22 @@ def test_op_types_fall_into_their_groups():
     assert op_profile.group("Cast") == "cast"
     assert op_profile.group("Tanh") == "element-wise and other"
     assert op_profile.group("_MklNativeConv2DBackpropFilter") == "matmul"  # the patch embedding's gradient
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+def test_the_inference_kernels_are_those_of_keras_vits_call_on_tensorflows_graph(monkeypatch, avx512):
+    # Where keras_vit compiles its inference call with XLA (an x86 CPU without AVX-512), oneDNN
+    # prints no line for it: the tf side must then run the call on TensorFlow's graph, under that
+    # row's name, as op_profile does; elsewhere keras_vit's own call.
+    monkeypatch.setattr(xla_inference, "cpu_prefers_xla", lambda: not avx512)
+    built = []
+    monkeypatch.setattr(inference, "local_step", lambda kind, *rest: built.append(kind))
+    args = kernels.parse_args(["--step=inference", "--inference_dtype=float32", "--child=tf"])
+    kernels._build(args, flops.shape("ViT-Ti_16", num_layers=1))
+    expected = "keras_vit" if avx512 else inference.ON_GRAPH
+    assert built == [expected] and inference.profiled_kind("bfloat16") == expected
+    assert kernels.side_name("tf", args) == ("keras_vit TF" if avx512 else "keras_vit TF graph")
+    assert kernels.side_name("torch", args) == "timm eager"
 
 
 # Lines as TensorFlow's oneDNN (v1, "src:bf16") and PyTorch's sgemm ("src_f32") print them.
