@@ -51,9 +51,20 @@ def _ours_config(kind, args):
     return shared.finetune_config(args.variant, args.image_size, args.batch_size, args.num_layers, **settings)
 
 
-def kind_dtype(kind, args):
-    if kind in OURS or kind == JAX:
-        return shared.trainer_mode(_ours_config(kind, args))[1]
+def our_modes(args):
+    """{keras_vit's kind: (row name, compute dtype)}, each decided once as a run decides it (each
+    decision builds a run's strategy)."""
+    return {kind: shared.trainer_mode(_ours_config(kind, args)) for kind in (*OURS, JAX)}
+
+
+def kind_dtype(kind, modes):
+    """The compute dtype of `kind`'s row: keras_vit's from `modes` (our_modes), a peer's from its kind."""
+    if kind in modes:
+        return modes[kind][1]
+    return peer_dtype(kind)
+
+
+def peer_dtype(kind):
     return "bfloat16" if kind.endswith("-bfloat16") else "float32"
 
 
@@ -115,14 +126,15 @@ def build(kind, args, steps):
     if kind == JAX:
         return jax_trainer.step(*_jax_args(args, steps))
     shape = flops.shape(args.variant, num_layers=args.num_layers)
-    dtype = kind_dtype(kind, args)
+    dtype = peer_dtype(kind)
     if kind.startswith("keras-hub"):
         return keras_hub_step(shape, args.image_size, args.batch_size, steps, dtype)
     compiled = kind.startswith("timm-compile")
     return timm_step(shape, args.image_size, args.batch_size, steps, compiled=compiled, dtype=dtype)
 
 
-def names(args):
+def names(args, modes):
+    """{kind: the row's label}, keras_vit's from `modes` (our_modes) with the flags that chose it."""
     defaults = "finetune defaults" + (
         "" if args.mixed_precision == "auto" else f", --mixed_precision={args.mixed_precision}"
     )
@@ -131,23 +143,22 @@ def names(args):
         "keras_vit-xla": "--jit_compile=true",
         "keras_vit-float32": "--mixed_precision=none --jit_compile=false",
     }
-    ours = {kind: f"{shared.trainer_name(_ours_config(kind, args))} ({why[kind]})" for kind in OURS}
-    ours[JAX] = f"{shared.trainer_name(_ours_config(JAX, args))} (trainers.finetune --engine=jax)"
+    why[JAX] = "trainers.finetune --engine=jax"
+    ours = {kind: f"{modes[kind][0]} ({why[kind]})" for kind in (*OURS, JAX)}
     return {**ours, **PEER_LABELS}
 
 
-def chosen_kinds(args, peers):
-    """keras_vit's defaults, then each forced setting whose mode no row before it has, then the same
-    trainer on the jax engine (where it can run), then the peers in float32 and, where the
-    defaults chose bfloat16, in bfloat16 too."""
-    mode = {kind: shared.trainer_mode(_ours_config(kind, args)) for kind in OURS}
+def chosen_kinds(args, peers, modes):
+    """keras_vit's defaults, then each forced setting whose mode (in `modes`, our_modes) no row
+    before it has, then the same trainer on the jax engine (where it can run), then the peers in
+    float32 and, where the defaults chose bfloat16, in bfloat16 too."""
     first_of_mode = {}
     for kind in OURS:
-        first_of_mode.setdefault(mode[kind], kind)
+        first_of_mode.setdefault(modes[kind], kind)
     kinds = list(first_of_mode.values())
     if args.jax_engine == "true" and not jax_trainer.missing():
         kinds.append(JAX)
-    suffixes = [""] + (["-bfloat16"] if mode["keras_vit"][1] == "bfloat16" else [])
+    suffixes = [""] + (["-bfloat16"] if modes["keras_vit"][1] == "bfloat16" else [])
     if "keras-hub" in peers:
         kinds += [f"keras-hub{s}" for s in suffixes]
     if "timm" in peers:
@@ -221,9 +232,9 @@ def child(argv):
     print(json.dumps({"peak_mb": harness.peak_rss_mb(), "above_imports_mb": harness.peak_rss_mb() - base}))
 
 
-def measure(args, kinds, dtypes):
-    """The timed rows of `kinds` (ours first), each with its compute dtype from `dtypes`."""
-    label = names(args)
+def measure(args, kinds, dtypes, label):
+    """The timed rows of `kinds` (ours first), each named by `label` with its compute dtype from
+    `dtypes`."""
     shape = flops.shape(args.variant, num_layers=args.num_layers)
     per_image = flops.train_step(args.image_size, **shape, num_classes=shared.NUM_CLASSES)
     entrants = [
@@ -278,15 +289,16 @@ def main(argv=None):
     data = harness.result("train", argv, {**settings, "steps_per_call": args.steps_per_call})
     data["notes"] += notes
     skipped = peak.without_fast_kernels(rates)
-    # The rows and their compute dtypes, decided here once for the notes and the timing (each
-    # decision builds a run's strategy); a peer without a fast kernel for its dtype is left out,
-    # with the note why.
-    kinds = chosen_kinds(args, chosen)
-    dtypes = {k: kind_dtype(k, args) for k in kinds}
+    # The rows, their names and compute dtypes, decided here once for the notes, the timing and
+    # the memory; a peer without a fast kernel for its dtype is left out, with the note why.
+    modes = our_modes(args)
+    label = names(args, modes)
+    kinds = chosen_kinds(args, chosen, modes)
+    dtypes = {k: kind_dtype(k, modes) for k in kinds}
     wanted = {(framework_of(k), dtypes[k]) for k in kinds if k not in OURS}
     data["notes"] += [note for key, note in skipped.items() if key in wanted]
     kinds = [k for k in kinds if k in OURS or (framework_of(k), dtypes[k]) not in skipped]
-    rows = measure(args, kinds, dtypes)
+    rows = measure(args, kinds, dtypes, label)
     data["matmul_peak_flops"] = rates = peak.best(
         rates, peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
     )
@@ -302,7 +314,7 @@ def main(argv=None):
             harness.section(
                 "Peak memory, training (each in its own process)",
                 MEMORY_COLUMNS,
-                memory_rows(kinds, argv, names(args)),
+                memory_rows(kinds, argv, label),
             )
         )
     harness.finish(data, args.out, start)

@@ -162,7 +162,8 @@ def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16
     monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"amx_bf16"}))
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     args = train.parse(["--variant=ViT-Ti_16", "--image_size=224", "--timm_modes=eager"])
-    kinds = train.chosen_kinds(args, ["keras-hub", "timm"])
+    modes = train.our_modes(args)
+    kinds = train.chosen_kinds(args, ["keras-hub", "timm"], modes)
     assert kinds == [
         "keras_vit",
         "keras_vit-xla",
@@ -173,13 +174,13 @@ def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16
         "timm-eager",
         "timm-eager-bfloat16",
     ]
-    label = train.names(args)
+    label = train.names(args, modes)
     assert label["keras_vit"] == "keras_vit Trainer TF bfloat16 (finetune defaults)"
     # Forcing XLA on CPU makes auto choose float32 (XLA has no fast bfloat16 matmul there).
     assert label["keras_vit-xla"] == "keras_vit Trainer TF+XLA (--jit_compile=true)"
     # The jax engine always compiles with XLA, so its auto precision is XLA's choice too.
     assert label["keras_vit-jax"] == "keras_vit Trainer JAX+XLA (trainers.finetune --engine=jax)"
-    assert [train.kind_dtype(k, args) for k in kinds] == [
+    assert [train.kind_dtype(k, modes) for k in kinds] == [
         "bfloat16",
         "float32",
         "float32",
@@ -192,8 +193,9 @@ def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16
     # Without the instructions the defaults stay float32, with XLA (the XLA row would repeat
     # them: the other keras_vit row is float32 without XLA), and the peers are float32 only.
     monkeypatch.setattr(cpu_info, "flags", lambda: frozenset())
-    assert train.names(args)["keras_vit"] == "keras_vit Trainer TF+XLA (finetune defaults)"
-    assert train.chosen_kinds(args, ["keras-hub", "timm"]) == [
+    modes = train.our_modes(args)
+    assert train.names(args, modes)["keras_vit"] == "keras_vit Trainer TF+XLA (finetune defaults)"
+    assert train.chosen_kinds(args, ["keras-hub", "timm"], modes) == [
         "keras_vit",
         "keras_vit-float32",
         "keras_vit-jax",
@@ -201,7 +203,7 @@ def test_train_adds_float32_and_bfloat16_peers_where_the_defaults_chose_bfloat16
         "timm-eager",
     ]
     no_jax = train.parse(["--variant=ViT-Ti_16", "--image_size=224", "--jax_engine=false"])
-    assert "keras_vit-jax" not in train.chosen_kinds(no_jax, [])
+    assert "keras_vit-jax" not in train.chosen_kinds(no_jax, [], train.our_modes(no_jax))
 
 
 @pytest.mark.slow
