@@ -16,6 +16,7 @@ names, not types, so it is an estimate: a method of the same name as a helper is
 import ast
 import collections
 import os
+import signal
 import sys
 
 STARTERS = {
@@ -127,4 +128,7 @@ def main(folder, collected_file):
 
 
 if __name__ == "__main__":
+    # Read through `| head`: end as a shell tool does when its reader goes away, without Python's
+    # BrokenPipeError traceback.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main(*sys.argv[1:])
