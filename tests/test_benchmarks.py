@@ -6,7 +6,9 @@ on Keras' PyTorch backend run in child processes, where PyTorch can load before 
 (benchmarks/contestants.py).
 """
 
+import contextlib
 import gc
+import io
 import os
 import re
 import shutil
@@ -61,16 +63,18 @@ def results(tmp_path_factory):
             *common,
         ]
     )
-    train.main(
-        [
-            "--image_size=32",
-            "--batch_size=4",
-            "--steps_per_call=1",
-            "--memory=false",
-            f"--out={out}/train.json",
-            *common,
-        ]
-    )
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        train.main(
+            [
+                "--image_size=32",
+                "--batch_size=4",
+                "--steps_per_call=1",
+                "--memory=false",
+                f"--out={out}/train.json",
+                *common,
+            ]
+        )
+    (out / "train_stdout.txt").write_text(printed.getvalue(), encoding="utf-8")
     input_pipeline.main(
         [
             "--image_size=32",
@@ -141,6 +145,12 @@ def test_train_uses_the_finetune_defaults_and_names_their_mode(results):
     assert jax_row["contestant"] == "keras_vit Trainer JAX+XLA (trainers.finetune --engine=jax)"
     assert jax_row["fraction_of_peak"] > 0 and jax_row["dtype"] == "float32"
     assert rows[-1]["ours_over_this"] == pytest.approx(rows[0]["images_per_s"] / rows[-1]["images_per_s"])
+    # Each row's rate is printed as soon as the rows are timed, before the table at the end (a
+    # run with memory rows goes on for minutes after them).
+    printed = (results / "train_stdout.txt").read_text(encoding="utf-8").splitlines()
+    timed = next(i for i, line in enumerate(printed) if line.startswith("timed: "))
+    assert printed[timed] == "timed: " + ", ".join(f"{r['contestant']} {r['images_per_s']:.1f}" for r in rows)
+    assert timed < next(i for i, line in enumerate(printed) if line.startswith("Training step"))
 
 
 def test_keras_hub_s_fit_is_timed_without_a_tf_data_teardown_per_call():
