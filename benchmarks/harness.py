@@ -453,6 +453,12 @@ def described_peaks(measured):
     )
 
 
+def print_rates(label, rows):
+    """One line, "label: contestant 12.3, ...", printed as soon as rows are timed: a run's tables
+    come only at its end."""
+    print(f"{label}: " + ", ".join(f"{r['contestant']} {r['images_per_s']:.1f}" for r in rows), flush=True)
+
+
 def finish(data, path, start):
     """Prints the tables and notes, writes the JSON (with the run's wall time)."""
     data["wall_s"] = round(time.perf_counter() - start, 1)

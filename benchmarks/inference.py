@@ -402,7 +402,7 @@ def case_rows(entrants, times, case, batch, flops_per_image, steps=1, **fields):
     ours = next(r for r in found if r["ours"])
     for r in found:
         r["ours_over_this"] = None if r["ours"] else ours["images_per_s"] / r["images_per_s"]
-    print(f"{case}: " + ", ".join(f"{r['contestant']} {r['images_per_s']:.1f}" for r in found), flush=True)
+    harness.print_rates(case, found)
     return found
 
 

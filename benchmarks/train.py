@@ -299,8 +299,7 @@ def main(argv=None):
     data["notes"] += [note for key, note in skipped.items() if key in wanted]
     kinds = [k for k in kinds if k in OURS or (framework_of(k), dtypes[k]) not in skipped]
     rows = measure(args, kinds, dtypes, label)
-    # The rates as soon as they are known: the memory rows after them take minutes more.
-    print("timed: " + ", ".join(f"{r['contestant']} {r['images_per_s']:.1f}" for r in rows), flush=True)
+    harness.print_rates("timed", rows)  # the memory rows after them take minutes more
     data["matmul_peak_flops"] = rates = peak.best(
         rates, peak.measure(frameworks, n=args.matmul_size, min_seconds=min(0.2, args.min_seconds))
     )
