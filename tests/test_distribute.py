@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from trainer_cli import free_ports
 
-from trainers import data, distribute
+from trainers import data, distribute, preemption, rendezvous
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,7 +45,9 @@ def test_auto_without_accelerators_is_the_cpu():
 
 
 def test_more_cpu_devices_than_tensorflow_started_with():
-    # The test session split the CPU in two at start-up; TensorFlow cannot be re-split afterwards.
+    # The test session split the CPU in two at start-up; TensorFlow cannot be re-split once its
+    # runtime has started, which listing the devices does (the test ran alone failed without it).
+    assert len(tf.config.list_logical_devices("CPU")) == 2
     with pytest.raises(distribute.StrategyError) as e:
         distribute.create_strategy("cpu", cpu_devices=3)
     assert "--cpu_devices=3 but TensorFlow already started with 2 CPU device(s)" in one_line(e)
@@ -151,14 +153,25 @@ def test_multi_worker_on_cpu_has_one_replica_per_worker(monkeypatch):
     assert "--cpu_devices>1 does not apply to --strategy=multi_worker on CPU" in one_line(e)
 
 
-def test_ctrl_c_ends_the_wait_for_the_clusters_processes_and_the_wait_is_said(monkeypatch, capsys):
+def test_the_processes_meet_before_tensorflow_s_wait_which_ctrl_c_ends_and_the_wait_is_said(
+    monkeypatch, capsys
+):
     """The strategy waits in TensorFlow's native code, holding the GIL, for every process of
     TF_CONFIG to start: a worker that never started left the others silent for an hour, and
     neither Ctrl-C nor SIGTERM stopped them (Python's handlers cannot run there; only kill -9
-    did). During the wait SIGINT is at the system's default, which ends the process (checked by
-    hand: exit status 130 at once); the handler is put back after it."""
+    did). The processes now meet first in Python (trainers/rendezvous.py: the chief first, then
+    the workers, so process 0 is the chief) and the signals stop that wait; during TensorFlow's
+    own wait SIGINT is at the system's default, which ends the process (checked by hand: exit
+    status 130 at once); the handler is put back after it."""
     cluster = {"chief": ["host-a:2222"], "worker": ["host-b:2222", "host-c:2222"]}
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
+    met = []
+    monkeypatch.setattr(
+        rendezvous,
+        "meet",
+        # Where a signal would stop the command at once (no run reads the flags there).
+        lambda processes, index, **kwargs: met.append((processes, index, kwargs, preemption._unread())),
+    )
     during = []
 
     def strategy_in_the_wait():
@@ -168,13 +181,22 @@ def test_ctrl_c_ends_the_wait_for_the_clusters_processes_and_the_wait_is_said(mo
     monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", strategy_in_the_wait)
     before = signal.getsignal(signal.SIGINT)
     assert before is not signal.SIG_DFL
-    assert distribute.create_strategy("multi_worker") == "strategy"
+    with preemption.watching(reads=True):  # a run's, as the trainers create their strategy
+        assert distribute.create_strategy("multi_worker") == "strategy"
     assert during == [signal.SIG_DFL]
     assert signal.getsignal(signal.SIGINT) is before
     assert capsys.readouterr().out == (
         "cluster: worker 1 of TF_CONFIG (host-c:2222) waits for its 3 processes to start; "
-        "Ctrl-C stops the wait\n"
+        "Ctrl-C or SIGTERM stops the wait, which gives up after 300 s\n"
     )
+    assert met == [
+        (
+            ["host-a:2222", "host-b:2222", "host-c:2222"],
+            2,
+            {"tasks": ["chief 0", "worker 0", "worker 1"]},
+            True,
+        )
+    ]
 
 
 _WORKER = textwrap.dedent("""

@@ -93,10 +93,18 @@ def test_joining_a_cluster_says_what_it_waits_for_and_how_long(monkeypatch, caps
     """jax.distributed.initialize waits for every process of TF_CONFIG to start: a process that
     never started held the others silent for five minutes, after which JAX's client ended them
     with its own fatal error. The wait is now said first, with its limit, past which the process
-    ends with its one-line error (trainers/join_deadline.py), a minute before JAX's limit."""
+    ends with its one-line error (trainers/join_deadline.py), a minute before JAX's limit. The
+    processes meet first in Python (trainers/rendezvous.py), where signals stop the wait."""
     import jax
 
-    from trainers import jax_distribute, join_deadline
+    from trainers import jax_distribute, join_deadline, preemption, rendezvous
+
+    met = []
+    monkeypatch.setattr(
+        rendezvous,
+        "meet",
+        lambda processes, index, **kwargs: met.append((processes, index, kwargs, preemption._unread())),
+    )
 
     limits = []
     real_limit = join_deadline.ends_the_process_after
@@ -113,18 +121,20 @@ def test_joining_a_cluster_says_what_it_waits_for_and_how_long(monkeypatch, caps
     joined = []
     monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: joined.append(kwargs))
     monkeypatch.setattr(jax_distribute, "_CLUSTER", {"coordinator": "", "names": []})
-    jax_distribute._initialize()
+    with preemption.watching(reads=True):  # a run's: signals stop the meeting at once all the same
+        jax_distribute._initialize()
     assert joined[0]["initialization_timeout"] == jax_distribute.JAX_JOIN_TIMEOUT_S == 360
     assert (joined[0]["coordinator_address"], joined[0]["process_id"]) == ("host-a:2222", 2)
     assert capsys.readouterr().out == (
         "cluster: worker 2 of TF_CONFIG (host-c:2222) waits for its 3 processes to start; "
-        "Ctrl-C twice stops the wait, which gives up after 300 s\n"
+        "Ctrl-C or SIGTERM stops the wait, which gives up after 300 s\n"
     )
+    assert met == [(workers, 2, {"tasks": ["worker 0", "worker 1", "worker 2"]}, True)]
     assert limits == [
         (
             jax_distribute.JOIN_TIMEOUT_S,
-            "--strategy=multi_worker: the cluster of TF_CONFIG did not form within 300 s: start each of "
-            "its 3 processes, with the same TF_CONFIG but its own task.index, and check that each "
-            "reaches process 0 at host-a:2222",
+            "--strategy=multi_worker: JAX's cluster did not form within 300 s after its 3 processes "
+            "had started: check that each still runs and reaches process 0 at host-a:2222, then "
+            "rerun them all",
         )
     ]

@@ -82,6 +82,28 @@ def test_where_no_run_reads_the_flags_sigterm_stops_at_once_and_a_run_turns_it_i
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_wait_before_anything_is_saved_stops_at_once_inside_a_run(capsys):
+    """A run's cluster forming (trainers/rendezvous.py) has nothing to save, so a signal there
+    stops the command at once rather than being noted for a first step that cannot come; one
+    noted just before the wait stops it as the wait begins. The run reads the flags again after."""
+    with preemption.watching(reads=True) as signals:
+        with pytest.raises(preemption.Stopped), preemption.stops_at_once():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        with pytest.raises(preemption.Stopped), preemption.stops_at_once():
+            pass  # the flag the SIGTERM above left: as the block begins
+        signals.signalled = signals.interrupted = False
+        with pytest.raises(KeyboardInterrupt), preemption.stops_at_once():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        signals.signalled = signals.interrupted = False
+        os.kill(os.getpid(), signal.SIGTERM)  # the run again: only noted
+        time.sleep(0.1)
+        assert signals.signalled
+    time.sleep(0.2)  # the interrupt watcher's thread has read the Ctrl-C
+    assert "Ctrl-C: stopping at the next step boundary" not in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "signum, code, line",

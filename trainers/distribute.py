@@ -17,7 +17,7 @@ import signal
 import tensorflow as tf
 from absl import logging
 
-from trainers import preemption
+from trainers import preemption, rendezvous
 from trainers.errors import StrategyError
 
 # --strategy's values; the jax engine's mesh (trainers/jax_distribute.py) takes the same.
@@ -179,32 +179,42 @@ def _multi_worker_strategy(cpu_devices):
             "in one process"
         )
     logging.info("Multi-worker: %d workers, this is %s %s", len(workers), task["type"], task["index"])
-    line = cluster_wait_line(config["cluster"], task["type"], int(task["index"]), "Ctrl-C stops the wait")
-    print(line, flush=True)
+    cluster, index = config["cluster"], int(task["index"])
+    print(cluster_wait_line(cluster, task["type"], index), flush=True)
+    tasks = [(kind, i) for kind in ("chief", "worker") for i in range(len(cluster.get(kind) or []))]
+    # Every process up before TensorFlow's own wait, which no signal or limit of ours can end.
+    with preemption.stops_at_once():
+        rendezvous.meet(
+            [cluster[kind][i] for kind, i in tasks],
+            tasks.index((task["type"], index)),
+            tasks=[f"{kind} {i}" for kind, i in tasks],
+        )
     with _ctrl_c_ends_the_wait():
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     preemption.reclaim_signals()  # the cluster's runtime took SIGTERM for itself
     return strategy
 
 
-def cluster_wait_line(cluster, task_type, index, stops):
+def cluster_wait_line(cluster, task_type, index):
     """What each process of a cluster says before it waits for the others to start (both
     engines): the cluster forms only once every process of TF_CONFIG has, so a process that never
-    starts holds the others there. `stops`: what ends the wait, on that engine."""
+    starts holds the others there, until the limit (trainers/rendezvous.py)."""
     processes = sum(len(cluster.get(kind) or []) for kind in ("chief", "worker"))
     return (
         f"cluster: {task_type} {index} of TF_CONFIG ({cluster[task_type][index]}) waits for its "
-        f"{processes} processes to start; {stops}"
+        f"{processes} processes to start; Ctrl-C or SIGTERM stops the wait, which gives up after "
+        f"{rendezvous.JOIN_TIMEOUT_S} s"
     )
 
 
 @contextlib.contextmanager
 def _ctrl_c_ends_the_wait():
     """Ctrl-C at the operating system's default while the strategy waits for every process of
-    the cluster to start (a worker that never starts: an hour, TensorFlow's default): the wait
-    runs in TensorFlow's native code, holding the GIL, so no Python handler can run before it
-    returns. The process then ends at once, as SIGINT ends a program, with nothing yet written.
-    (TensorFlow takes SIGTERM for itself as the wait begins, and keeps it until it returns.)"""
+    the cluster (all of them reported to process 0 first, so the wait is short, unless one died
+    since: then up to an hour, TensorFlow's default): the wait runs in TensorFlow's native code,
+    holding the GIL, so no Python handler can run before it returns. The process then ends at
+    once, as SIGINT ends a program, with nothing yet written. (TensorFlow takes SIGTERM for
+    itself as the wait begins, and keeps it until it returns.)"""
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
     except ValueError:  # not the main thread: no handler of ours to lift

@@ -39,7 +39,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from keras_vit import startup
-from trainers import join_deadline, preemption
+from trainers import join_deadline, preemption, rendezvous
 from trainers.distribute import STRATEGIES, Processes, cluster_wait_line, host_of
 from trainers.errors import StrategyError
 
@@ -126,12 +126,12 @@ def _keep_tensorflow_off_accelerators():
 # them has sent no heartbeat for this long: left above trainers/peer_watch.py's LOST_AFTER_S, so
 # the run's own line comes first.
 HEARTBEAT_TIMEOUT_S = 100
-# How long a process waits for the others to start (jax.distributed.initialize's default, said in
-# the line printed before the wait); past it the process ends with its one-line error
-# (trainers/join_deadline.py). JAX's own limit is set a minute later: its client would end the
-# process with a fatal error of its own (exit status 134), which its public API cannot turn into
-# an exception.
-JOIN_TIMEOUT_S = 300
+# How long JAX's own wait for the cluster may take once every process has reported to process 0
+# (trainers/rendezvous.py: one that died since leaves the others there); past it the process ends
+# with its one-line error (trainers/join_deadline.py). JAX's own limit is set a minute later: its
+# client would end the process with a fatal error of its own (exit status 134), which its public
+# API cannot turn into an exception.
+JOIN_TIMEOUT_S = rendezvous.JOIN_TIMEOUT_S
 JAX_JOIN_TIMEOUT_S = JOIN_TIMEOUT_S + 60
 # The cluster this process joined: the coordinator's "host:port" and the processes' addresses.
 _CLUSTER = {"coordinator": "", "names": []}
@@ -155,9 +155,14 @@ def _initialize():
             index = int(config["task"]["index"])
             if not isinstance(workers, list) or not 0 <= index < len(workers):
                 raise ValueError("task.index does not name one of cluster.worker")
-            # The first Ctrl-C is noted for the run's first step boundary (trainers/preemption.py).
-            stops = f"Ctrl-C twice stops the wait, which gives up after {JOIN_TIMEOUT_S} s"
-            print(cluster_wait_line({"worker": workers}, "worker", index, stops), flush=True)
+            print(cluster_wait_line({"worker": workers}, "worker", index), flush=True)
+            # Every process up before JAX's own wait, which no signal of ours can end.
+            with preemption.stops_at_once():
+                rendezvous.meet(
+                    workers,
+                    index,
+                    tasks=[f"worker {i}" for i in range(len(workers))],
+                )
             with join_deadline.ends_the_process_after(JOIN_TIMEOUT_S, _never_formed(workers)):
                 jax.distributed.initialize(
                     coordinator_address=workers[0],
@@ -172,6 +177,8 @@ def _initialize():
             # The address JAX found (TPU pods, SLURM): public only as its state's field.
             found = getattr(jax_distributed_state.global_state, "coordinator_address", None)
             _CLUSTER.update(coordinator=found or "", names=[])
+    except StrategyError:  # the processes' meeting's own line
+        raise
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         raise StrategyError(
             f"--strategy=multi_worker could not join the cluster ({type(e).__name__}: "
@@ -181,11 +188,12 @@ def _initialize():
 
 
 def _never_formed(workers):
-    """The one-line error of a process whose cluster did not form within JOIN_TIMEOUT_S."""
+    """The one-line error of a process whose JAX cluster did not form within JOIN_TIMEOUT_S
+    after all its processes had met (one of them died since, or cannot reach process 0)."""
     return (
-        f"--strategy=multi_worker: the cluster of TF_CONFIG did not form within {JOIN_TIMEOUT_S} s: "
-        f"start each of its {len(workers)} processes, with the same TF_CONFIG but its own task.index, "
-        f"and check that each reaches process 0 at {workers[0]}"
+        f"--strategy=multi_worker: JAX's cluster did not form within {JOIN_TIMEOUT_S} s after its "
+        f"{len(workers)} processes had started: check that each still runs and reaches process 0 "
+        f"at {workers[0]}, then rerun them all"
     )
 
 

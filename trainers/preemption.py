@@ -61,6 +61,7 @@ class _Signals:
         self.previous = {}
         self.watcher = None
         self.kept = False  # a command's handlers, left in place until the process ends
+        self.raised = False  # a Ctrl-C stopped the command at once (no acknowledgement then)
 
 
 _SIGNALS = _Signals()
@@ -82,7 +83,7 @@ def watching(reads=True, whole_process=False):
     state = _SIGNALS
     early = []
     if state.depth == 0 and not state.kept:
-        state.signalled = state.interrupted = False
+        state.signalled = state.interrupted = state.raised = False
         # What came while the command was importing (trainers/early_signals.py).
         early = early_signals.take()
         state.signalled = bool(early)
@@ -158,10 +159,26 @@ def _on_sigterm(signum, frame):
 def _on_sigint(signum, frame):
     _SIGNALS.signalled = _SIGNALS.interrupted = True
     if _unread():
+        _SIGNALS.raised = True  # the watcher may see this Ctrl-C after the block it ended
         raise KeyboardInterrupt
     if _SIGNALS.watcher is None:  # interactive: say it here, and leave a second one to the session
         _acknowledge()
         signal.signal(signal.SIGINT, _SIGNALS.previous.get(signal.SIGINT) or signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def stops_at_once():
+    """A block where SIGTERM and Ctrl-C stop the command at once, as while it starts, even inside
+    a run that reads the flags: a wait in Python before the run has anything to save (its
+    cluster forming, trainers/rendezvous.py), which a flag read at the first step would not end.
+    A signal already noted stops it as the block begins."""
+    if _SIGNALS.signalled and _SIGNALS.depth:
+        raise KeyboardInterrupt if _SIGNALS.interrupted else Stopped()
+    readers, _SIGNALS.readers = _SIGNALS.readers, 0
+    try:
+        yield
+    finally:
+        _SIGNALS.readers = readers
 
 
 def stopped_line():
@@ -286,7 +303,7 @@ class _InterruptWatcher:
                 if signum == signal.SIGINT:
                     self._count += 1
                     if self._count == 1:
-                        if _SIGNALS.readers:  # else the handler stops the command at once
+                        if _SIGNALS.readers and not _SIGNALS.raised:  # else it stops at once
                             _acknowledge()
                     else:
                         print("Ctrl-C again: stopped without saving", file=sys.stderr, flush=True)
