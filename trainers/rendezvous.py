@@ -16,7 +16,9 @@ have reported, `{"error": ...}` for a process refused, `{"timeout": ...}` (who n
 at the limit. Process 0 keeps each connection open until then, so a process
 that dies while waiting is forgotten at once (its kernel closes the connection) and waited for
 again. The reporting side closes first, so no connection of process 0's port lingers in TIME_WAIT
-when its engine binds it.
+when its engine binds it (the engines' gRPC servers would bind through one all the same, as
+TensorFlow's did when tried; a stranger's connection, which process 0 closes at its limit,
+leaves one).
 """
 
 import hashlib
