@@ -223,11 +223,12 @@ def test_export_memory_grows_with_the_weights_not_with_the_weights_times_the_blo
     # where four runs gave 600 MB, 8.5 bytes a byte), while a converter that copies per block is
     # over the bound at every run. The lower bound's faults are not noise: no second measure.
     layers = GROWTH_LAYERS[format]
+    bound = layers / 2
     found = export_memory.growth(format, layers=layers)
-    if found.get("per_weight_byte", 0) >= layers / 2:
+    if found.get("per_weight_byte", 0) >= bound:
         found = {**export_memory.growth(format, layers=layers), "first": found}
     assert "error" not in found, found
-    assert 0.5 < found["per_weight_byte"] < layers / 2, found
+    assert 0.5 < found["per_weight_byte"] < bound, found
 
 
 def _main(capsys, *argv):
