@@ -6,11 +6,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from trainer_cli import free_ports
+from tensorflow.python.eager import context
+from trainer_cli import TINY_DIGITS_FLAGS, _env, free_ports
 
 from trainers import data, distribute, preemption, rendezvous
 
@@ -153,8 +156,17 @@ def test_multi_worker_on_cpu_has_one_replica_per_worker(monkeypatch):
     assert "--cpu_devices>1 does not apply to --strategy=multi_worker on CPU" in one_line(e)
 
 
+@pytest.fixture
+def runtime(monkeypatch):
+    """A TensorFlow runtime of its own in place of the process's, whose coordination service the
+    strategy's creation configures (the process's own is started already, for the other tests)."""
+    own = context.Context()
+    monkeypatch.setattr(distribute.context, "context", lambda: own)
+    return own
+
+
 def test_the_processes_meet_before_tensorflow_s_wait_which_ctrl_c_ends_and_the_wait_is_said(
-    monkeypatch, capsys
+    monkeypatch, capsys, runtime
 ):
     """The strategy waits in TensorFlow's native code, holding the GIL, for every process of
     TF_CONFIG to start: a worker that never started left the others silent for an hour, and
@@ -197,6 +209,105 @@ def test_the_processes_meet_before_tensorflow_s_wait_which_ctrl_c_ends_and_the_w
             True,
         )
     ]
+
+
+def _cluster_of_three(monkeypatch):
+    cluster = {"chief": ["host-a:2222"], "worker": ["host-b:2222", "host-c:2222"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
+    monkeypatch.setattr(rendezvous, "meet", lambda processes, index, **kwargs: None)
+
+
+def test_tensorflow_s_own_wait_ends_at_the_limit_with_one_line(monkeypatch, runtime):
+    """After the meeting at process 0, a process that died before TensorFlow's own wait was
+    complete left the others waiting in native code for the coordination service's default hour.
+    The service the strategy would make is configured first, with the meeting's limit on the
+    registration and a barrier to register with (without the barrier process 0, the leader,
+    waited on past the limit: tried with real processes, and tested below); the strategy's
+    DeadlineExceededError at the limit is the command's one-line error."""
+    _cluster_of_three(monkeypatch)
+    seen = []
+
+    def strategy_past_the_limit():
+        seen.append(runtime.coordination_service)
+        raise tf.errors.DeadlineExceededError(None, None, "Barrier timed out. Id: [Init]Wait_for_all_tasks")
+
+    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", strategy_past_the_limit)
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy("multi_worker")
+    assert one_line(e) == (
+        "--strategy=multi_worker: TensorFlow's cluster did not form within 300 s after its 3 "
+        "processes had started: check that each still runs and reaches chief 0 at host-a:2222, "
+        "then rerun them all"
+    )
+    (service,) = seen
+    assert service.service_type == "standalone"
+    assert service.service_leader == "/job:chief/replica:0/task:0"  # TensorFlow's rule: the chief
+    jobs = [(job.name, job.num_tasks) for job in service.coordinated_job_list]
+    assert jobs == [("chief", 1), ("worker", 2)]
+    assert service.cluster_register_timeout_in_ms == rendezvous.JOIN_TIMEOUT_S * 1000 == 300_000
+    assert service.cluster_register_with_barrier
+
+
+def test_a_coordination_service_configured_by_the_user_is_kept(monkeypatch, runtime):
+    _cluster_of_three(monkeypatch)
+    runtime.configure_coordination_service(service_type="standalone", heartbeat_timeout_in_ms=4000)
+    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", lambda: "strategy")
+    assert distribute.create_strategy("multi_worker") == "strategy"
+    assert runtime.coordination_service.heartbeat_timeout_in_ms == 4000
+    assert runtime.coordination_service.cluster_register_timeout_in_ms == 0
+    assert not runtime.coordination_service.cluster_register_with_barrier
+
+
+_LOWERED_LIMIT = textwrap.dedent("""
+    import sys
+    from keras_vit import commands
+    from trainers import rendezvous
+    rendezvous.JOIN_TIMEOUT_S = {limit}
+    from trainers import finetune
+    sys.argv = ["finetune", *{args!r}]
+    commands.exit_with(finetune.main)
+""")
+
+
+@pytest.mark.slow  # a trainer child on the tf engine that waits 5 s: about 20 s on 2 cores
+def test_process_0_whose_peer_died_after_the_meeting_ends_at_the_limit(tmp_path):
+    """The real wait: process 0 of two (TensorFlow's coordination service's leader) meets its
+    peer, which then stops before TensorFlow's wait (here: it never starts TensorFlow). With the
+    limit lowered to 5 s, process 0 ends with the one-line error and exit status 2, nothing
+    written, where it waited for an hour before (and past the limit without the barrier)."""
+    workers = [f"localhost:{p}" for p in free_ports(2)]
+    tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}}
+    workdir = str(tmp_path / "run")
+    args = ["--strategy=multi_worker", f"--workdir={workdir}", *TINY_DIGITS_FLAGS]
+    peer_met = []
+
+    def peer_that_stops_after_the_meeting():
+        rendezvous.meet(workers, 1, timeout_s=120)
+        peer_met.append(time.monotonic())
+
+    peer = threading.Thread(target=peer_that_stops_after_the_meeting, daemon=True)
+    peer.start()
+    env = _env({"TF_CONFIG": json.dumps(tf_config)})
+    del env["TF_CPP_MIN_LOG_LEVEL"]  # the trainers' own: TensorFlow's lines hidden
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOWERED_LIMIT.format(limit=5, args=args)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    ended = time.monotonic()
+    peer.join(5)
+    assert peer_met, "the peer never met process 0"
+    assert 5 <= ended - peer_met[0] < 60, ended - peer_met[0]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr == (
+        "finetune: error: --strategy=multi_worker: TensorFlow's cluster did not form within 5 s "
+        f"after its 2 processes had started: check that each still runs and reaches worker 0 at "
+        f"{workers[0]}, then rerun them all\n"
+    ), proc.stderr[-3000:]
+    assert not os.path.exists(workdir)
 
 
 _WORKER = textwrap.dedent("""

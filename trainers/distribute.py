@@ -16,6 +16,9 @@ import signal
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+from tensorflow.python.distribute import multi_worker_util
+from tensorflow.python.eager import context
 
 from trainers import preemption, rendezvous
 from trainers.errors import StrategyError
@@ -182,17 +185,62 @@ def _multi_worker_strategy(cpu_devices):
     cluster, index = config["cluster"], int(task["index"])
     print(cluster_wait_line(cluster, task["type"], index), flush=True)
     tasks = [(kind, i) for kind in ("chief", "worker") for i in range(len(cluster.get(kind) or []))]
-    # Every process up before TensorFlow's own wait, which no signal or limit of ours can end.
+    # Every process up before TensorFlow's own wait, which no signal of ours can end (only its
+    # own limit, set below).
     with preemption.stops_at_once():
         rendezvous.meet(
             [cluster[kind][i] for kind, i in tasks],
             tasks.index((task["type"], index)),
             tasks=[f"{kind} {i}" for kind, i in tasks],
         )
-    with _ctrl_c_ends_the_wait():
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    limit_tensorflow_s_wait(cluster, rendezvous.JOIN_TIMEOUT_S)
+    try:
+        with _ctrl_c_ends_the_wait():
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    except tf.errors.DeadlineExceededError:
+        raise StrategyError(_never_formed(cluster, tasks)) from None
     preemption.reclaim_signals()  # the cluster's runtime took SIGTERM for itself
     return strategy
+
+
+def limit_tensorflow_s_wait(cluster, seconds):
+    """Configures, before the strategy does, the coordination service it would configure (the
+    same leader, by TensorFlow's own rule, and the same jobs), with a limit of `seconds` on the
+    wait for every process to register with it.
+
+    Without it a process that died after the meeting at process 0, before TensorFlow's own wait
+    was complete, left the others there for an hour (the service's default), deaf to SIGTERM. The
+    limit alone ends only the processes that register with another: process 0, the service's
+    leader, registers with itself at once and then waited on regardless; registering with a
+    barrier makes its wait end at the limit too. Both end with DeadlineExceededError. A service
+    the user configured already is left as it is."""
+    runtime = context.context()
+    if runtime.coordination_service is not None:
+        return
+    spec = tf.train.ClusterSpec(cluster)
+    runtime.configure_coordination_service(
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(spec),
+        coordinated_jobs=[
+            coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+            for job in ("chief", "worker")
+            if job in spec.jobs
+        ],
+        cluster_register_timeout_in_ms=int(seconds * 1000),
+    )
+    runtime.coordination_service.cluster_register_with_barrier = True
+
+
+def _never_formed(cluster, tasks):
+    """The one-line error of a process whose cluster TensorFlow did not form within the limit
+    after all its processes had met at process 0 (one of them stopped since, or cannot reach
+    process 0's port)."""
+    kind, first = tasks[0]
+    return (
+        f"--strategy=multi_worker: TensorFlow's cluster did not form within "
+        f"{rendezvous.JOIN_TIMEOUT_S} s after its {len(tasks)} processes had started: check that "
+        f"each still runs and reaches {kind} {first} at {cluster[kind][first]}, then rerun them all"
+    )
 
 
 def cluster_wait_line(cluster, task_type, index):
@@ -211,7 +259,7 @@ def cluster_wait_line(cluster, task_type, index):
 def _ctrl_c_ends_the_wait():
     """Ctrl-C at the operating system's default while the strategy waits for every process of
     the cluster (all of them reported to process 0 first, so the wait is short, unless one died
-    since: then up to an hour, TensorFlow's default): the wait runs in TensorFlow's native code,
+    since: then up to the limit, `limit_tensorflow_s_wait`): the wait runs in TensorFlow's native code,
     holding the GIL, so no Python handler can run before it returns. The process then ends at
     once, as SIGINT ends a program, with nothing yet written. (TensorFlow takes SIGTERM for
     itself as the wait begins, and keeps it until it returns.)"""

@@ -1,8 +1,9 @@
 """The processes of a TF_CONFIG cluster meet in Python before either engine's own wait.
 
 TensorFlow's MultiWorkerMirroredStrategy and `jax.distributed.initialize` each wait in native code
-for every process of the cluster to start: TensorFlow for up to an hour and deaf to SIGTERM, JAX
-until its limit, where its client ends the process with a fatal error of its own. So each process
+for every process of the cluster to start: TensorFlow deaf to SIGTERM (for up to an hour by its
+default; trainers/distribute.py sets the limit of this meeting), JAX until its limit, where its
+client ends the process with a fatal error of its own. So each process
 first reports to process 0 on process 0's own TF_CONFIG port, and process 0 answers all of them
 once every one has reported; then process 0 closes the port, which its engine's server binds next,
 and each engine's wait finds every process up. This wait is Python's: SIGTERM and Ctrl-C stop it
