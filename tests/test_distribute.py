@@ -248,6 +248,32 @@ def test_tensorflow_s_own_wait_ends_at_the_limit_with_one_line(monkeypatch, runt
     assert service.cluster_register_with_barrier
 
 
+def test_a_process_whose_own_port_another_program_holds_ends_with_one_line(monkeypatch, runtime):
+    """TensorFlow's server binds the process's own TF_CONFIG port after the meeting, which checks
+    only process 0's: a port held by another program was a traceback ending in `UnknownError:
+    Could not start gRPC server` (exit status 1; TensorFlow's error, as a held port gave it, tried
+    by hand on a one-process cluster). Another UnknownError is not taken for it."""
+    _cluster_of_three(monkeypatch)
+
+    def strategy_whose_server_cannot_bind():
+        raise tf.errors.UnknownError(None, None, "Could not start gRPC server")
+
+    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", strategy_whose_server_cannot_bind)
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy("multi_worker")
+    assert one_line(e) == (
+        "--strategy=multi_worker: worker 1 (host-c:2222) cannot listen on port 2222: another "
+        "program holds it; stop it or give TF_CONFIG a free port, then rerun every process"
+    )
+
+    def strategy_with_another_fault():
+        raise tf.errors.UnknownError(None, None, "something else")
+
+    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", strategy_with_another_fault)
+    with pytest.raises(tf.errors.UnknownError, match="something else"):
+        distribute.create_strategy("multi_worker")
+
+
 def test_a_coordination_service_configured_by_the_user_is_kept(monkeypatch, runtime):
     _cluster_of_three(monkeypatch)
     runtime.configure_coordination_service(service_type="standalone", heartbeat_timeout_in_ms=4000)

@@ -199,6 +199,10 @@ def _multi_worker_strategy(cpu_devices):
             strategy = tf.distribute.MultiWorkerMirroredStrategy()
     except tf.errors.DeadlineExceededError:
         raise StrategyError(_never_formed(cluster, tasks)) from None
+    except tf.errors.UnknownError as e:
+        if _GRPC_NOT_STARTED not in str(e):
+            raise
+        raise StrategyError(_port_held(cluster[task["type"]][index], f"{task['type']} {index}")) from None
     preemption.reclaim_signals()  # the cluster's runtime took SIGTERM for itself
     return strategy
 
@@ -229,6 +233,21 @@ def limit_tensorflow_s_wait(cluster, seconds):
         cluster_register_timeout_in_ms=int(seconds * 1000),
     )
     runtime.coordination_service.cluster_register_with_barrier = True
+
+
+# TensorFlow's error when its server cannot bind the process's TF_CONFIG port.
+_GRPC_NOT_STARTED = "Could not start gRPC server"
+
+
+def _port_held(address, name):
+    """The one-line error of a process whose own TF_CONFIG port another program holds:
+    TensorFlow's server binds it only after the meeting (which checks process 0's port alone),
+    and said no more than `UnknownError: Could not start gRPC server`, in a traceback."""
+    port = rendezvous.split_address(address)[1]
+    return (
+        f"--strategy=multi_worker: {name} ({address}) cannot listen on port {port}: another "
+        "program holds it; stop it or give TF_CONFIG a free port, then rerun every process"
+    )
 
 
 def _never_formed(cluster, tasks):
