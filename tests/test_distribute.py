@@ -217,6 +217,23 @@ def _cluster_of_three(monkeypatch):
     monkeypatch.setattr(rendezvous, "meet", lambda processes, index, **kwargs: None)
 
 
+def _strategy_raising(monkeypatch, error, runtime=None, seen=None):
+    """The one-line error of `create_strategy("multi_worker")` for worker 1 of a chief and two
+    workers where creating TensorFlow's strategy raises `error`; `seen` gets the coordination
+    service configured by then."""
+    _cluster_of_three(monkeypatch)
+
+    def strategy_that_raises():
+        if seen is not None:
+            seen.append(runtime.coordination_service)
+        raise error
+
+    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", strategy_that_raises)
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy("multi_worker")
+    return one_line(e)
+
+
 def test_tensorflow_s_own_wait_ends_at_the_limit_with_one_line(monkeypatch, runtime):
     """After the meeting at process 0, a process that died before TensorFlow's own wait was
     complete left the others waiting in native code for the coordination service's default hour.
@@ -224,17 +241,9 @@ def test_tensorflow_s_own_wait_ends_at_the_limit_with_one_line(monkeypatch, runt
     registration and a barrier to register with (without the barrier process 0, the leader,
     waited on past the limit: tried with real processes, and tested below); the strategy's
     DeadlineExceededError at the limit is the command's one-line error."""
-    _cluster_of_three(monkeypatch)
     seen = []
-
-    def strategy_past_the_limit():
-        seen.append(runtime.coordination_service)
-        raise tf.errors.DeadlineExceededError(None, None, "Barrier timed out. Id: [Init]Wait_for_all_tasks")
-
-    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", strategy_past_the_limit)
-    with pytest.raises(distribute.StrategyError) as e:
-        distribute.create_strategy("multi_worker")
-    assert one_line(e) == (
+    error = tf.errors.DeadlineExceededError(None, None, "Barrier timed out. Id: [Init]Wait_for_all_tasks")
+    assert _strategy_raising(monkeypatch, error, runtime, seen) == (
         "--strategy=multi_worker: TensorFlow's cluster did not form within 300 s after its 3 "
         "processes had started: check that each still runs and reaches chief 0 at host-a:2222, "
         "then rerun them all"
@@ -253,25 +262,13 @@ def test_a_process_whose_own_port_another_program_holds_ends_with_one_line(monke
     only process 0's: a port held by another program was a traceback ending in `UnknownError:
     Could not start gRPC server` (exit status 1; TensorFlow's error, as a held port gave it, tried
     by hand on a one-process cluster). Another UnknownError is not taken for it."""
-    _cluster_of_three(monkeypatch)
-
-    def strategy_whose_server_cannot_bind():
-        raise tf.errors.UnknownError(None, None, "Could not start gRPC server")
-
-    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", strategy_whose_server_cannot_bind)
-    with pytest.raises(distribute.StrategyError) as e:
-        distribute.create_strategy("multi_worker")
-    assert one_line(e) == (
+    error = tf.errors.UnknownError(None, None, "Could not start gRPC server")
+    assert _strategy_raising(monkeypatch, error) == (
         "--strategy=multi_worker: worker 1 (host-c:2222) cannot listen on port 2222: another "
         "program holds it; stop it or give TF_CONFIG a free port, then rerun every process"
     )
-
-    def strategy_with_another_fault():
-        raise tf.errors.UnknownError(None, None, "something else")
-
-    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", strategy_with_another_fault)
     with pytest.raises(tf.errors.UnknownError, match="something else"):
-        distribute.create_strategy("multi_worker")
+        _strategy_raising(monkeypatch, tf.errors.UnknownError(None, None, "something else"))
 
 
 def test_a_coordination_service_configured_by_the_user_is_kept(monkeypatch, runtime):
