@@ -87,11 +87,21 @@ def test_processes_started_in_any_order_all_return_and_process_0_s_port_is_left_
         server.bind(("", port))
 
 
-def test_one_process_alone_does_not_listen_or_wait():
+def test_one_process_alone_does_not_wait_but_checks_its_port():
+    """A one-process cluster meets no one, but its engine binds the port next: JAX's coordinator
+    ended the process with SIGSEGV and no message where another program held it (jax 0.10.2,
+    tried by hand), TensorFlow's server with a traceback. The port is left free for the engine."""
     processes = _cluster(1)
     start = time.monotonic()
     rendezvous.meet(processes, 0, timeout_s=0.1)
     assert time.monotonic() - start < 0.1
+    port = rendezvous.split_address(processes[0])[1]
+    with socket.create_server(("", port)):
+        taken = rf"process 0 \({processes[0]}\) cannot listen on port {port} "
+        with pytest.raises(StrategyError, match=taken):
+            rendezvous.meet(processes, 0, timeout_s=5)
+    with socket.socket() as server:
+        server.bind(("", port))
 
 
 def test_a_process_that_never_starts_ends_the_others_at_the_limit_with_one_line_naming_it():

@@ -24,6 +24,7 @@ leaves one).
 
 import hashlib
 import json
+import os
 import select
 import socket
 import time
@@ -45,11 +46,14 @@ def meet(processes, index, *, tasks=None, timeout_s=None):
     ("worker 1"), for the errors. Raises StrategyError past `timeout_s` (JOIN_TIMEOUT_S where
     None) or when process 0 refuses this process. The waits are Python's, a tick at a time, so a
     signal handler that raises ends them (trainers/preemption.py stops_at_once)."""
-    if len(processes) < 2:
-        return
     timeout_s = JOIN_TIMEOUT_S if timeout_s is None else timeout_s
     tasks = tasks or [f"process {i}" for i in range(len(processes))]
     names = [f"{task} ({address})" for task, address in zip(tasks, processes)]
+    if len(processes) < 2:
+        # No one to meet, but the engine binds the port next: another program holding it is one
+        # line here, where JAX's coordinator crashed on it (SIGSEGV, no message).
+        _listen(split_address(processes[0])[1], names[0]).close()
+        return
     deadline = time.monotonic() + timeout_s
     digest = cluster_digest(processes)
     if index == 0:
@@ -130,7 +134,8 @@ def _listen(port, name):
         )
     except OSError as e:
         raise StrategyError(
-            f"--strategy=multi_worker: {name} cannot listen on port {port} ({e.strerror or e}): "
+            f"--strategy=multi_worker: {name} cannot listen on port {port} "
+            f"({os.strerror(e.errno) if e.errno else e}): "
             "another program, or another process started as process 0, holds it; stop it or "
             "give TF_CONFIG a free port"
         ) from None
