@@ -211,6 +211,12 @@ def test_the_processes_meet_before_tensorflow_s_wait_which_ctrl_c_ends_and_the_w
     ]
 
 
+def test_a_one_process_cluster_says_so_rather_than_that_it_waits():
+    assert distribute.cluster_wait_line({"worker": ["host-a:2222"]}, "worker", 0) == (
+        "cluster: worker 0 of TF_CONFIG (host-a:2222) is its only process"
+    )
+
+
 def _cluster_of_three(monkeypatch):
     cluster = {"chief": ["host-a:2222"], "worker": ["host-b:2222", "host-c:2222"]}
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))

@@ -267,6 +267,8 @@ def cluster_wait_line(cluster, task_type, index):
     engines): the cluster forms only once every process of TF_CONFIG has, so a process that never
     starts holds the others there, until the limit (trainers/rendezvous.py)."""
     processes = sum(len(cluster.get(kind) or []) for kind in ("chief", "worker"))
+    if processes == 1:  # no one to wait for
+        return f"cluster: {task_type} {index} of TF_CONFIG ({cluster[task_type][index]}) is its only process"
     return (
         f"cluster: {task_type} {index} of TF_CONFIG ({cluster[task_type][index]}) waits for its "
         f"{processes} processes to start; Ctrl-C or SIGTERM stops the wait, which gives up after "
