@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import trainer_cli
 
+from trainers.errors import StrategyError
+
 FEED_CHECK = """
 import json
 import jax
@@ -87,6 +89,59 @@ def test_more_cpu_devices_than_jax_started_with_is_one_line(feed):
         "--cpu_devices=3 but JAX started with 2 CPU device(s): pass --cpu_devices on the trainer's "
         "command line, or set XLA_FLAGS=--xla_force_host_platform_device_count=3 before JAX is imported"
     )
+
+
+def _joined(monkeypatch, tf_config):
+    """What `_initialize` gives jax.distributed.initialize and the meeting for `tf_config`."""
+    import jax
+
+    from trainers import jax_distribute, rendezvous
+
+    met, joined = [], []
+    monkeypatch.setattr(
+        rendezvous, "meet", lambda processes, index, **kwargs: met.append((processes, index, kwargs))
+    )
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: joined.append(kwargs))
+    monkeypatch.setattr(jax_distribute, "_CLUSTER", {"coordinator": "", "names": []})
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    jax_distribute._initialize()
+    return met, joined, jax_distribute._CLUSTER
+
+
+@pytest.mark.parametrize("task, process", [(("chief", 0), 0), (("worker", 0), 1), (("worker", 1), 2)])
+def test_a_chief_in_tf_config_is_process_0_as_on_the_tf_engine(monkeypatch, task, process):
+    """The jax engine read only cluster.worker and task.index: with a chief in TF_CONFIG (the
+    training guide's `worker 0 (or chief)`), the chief took worker 0's place and address, ran
+    the whole run alone as a one-process cluster, and worker 0 ended in a port clash (tried by
+    hand). Its processes are now the tf engine's, numbered as there: the chief, then the workers."""
+    cluster = {"chief": ["host-a:2222"], "worker": ["host-b:2222", "host-c:2222"]}
+    kind, index = task
+    met, joined, joined_cluster = _joined(
+        monkeypatch, {"cluster": cluster, "task": {"type": kind, "index": index}}
+    )
+    processes = ["host-a:2222", "host-b:2222", "host-c:2222"]
+    assert met == [(processes, process, {"tasks": ["chief 0", "worker 0", "worker 1"]})]
+    assert [(j["coordinator_address"], j["num_processes"], j["process_id"]) for j in joined] == [
+        ("host-a:2222", 3, process)
+    ]
+    assert joined_cluster == {"coordinator": "host-a:2222", "names": processes}
+
+
+@pytest.mark.parametrize(
+    "cluster, task",
+    [
+        ({"worker": ["host-b:2222"]}, {"type": "chief", "index": 0}),
+        ({"worker": ["host-b:2222"]}, {"type": "worker", "index": 1}),
+        ({"worker": ["host-b:2222"]}, {"type": "evaluator", "index": 0}),
+        ({"worker": "host-b:2222"}, {"type": "worker", "index": 0}),
+        (["host-b:2222"], {"type": "worker", "index": 0}),
+    ],
+)
+def test_a_task_not_in_the_cluster_is_one_line(monkeypatch, cluster, task):
+    with pytest.raises(StrategyError) as e:
+        _joined(monkeypatch, {"cluster": cluster, "task": task})
+    assert str(e.value).startswith("--strategy=multi_worker could not join the cluster (ValueError: ")
+    assert "\n" not in str(e.value)
 
 
 def test_joining_a_cluster_says_what_it_waits_for_and_how_long(monkeypatch, capsys):

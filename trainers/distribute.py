@@ -184,7 +184,7 @@ def _multi_worker_strategy(cpu_devices):
     logging.info("Multi-worker: %d workers, this is %s %s", len(workers), task["type"], task["index"])
     cluster, index = config["cluster"], int(task["index"])
     print(cluster_wait_line(cluster, task["type"], index), flush=True)
-    tasks = [(kind, i) for kind in ("chief", "worker") for i in range(len(cluster.get(kind) or []))]
+    tasks = cluster_processes(cluster)
     # Every process up before TensorFlow's own wait, which no signal of ours can end (only its
     # own limit, set below).
     with preemption.stops_at_once():
@@ -260,6 +260,12 @@ def _never_formed(cluster, tasks):
         f"{rendezvous.JOIN_TIMEOUT_S} s after its {len(tasks)} processes had started: check that "
         f"each still runs and reaches {kind} {first} at {cluster[kind][first]}, then rerun them all"
     )
+
+
+def cluster_processes(cluster):
+    """[(task type, index)] of a TF_CONFIG cluster's processes, numbered as both engines number
+    them: the chief first (process 0, which writes the run), then the workers."""
+    return [(kind, i) for kind in ("chief", "worker") for i in range(len(cluster.get(kind) or []))]
 
 
 def cluster_wait_line(cluster, task_type, index):

@@ -40,7 +40,7 @@ from jax.sharding import PartitionSpec as P
 
 from keras_vit import startup
 from trainers import join_deadline, preemption, rendezvous
-from trainers.distribute import STRATEGIES, Processes, cluster_wait_line, host_of
+from trainers.distribute import STRATEGIES, Processes, cluster_processes, cluster_wait_line, host_of
 from trainers.errors import StrategyError
 
 BATCH_AXIS = "batch"
@@ -151,27 +151,30 @@ def _initialize():
     try:
         if raw:
             config = json.loads(raw)
-            workers = config["cluster"]["worker"]
-            index = int(config["task"]["index"])
-            if not isinstance(workers, list) or not 0 <= index < len(workers):
-                raise ValueError("task.index does not name one of cluster.worker")
-            print(cluster_wait_line({"worker": workers}, "worker", index), flush=True)
+            cluster, task = config["cluster"], config["task"]
+            if not isinstance(cluster, dict) or not all(
+                isinstance(cluster.get(kind) or [], list) for kind in ("chief", "worker")
+            ):
+                raise ValueError("cluster.chief and cluster.worker must be lists of host:port")
+            # The tf engine's processes and numbering: a chief, where TF_CONFIG has one, is process 0.
+            tasks = cluster_processes(cluster)
+            if (task["type"], int(task["index"])) not in tasks:
+                raise ValueError("task does not name one of cluster.chief or cluster.worker")
+            index = tasks.index((task["type"], int(task["index"])))
+            processes = [cluster[kind][i] for kind, i in tasks]
+            print(cluster_wait_line(cluster, task["type"], int(task["index"])), flush=True)
             # Every process up before JAX's own wait, which no signal of ours can end.
             with preemption.stops_at_once():
-                rendezvous.meet(
-                    workers,
-                    index,
-                    tasks=[f"worker {i}" for i in range(len(workers))],
-                )
-            with join_deadline.ends_the_process_after(JOIN_TIMEOUT_S, _never_formed(workers)):
+                rendezvous.meet(processes, index, tasks=[f"{kind} {i}" for kind, i in tasks])
+            with join_deadline.ends_the_process_after(JOIN_TIMEOUT_S, _never_formed(processes)):
                 jax.distributed.initialize(
-                    coordinator_address=workers[0],
-                    num_processes=len(workers),
+                    coordinator_address=processes[0],
+                    num_processes=len(processes),
                     process_id=index,
                     initialization_timeout=JAX_JOIN_TIMEOUT_S,
                     heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
                 )
-            _CLUSTER.update(coordinator=workers[0], names=list(workers))
+            _CLUSTER.update(coordinator=processes[0], names=processes)
         else:
             jax.distributed.initialize(heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
             # The address JAX found (TPU pods, SLURM): public only as its state's field.
@@ -187,13 +190,13 @@ def _initialize():
         ) from None
 
 
-def _never_formed(workers):
+def _never_formed(processes):
     """The one-line error of a process whose JAX cluster did not form within JOIN_TIMEOUT_S
     after all its processes had met (one of them died since, or cannot reach process 0)."""
     return (
         f"--strategy=multi_worker: JAX's cluster did not form within {JOIN_TIMEOUT_S} s after its "
-        f"{len(workers)} processes had started: check that each still runs and reaches process 0 "
-        f"at {workers[0]}, then rerun them all"
+        f"{len(processes)} processes had started: check that each still runs and reaches process 0 "
+        f"at {processes[0]}, then rerun them all"
     )
 
 
