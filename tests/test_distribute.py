@@ -144,6 +144,20 @@ def test_bad_tf_config(monkeypatch, tf_config, message):
     assert one_line(e).startswith(message)
 
 
+def test_parameter_servers_in_tf_config_are_one_line(monkeypatch):
+    """A ps job in TF_CONFIG made TensorFlow's coordination service lead from the first
+    parameter server, which no process of --strategy=multi_worker starts: the worker waited there
+    (past 120 s when tried by hand) where it now stops at once."""
+    cluster = {"worker": ["localhost:1"], "ps": ["localhost:2"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy("multi_worker")
+    assert one_line(e).startswith(
+        "invalid TF_CONFIG (ValueError: cluster.ps lists parameter servers, which "
+        "--strategy=multi_worker does not use: list its processes under chief and worker only)"
+    )
+
+
 def test_multi_worker_on_cpu_has_one_replica_per_worker(monkeypatch):
     monkeypatch.setenv(
         "TF_CONFIG",

@@ -135,6 +135,7 @@ def test_a_chief_in_tf_config_is_process_0_as_on_the_tf_engine(monkeypatch, task
         ({"worker": ["host-b:2222"]}, {"type": "evaluator", "index": 0}),
         ({"worker": "host-b:2222"}, {"type": "worker", "index": 0}),
         (["host-b:2222"], {"type": "worker", "index": 0}),
+        ({"worker": ["host-b:2222"], "ps": ["host-p:2222"]}, {"type": "worker", "index": 0}),
     ],
 )
 def test_a_task_not_in_the_cluster_is_one_line(monkeypatch, cluster, task):

@@ -162,6 +162,7 @@ def _multi_worker_strategy(cpu_devices):
         config = json.loads(raw)
         workers = config["cluster"]["worker"]
         task = config["task"]
+        check_no_parameter_servers(config["cluster"])
         if (
             not isinstance(workers, list)
             or not workers
@@ -260,6 +261,17 @@ def _never_formed(cluster, tasks):
         f"{rendezvous.JOIN_TIMEOUT_S} s after its {len(tasks)} processes had started: check that "
         f"each still runs and reaches {kind} {first} at {cluster[kind][first]}, then rerun them all"
     )
+
+
+def check_no_parameter_servers(cluster):
+    """ValueError where a TF_CONFIG cluster lists parameter servers: neither engine's multi-worker
+    strategy has any, and TensorFlow's waited for them to join (its coordination service's leader
+    is the first of them) until its limit, then failed far from the cause."""
+    if cluster.get("ps"):
+        raise ValueError(
+            "cluster.ps lists parameter servers, which --strategy=multi_worker does not use: "
+            "list its processes under chief and worker only"
+        )
 
 
 def cluster_processes(cluster):

@@ -40,7 +40,14 @@ from jax.sharding import PartitionSpec as P
 
 from keras_vit import startup
 from trainers import join_deadline, preemption, rendezvous
-from trainers.distribute import STRATEGIES, Processes, cluster_processes, cluster_wait_line, host_of
+from trainers.distribute import (
+    STRATEGIES,
+    Processes,
+    check_no_parameter_servers,
+    cluster_processes,
+    cluster_wait_line,
+    host_of,
+)
 from trainers.errors import StrategyError
 
 BATCH_AXIS = "batch"
@@ -156,6 +163,7 @@ def _initialize():
                 isinstance(cluster.get(kind) or [], list) for kind in ("chief", "worker")
             ):
                 raise ValueError("cluster.chief and cluster.worker must be lists of host:port")
+            check_no_parameter_servers(cluster)
             # The tf engine's processes and numbering: a chief, where TF_CONFIG has one, is process 0.
             tasks = cluster_processes(cluster)
             if (task["type"], int(task["index"])) not in tasks:
