@@ -184,22 +184,14 @@ def _multi_worker_strategy(cpu_devices):
         )
     logging.info("Multi-worker: %d workers, this is %s %s", len(workers), task["type"], task["index"])
     cluster, index = config["cluster"], int(task["index"])
-    print(cluster_wait_line(cluster, task["type"], index), flush=True)
-    tasks = cluster_processes(cluster)
-    # Every process up before TensorFlow's own wait, which no signal of ours can end (only its
-    # own limit, set below).
-    with preemption.stops_at_once():
-        rendezvous.meet(
-            [cluster[kind][i] for kind, i in tasks],
-            tasks.index((task["type"], index)),
-            tasks=[f"{kind} {i}" for kind, i in tasks],
-        )
+    # TensorFlow's own wait, which no signal of ours can end, then has its own limit (below).
+    processes, _ = meet_at_process_0(cluster, task["type"], index)
     limit_tensorflow_s_wait(cluster, rendezvous.JOIN_TIMEOUT_S)
     try:
         with _ctrl_c_ends_the_wait():
             strategy = tf.distribute.MultiWorkerMirroredStrategy()
     except tf.errors.DeadlineExceededError:
-        raise StrategyError(_never_formed(cluster, tasks)) from None
+        raise StrategyError(_never_formed(cluster, processes)) from None
     except tf.errors.UnknownError as e:
         if _GRPC_NOT_STARTED not in str(e):
             raise
@@ -251,15 +243,15 @@ def _port_held(address, name):
     )
 
 
-def _never_formed(cluster, tasks):
+def _never_formed(cluster, processes):
     """The one-line error of a process whose cluster TensorFlow did not form within the limit
     after all its processes had met at process 0 (one of them stopped since, or cannot reach
     process 0's port)."""
-    kind, first = tasks[0]
+    kind, first = cluster_processes(cluster)[0]
     return (
         f"--strategy=multi_worker: TensorFlow's cluster did not form within "
-        f"{rendezvous.JOIN_TIMEOUT_S} s after its {len(tasks)} processes had started: check that "
-        f"each still runs and reaches {kind} {first} at {cluster[kind][first]}, then rerun them all"
+        f"{rendezvous.JOIN_TIMEOUT_S} s after its {len(processes)} processes had started: check "
+        f"that each still runs and reaches {kind} {first} at {processes[0]}, then rerun them all"
     )
 
 
@@ -278,6 +270,20 @@ def cluster_processes(cluster):
     """[(task type, index)] of a TF_CONFIG cluster's processes, numbered as both engines number
     them: the chief first (process 0, which writes the run), then the workers."""
     return [(kind, i) for kind in ("chief", "worker") for i in range(len(cluster.get(kind) or []))]
+
+
+def meet_at_process_0(cluster, task_type, task_index):
+    """Says what this process waits for, then meets every other process of the TF_CONFIG
+    cluster at process 0 (trainers/rendezvous.py), where SIGTERM and Ctrl-C stop the wait, before
+    either engine's own wait in native code. Returns the processes' addresses, in both engines'
+    order (`cluster_processes`), and this process's index among them."""
+    print(cluster_wait_line(cluster, task_type, task_index), flush=True)
+    tasks = cluster_processes(cluster)
+    processes = [cluster[kind][i] for kind, i in tasks]
+    index = tasks.index((task_type, task_index))
+    with preemption.stops_at_once():
+        rendezvous.meet(processes, index, tasks=[f"{kind} {i}" for kind, i in tasks])
+    return processes, index
 
 
 def cluster_wait_line(cluster, task_type, index):

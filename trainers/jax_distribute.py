@@ -45,8 +45,8 @@ from trainers.distribute import (
     Processes,
     check_no_parameter_servers,
     cluster_processes,
-    cluster_wait_line,
     host_of,
+    meet_at_process_0,
 )
 from trainers.errors import StrategyError
 
@@ -165,15 +165,10 @@ def _initialize():
                 raise ValueError("cluster.chief and cluster.worker must be lists of host:port")
             check_no_parameter_servers(cluster)
             # The tf engine's processes and numbering: a chief, where TF_CONFIG has one, is process 0.
-            tasks = cluster_processes(cluster)
-            if (task["type"], int(task["index"])) not in tasks:
+            if (task["type"], int(task["index"])) not in cluster_processes(cluster):
                 raise ValueError("task does not name one of cluster.chief or cluster.worker")
-            index = tasks.index((task["type"], int(task["index"])))
-            processes = [cluster[kind][i] for kind, i in tasks]
-            print(cluster_wait_line(cluster, task["type"], int(task["index"])), flush=True)
-            # Every process up before JAX's own wait, which no signal of ours can end.
-            with preemption.stops_at_once():
-                rendezvous.meet(processes, index, tasks=[f"{kind} {i}" for kind, i in tasks])
+            # JAX's own wait, which no signal of ours can end, then has the trainer's limit.
+            processes, index = meet_at_process_0(cluster, task["type"], int(task["index"]))
             with join_deadline.ends_the_process_after(JOIN_TIMEOUT_S, _never_formed(processes)):
                 jax.distributed.initialize(
                     coordinator_address=processes[0],
