@@ -131,17 +131,15 @@ def test_a_chief_in_tf_config_is_process_0_as_on_the_tf_engine(monkeypatch, task
     "cluster, task",
     [
         ({"worker": ["host-b:2222"]}, {"type": "chief", "index": 0}),
-        ({"worker": ["host-b:2222"]}, {"type": "worker", "index": 1}),
-        ({"worker": ["host-b:2222"]}, {"type": "evaluator", "index": 0}),
-        ({"worker": "host-b:2222"}, {"type": "worker", "index": 0}),
-        (["host-b:2222"], {"type": "worker", "index": 0}),
         ({"worker": ["host-b:2222"], "ps": ["host-p:2222"]}, {"type": "worker", "index": 0}),
     ],
 )
-def test_a_task_not_in_the_cluster_is_one_line(monkeypatch, cluster, task):
+def test_a_task_not_in_the_cluster_is_the_tf_engines_one_line(monkeypatch, cluster, task):
+    """TF_CONFIG is read by the tf engine's function (trainers/distribute.py's read_tf_config,
+    whose tests hold its refusals): the same line on both engines."""
     with pytest.raises(StrategyError) as e:
         _joined(monkeypatch, {"cluster": cluster, "task": task})
-    assert str(e.value).startswith("--strategy=multi_worker could not join the cluster (ValueError: ")
+    assert str(e.value).startswith("invalid TF_CONFIG (ValueError: ")
     assert "\n" not in str(e.value)
 
 

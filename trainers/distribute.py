@@ -150,31 +150,46 @@ def _split_cpu(count):
     return available
 
 
+# What both engines print where TF_CONFIG is missing or malformed.
+TF_CONFIG_EXAMPLE = (
+    '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", "index": 0}}'
+)
+
+
+def read_tf_config(raw):
+    """(cluster, task type, task index) of a TF_CONFIG value, the same on both engines: its
+    processes are a chief (at most one) and workers, and its task is one of them. A cluster of a
+    chief alone is a one-process run, as TensorFlow's own strategy takes it. StrategyError in one
+    line otherwise."""
+    try:
+        config = json.loads(raw)
+        cluster, task = config["cluster"], config["task"]
+        if not isinstance(cluster, dict) or not all(
+            isinstance(cluster.get(kind) or [], list) for kind in ("chief", "worker")
+        ):
+            raise ValueError("cluster.chief and cluster.worker must be lists of host:port")
+        check_no_parameter_servers(cluster)
+        if len(cluster.get("chief") or []) > 1:
+            raise ValueError("cluster.chief lists more than one process; name the others under worker")
+        task_type, index = task["type"], int(task["index"])
+        if (task_type, index) not in cluster_processes(cluster):
+            raise ValueError("task does not name one of cluster.chief or cluster.worker")
+    except (ValueError, KeyError, TypeError) as e:
+        raise StrategyError(
+            f"invalid TF_CONFIG ({type(e).__name__}: {e}): it needs cluster.chief and/or "
+            f"cluster.worker (lists of host:port) and task.type and task.index naming one of them, "
+            f"e.g. {TF_CONFIG_EXAMPLE}"
+        ) from None
+    return cluster, task_type, index
+
+
 def _multi_worker_strategy(cpu_devices):
     raw = os.environ.get("TF_CONFIG")
     if not raw:
         raise StrategyError(
-            "--strategy=multi_worker needs the TF_CONFIG environment variable, e.g. "
-            '{"cluster": {"worker": ["host1:port", "host2:port"]}, '
-            '"task": {"type": "worker", "index": 0}}'
+            f"--strategy=multi_worker needs the TF_CONFIG environment variable, e.g. {TF_CONFIG_EXAMPLE}"
         )
-    try:
-        config = json.loads(raw)
-        workers = config["cluster"]["worker"]
-        task = config["task"]
-        check_no_parameter_servers(config["cluster"])
-        if (
-            not isinstance(workers, list)
-            or not workers
-            or task["type"] not in ("worker", "chief")
-            or not 0 <= int(task["index"]) < len(config["cluster"][task["type"]])
-        ):
-            raise ValueError("task does not name one of the cluster's workers")
-    except (ValueError, KeyError, TypeError) as e:
-        raise StrategyError(
-            f"invalid TF_CONFIG ({type(e).__name__}: {e}): it needs cluster.worker "
-            f"(a list of host:port) and task.type/task.index naming one of them"
-        ) from None
+    cluster, task_type, index = read_tf_config(raw)
     if cpu_devices > 1 and not tf.config.list_physical_devices("GPU"):
         # MultiWorkerMirroredStrategy places one replica on each worker's CPU, whatever the logical split.
         raise StrategyError(
@@ -182,10 +197,9 @@ def _multi_worker_strategy(cpu_devices):
             "per worker): use --cpu_devices=1, or --strategy=cpu for several replicas "
             "in one process"
         )
-    logging.info("Multi-worker: %d workers, this is %s %s", len(workers), task["type"], task["index"])
-    cluster, index = config["cluster"], int(task["index"])
     # TensorFlow's own wait, which no signal of ours can end, then has its own limit (below).
-    processes, _ = meet_at_process_0(cluster, task["type"], index)
+    processes, _ = meet_at_process_0(cluster, task_type, index)
+    logging.info("Multi-worker: %d processes, this is %s %s", len(processes), task_type, index)
     limit_tensorflow_s_wait(cluster, rendezvous.JOIN_TIMEOUT_S)
     try:
         with _ctrl_c_ends_the_wait():
@@ -195,7 +209,7 @@ def _multi_worker_strategy(cpu_devices):
     except tf.errors.UnknownError as e:
         if _GRPC_NOT_STARTED not in str(e):
             raise
-        raise StrategyError(_port_held(cluster[task["type"]][index], f"{task['type']} {index}")) from None
+        raise StrategyError(_port_held(cluster[task_type][index], f"{task_type} {index}")) from None
     preemption.reclaim_signals()  # the cluster's runtime took SIGTERM for itself
     return strategy
 

@@ -26,7 +26,6 @@ the workdir; the others save into a temporary folder they delete (trainers/run_c
 
 import collections
 import contextlib
-import json
 import os
 import sys
 
@@ -42,11 +41,11 @@ from keras_vit import startup
 from trainers import join_deadline, preemption, rendezvous
 from trainers.distribute import (
     STRATEGIES,
+    TF_CONFIG_EXAMPLE,
     Processes,
-    check_no_parameter_servers,
-    cluster_processes,
     host_of,
     meet_at_process_0,
+    read_tf_config,
 )
 from trainers.errors import StrategyError
 
@@ -157,18 +156,10 @@ def _initialize():
     raw = os.environ.get("TF_CONFIG")
     try:
         if raw:
-            config = json.loads(raw)
-            cluster, task = config["cluster"], config["task"]
-            if not isinstance(cluster, dict) or not all(
-                isinstance(cluster.get(kind) or [], list) for kind in ("chief", "worker")
-            ):
-                raise ValueError("cluster.chief and cluster.worker must be lists of host:port")
-            check_no_parameter_servers(cluster)
             # The tf engine's processes and numbering: a chief, where TF_CONFIG has one, is process 0.
-            if (task["type"], int(task["index"])) not in cluster_processes(cluster):
-                raise ValueError("task does not name one of cluster.chief or cluster.worker")
+            cluster, task_type, task_index = read_tf_config(raw)
             # JAX's own wait, which no signal of ours can end, then has the trainer's limit.
-            processes, index = meet_at_process_0(cluster, task["type"], int(task["index"]))
+            processes, index = meet_at_process_0(cluster, task_type, task_index)
             with join_deadline.ends_the_process_after(JOIN_TIMEOUT_S, _never_formed(processes)):
                 jax.distributed.initialize(
                     coordinator_address=processes[0],
@@ -183,13 +174,13 @@ def _initialize():
             # The address JAX found (TPU pods, SLURM): public only as its state's field.
             found = getattr(jax_distributed_state.global_state, "coordinator_address", None)
             _CLUSTER.update(coordinator=found or "", names=[])
-    except StrategyError:  # the processes' meeting's own line
+    except StrategyError:  # TF_CONFIG's, or the processes' meeting's, own line
         raise
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         raise StrategyError(
             f"--strategy=multi_worker could not join the cluster ({type(e).__name__}: "
             f"{str(e).strip().splitlines()[0] if str(e).strip() else e}): set TF_CONFIG, e.g. "
-            '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", "index": 0}}'
+            f"{TF_CONFIG_EXAMPLE}"
         ) from None
 
 
