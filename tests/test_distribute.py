@@ -20,6 +20,13 @@ from trainers import data, distribute, preemption, rendezvous
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.fixture(autouse=True)
+def no_cluster_formed(monkeypatch):
+    """Each test starts as a process that has formed no multi-worker cluster: a strategy one test
+    forms (a stand-in's) would otherwise be every later test's."""
+    monkeypatch.setattr(distribute, "_FORMED", {})
+
+
 def one_line(error):
     text = str(error.value)
     assert text and "\n" not in text
@@ -186,6 +193,32 @@ def test_a_chief_alone_is_a_one_process_cluster_on_the_tf_engine_too(monkeypatch
     with pytest.raises(distribute.StrategyError, match="^met$"):
         distribute.create_strategy("multi_worker")
     assert met == [(cluster, "chief", 0)]
+
+
+def test_a_process_joins_one_cluster_and_its_later_runs_share_it(monkeypatch):
+    """TensorFlow's server holds a process's port to its end and cannot form a cluster twice: a
+    sweep under --strategy=multi_worker (a run per rate, in one process) met again for its second
+    rate, found process 0's port held by that server, and its other processes waited 300 s (tried
+    by hand with two workers). A later run now shares the first run's strategy; another TF_CONFIG
+    in the same process is one line."""
+    formed, met = [], []
+    monkeypatch.setattr(distribute, "meet_at_process_0", lambda *args: met.append(args) or (["h:1"], 0))
+    monkeypatch.setattr(distribute, "limit_tensorflow_s_wait", lambda *args: None)
+    monkeypatch.setattr(
+        tf.distribute, "MultiWorkerMirroredStrategy", lambda: formed.append(object()) or formed[-1]
+    )
+    tf_config = {"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    first = distribute.create_strategy("multi_worker")
+    assert distribute.create_strategy("multi_worker") is first
+    assert len(formed) == len(met) == 1
+    tf_config["cluster"]["worker"] = ["h:2"]
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    with pytest.raises(distribute.StrategyError) as e:
+        distribute.create_strategy("multi_worker")
+    assert one_line(e).startswith(
+        "--strategy=multi_worker: this process already joined the cluster of another"
+    )
 
 
 def test_parameter_servers_in_tf_config_are_one_line(monkeypatch):
@@ -402,11 +435,15 @@ _WORKER = textwrap.dedent("""
     import numpy as np
     sys.path.insert(0, {root!r})
     from trainers import data, distribute
-    strategy = distribute.create_strategy("multi_worker")
-    print("DESCRIBE", distribute.describe(strategy), flush=True)
+    first = distribute.create_strategy("multi_worker")
+    print("DESCRIBE", distribute.describe(first), flush=True)
     spec = data.get_spec("digits")
     out = {{}}
     for name, training in (("train", True), ("test", False)):
+        # Each pipeline as a run of its own (a sweep's rates): the second run's strategy is the
+        # first's, where it met again and found process 0's port held by TensorFlow's server.
+        strategy = distribute.create_strategy("multi_worker")
+        print("SAME", strategy is first, flush=True)
         fn = data.make_input_fn(spec, name, image_size=8, global_batch_size=6, training=training, seed=7,
                                 start_step=2 if training else 0)
         batches = []
@@ -450,6 +487,7 @@ def test_two_worker_processes_see_the_one_pipeline_global_batches():
         outputs.append(stdout)
     for stdout in outputs:
         assert "DESCRIBE MultiWorkerMirroredStrategy: 2 replica(s) on 2 worker(s)" in stdout
+        assert stdout.count("SAME True") == 2, stdout
     results = [
         json.loads(line.split(" ", 1)[1])
         for stdout in outputs

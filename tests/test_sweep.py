@@ -313,3 +313,21 @@ def test_a_sub_runs_config_stays_locked_so_a_misspelt_field_is_still_an_error():
     assert (sub.base_lr, sub.workdir, parsed.base_lr) == (0.003, "/tmp/unused/lr_0.003", "sweep")
     with pytest.raises(AttributeError, match="locked"):
         sub.bse_lr = 0.01
+
+
+@pytest.mark.parametrize("strategy, chief", [("multi_worker", False), ("multi_worker", True), ("cpu", True)])
+def test_the_summary_is_written_by_the_process_its_engine_calls_the_chief(monkeypatch, strategy, chief):
+    """The sweep read TF_CONFIG itself to choose the process that writes its summary: on the jax
+    engine, whose cluster JAX finds without TF_CONFIG (TPU pods, SLURM), no process wrote it. It
+    now asks the engine of the cluster its runs joined; a run on one process always writes it."""
+    from trainers import engines
+
+    class Engine:
+        def is_chief(self, strategy):
+            return strategy == "cluster" and chief
+
+    monkeypatch.setattr(engines, "strategy_of", lambda config: "cluster")
+    monkeypatch.setattr(engines, "of", lambda strategy: Engine())
+    config = finetune_config.get_config("digits")
+    config.strategy = strategy
+    assert sweep._is_chief(config) is chief

@@ -150,6 +150,13 @@ def _split_cpu(count):
     return available
 
 
+# The multi-worker strategy this process formed, and its TF_CONFIG. TensorFlow's server holds
+# the process's port until the process ends and cannot form a cluster twice: every later run in
+# the process (the sweep's, each rate a run) shares the first one's, as the jax engine's runs
+# share the JAX cluster it joined. A second cluster's meeting found process 0's port held by its
+# own server and the other processes waited the meeting's 300 s.
+_FORMED = {}
+
 # What both engines print where TF_CONFIG is missing or malformed.
 TF_CONFIG_EXAMPLE = (
     '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", "index": 0}}'
@@ -197,6 +204,13 @@ def _multi_worker_strategy(cpu_devices):
             "per worker): use --cpu_devices=1, or --strategy=cpu for several replicas "
             "in one process"
         )
+    if _FORMED:  # a later run of the same command: a sweep's next rate, say
+        if _FORMED["tf_config"] != raw:
+            raise StrategyError(
+                "--strategy=multi_worker: this process already joined the cluster of another "
+                "TF_CONFIG, and TensorFlow joins one per process: run the other in a process of its own"
+            )
+        return _FORMED["strategy"]
     # TensorFlow's own wait, which no signal of ours can end, then has its own limit (below).
     processes, _ = meet_at_process_0(cluster, task_type, index)
     logging.info("Multi-worker: %d processes, this is %s %s", len(processes), task_type, index)
@@ -211,6 +225,7 @@ def _multi_worker_strategy(cpu_devices):
             raise
         raise StrategyError(_port_held(cluster[task_type][index], f"{task_type} {index}")) from None
     preemption.reclaim_signals()  # the cluster's runtime took SIGTERM for itself
+    _FORMED.update(tf_config=raw, strategy=strategy)
     return strategy
 
 

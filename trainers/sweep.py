@@ -13,13 +13,12 @@ has its results.json and resumes the others from their checkpoints.
 
 import json
 import math
-import os
 
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
 from keras_vit import fileio
-from trainers import numerics, training, workdir_owner
+from trainers import engines, numerics, training, workdir_owner
 from trainers import results as results_lib
 from trainers.errors import TrainingError, UsageError
 from trainers.flags import parse_eval_splits
@@ -214,18 +213,14 @@ def _log_summary(logdir, summary):
 
 
 def _is_chief(config):
-    """The process that writes the summary: every one but the non-chief workers of --strategy=multi_worker."""
+    """The process that writes the summary: every one but process 0's peers under
+    --strategy=multi_worker, as its engine says of the cluster its runs joined (each engine forms
+    one per process). The sweep read TF_CONFIG itself before, so on the jax engine, whose cluster
+    JAX finds without one on TPU pods and SLURM, no process wrote the summary."""
     if config.strategy != "multi_worker":
         return True
-    tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-    task = tf_config.get("task", {})
-    if task.get("type") == "chief":
-        return True
-    return (
-        task.get("type") == "worker"
-        and int(task.get("index", 0)) == 0
-        and "chief" not in tf_config.get("cluster", {})
-    )
+    strategy = engines.strategy_of(config)
+    return engines.of(strategy).is_chief(strategy)
 
 
 def _read_json(path):
