@@ -4,7 +4,7 @@ import os
 
 import pytest
 from docs_standins import (
-    SHORT,
+    SHORT_TINY,
     block,
     fresh_keras,  # noqa: F401 (autouse: a fresh Keras session for each test)
     pixels,
@@ -37,7 +37,7 @@ def test_visualize_commands(registry_cache, monkeypatch, tmp_path, capsys):
     Image.fromarray(pixels(50, 90, 3).astype("uint8")).save("b.png")
     run = str(tmp_path / "run")
     pretrain, on_the_run = block("visualize-run").commands
-    code, _, err = run_command(pretrain, capsys, {"/tmp/vis_pre": run}, extra=SHORT)
+    code, _, err = run_command(pretrain, capsys, {"/tmp/vis_pre": run}, extra=SHORT_TINY)
     assert code == 0, err
     stand_ins = {"RUN": run, "/tmp/vis_pre": run, "docs/inputs/": os.path.join(ROOT, "docs", "inputs", "")}
     for index, written in enumerate([*block("visualize-commands").commands, on_the_run]):

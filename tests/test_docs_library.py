@@ -5,7 +5,7 @@ embeddings.
 import numpy as np
 import pytest
 from docs_standins import (
-    SHORT,
+    SHORT_TINY,
     block,
     fresh_keras,  # noqa: F401 (autouse: a fresh Keras session for each test)
     pixels,
@@ -67,10 +67,10 @@ def test_posemb_commands(capsys, tmp_path):
     """A sincos_2d run, then fine-tuning from its model.npz (which stores no position weights)."""
     pretrain, finetune = block("posemb-commands").commands
     places = {"/tmp/sincos": str(tmp_path / "sincos")}
-    code, _, err = run_command(pretrain, capsys, places, extra=SHORT)
+    code, _, err = run_command(pretrain, capsys, places, extra=SHORT_TINY)
     assert code == 0, err
     stored = np.load(tmp_path / "sincos" / "model.npz", allow_pickle=False).files
     assert not any("posembed" in key for key in stored)
-    code, _, err = run_command(finetune, capsys, places, extra=SHORT)
+    code, _, err = run_command(finetune, capsys, places, extra=SHORT_TINY)
     assert code == 0, err
     assert read_results(str(tmp_path / "sincos_ft"))["steps"] == 2
