@@ -174,51 +174,29 @@ def test_a_tf_config_both_engines_refuse_is_one_line_with_an_example(cluster, ta
     assert one_line(e).endswith(f"e.g. {distribute.TF_CONFIG_EXAMPLE}")
 
 
-def test_a_chief_alone_is_a_one_process_cluster_on_the_tf_engine_too(monkeypatch):
-    """The tf engine read cluster.worker alone and refused a cluster of a chief alone (`KeyError:
-    'worker'`), which TensorFlow's strategy and the jax engine run as one process: both engines
-    now read TF_CONFIG with one function (by hand afterwards: a 4-step digits run with a chief
-    alone ended with the same loss and accuracy on each engine)."""
-    cluster = {"chief": ["localhost:1"]}
-    tf_config = json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}})
-    assert distribute.read_tf_config(tf_config) == (cluster, "chief", 0)
-    met = []
-
-    def meet(*args):
-        met.append(args)
-        raise distribute.StrategyError("met")  # stop before TensorFlow's own strategy
-
-    monkeypatch.setattr(distribute, "meet_at_process_0", meet)
-    monkeypatch.setenv("TF_CONFIG", tf_config)
-    with pytest.raises(distribute.StrategyError, match="^met$"):
-        distribute.create_strategy("multi_worker")
-    assert met == [(cluster, "chief", 0)]
-
-
 def test_a_process_joins_one_cluster_and_its_later_runs_share_it(monkeypatch):
     """TensorFlow's server holds a process's port to its end and cannot form a cluster twice: a
     sweep under --strategy=multi_worker (a run per rate, in one process) met again for its second
     rate, found process 0's port held by that server, and its other processes waited 300 s (tried
     by hand with two workers). A later run now shares the first run's strategy; another TF_CONFIG
-    in the same process is one line."""
+    in the same process is one line. The cluster is a chief alone, which the tf engine refused
+    (`KeyError: 'worker'`) where TensorFlow's strategy and the jax engine run it as one process
+    (by hand afterwards: a 4-step digits run of a chief alone ended alike on both engines)."""
     formed, met = [], []
     monkeypatch.setattr(distribute, "meet_at_process_0", lambda *args: met.append(args) or (["h:1"], 0))
     monkeypatch.setattr(distribute, "limit_tensorflow_s_wait", lambda *args: None)
     monkeypatch.setattr(
         tf.distribute, "MultiWorkerMirroredStrategy", lambda: formed.append(object()) or formed[-1]
     )
-    tf_config = {"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}}
-    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    chief, worker = {"type": "chief", "index": 0}, {"type": "worker", "index": 0}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["h:1"]}, "task": chief}))
     first = distribute.create_strategy("multi_worker")
     assert distribute.create_strategy("multi_worker") is first
-    assert len(formed) == len(met) == 1
-    tf_config["cluster"]["worker"] = ["h:2"]
-    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    assert len(formed) == 1 and met == [({"chief": ["h:1"]}, "chief", 0)]
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["h:2"]}, "task": worker}))
     with pytest.raises(distribute.StrategyError) as e:
         distribute.create_strategy("multi_worker")
-    assert one_line(e).startswith(
-        "--strategy=multi_worker: this process already joined the cluster of another"
-    )
+    assert one_line(e).startswith("--strategy=multi_worker: this process already joined the cluster of")
 
 
 def test_parameter_servers_in_tf_config_are_one_line(monkeypatch):
