@@ -124,7 +124,10 @@ def test_a_chief_in_tf_config_is_process_0_as_on_the_tf_engine(monkeypatch, task
     assert [(j["coordinator_address"], j["num_processes"], j["process_id"]) for j in joined] == [
         ("host-a:2222", 3, process)
     ]
-    assert joined_cluster == {"coordinator": "host-a:2222", "names": processes}
+    assert {k: joined_cluster[k] for k in ("coordinator", "names")} == {
+        "coordinator": "host-a:2222",
+        "names": processes,
+    }
 
 
 @pytest.mark.parametrize(
@@ -192,3 +195,24 @@ def test_joining_a_cluster_says_what_it_waits_for_and_how_long(monkeypatch, caps
             "rerun them all",
         )
     ]
+
+
+def test_a_later_run_shares_the_cluster_and_another_tf_config_is_one_line(monkeypatch):
+    """A process joins one JAX cluster: a later run with the same TF_CONFIG (a sweep's next rate)
+    shares it without joining again, and one with another TF_CONFIG is the tf engine's line, where
+    it ran on silently in the first cluster."""
+    import jax
+
+    from trainers import jax_distribute
+
+    first = json.dumps({"cluster": {"worker": ["host-a:2222"]}, "task": {"type": "worker", "index": 0}})
+    joined = {"coordinator": "host-a:2222", "names": ["host-a:2222"], "tf_config": first}
+    monkeypatch.setattr(jax_distribute, "_CLUSTER", joined)
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(jax_distribute, "_initialize", lambda: pytest.fail("joined a second time"))
+    monkeypatch.setenv("TF_CONFIG", first)
+    jax_distribute._join_cluster()
+    monkeypatch.setenv("TF_CONFIG", first.replace("host-a", "host-b"))
+    with pytest.raises(StrategyError) as e:
+        jax_distribute._join_cluster()
+    assert str(e.value) == jax_distribute.ANOTHER_CLUSTER

@@ -157,6 +157,12 @@ def _split_cpu(count):
 # own server and the other processes waited the meeting's 300 s.
 _FORMED = {}
 
+# Both engines' line for a run in a process that joined the cluster of another TF_CONFIG.
+ANOTHER_CLUSTER = (
+    "--strategy=multi_worker: this process already joined the cluster of another TF_CONFIG, and "
+    "a process joins one: run the other in a process of its own"
+)
+
 # What both engines print where TF_CONFIG is missing or malformed.
 TF_CONFIG_EXAMPLE = (
     '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", "index": 0}}'
@@ -206,10 +212,7 @@ def _multi_worker_strategy(cpu_devices):
         )
     if _FORMED:  # a later run of the same command: a sweep's next rate, say
         if _FORMED["tf_config"] != raw:
-            raise StrategyError(
-                "--strategy=multi_worker: this process already joined the cluster of another "
-                "TF_CONFIG, and TensorFlow joins one per process: run the other in a process of its own"
-            )
+            raise StrategyError(ANOTHER_CLUSTER)
         return _FORMED["strategy"]
     # TensorFlow's own wait, which no signal of ours can end, then has its own limit (below).
     processes, _ = meet_at_process_0(cluster, task_type, index)

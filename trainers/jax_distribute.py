@@ -40,6 +40,7 @@ from jax.sharding import PartitionSpec as P
 from keras_vit import startup
 from trainers import join_deadline, preemption, rendezvous
 from trainers.distribute import (
+    ANOTHER_CLUSTER,
     STRATEGIES,
     TF_CONFIG_EXAMPLE,
     Processes,
@@ -146,6 +147,10 @@ _CLUSTER = {"coordinator": "", "names": []}
 def _join_cluster():
     """jax.distributed.initialize from TF_CONFIG, or from what JAX finds (TPU pods, SLURM)."""
     if jax.distributed.is_initialized():
+        # A later run of the same command (a sweep's next rate) shares the cluster; JAX, like
+        # TensorFlow, joins one per process.
+        if "tf_config" in _CLUSTER and os.environ.get("TF_CONFIG") != _CLUSTER["tf_config"]:
+            raise StrategyError(ANOTHER_CLUSTER)
         return
     _initialize()
     preemption.reclaim_signals()  # JAX's coordination client took SIGTERM for itself
@@ -168,12 +173,12 @@ def _initialize():
                     initialization_timeout=JAX_JOIN_TIMEOUT_S,
                     heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
                 )
-            _CLUSTER.update(coordinator=processes[0], names=processes)
+            _CLUSTER.update(coordinator=processes[0], names=processes, tf_config=raw)
         else:
             jax.distributed.initialize(heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
             # The address JAX found (TPU pods, SLURM): public only as its state's field.
             found = getattr(jax_distributed_state.global_state, "coordinator_address", None)
-            _CLUSTER.update(coordinator=found or "", names=[])
+            _CLUSTER.update(coordinator=found or "", names=[], tf_config=raw)
     except StrategyError:  # TF_CONFIG's, or the processes' meeting's, own line
         raise
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
