@@ -316,8 +316,8 @@ def test_a_sub_runs_config_stays_locked_so_a_misspelt_field_is_still_an_error():
 
 
 @pytest.mark.parametrize("strategy, chief", [("multi_worker", False), ("multi_worker", True), ("cpu", True)])
-def test_the_summary_is_written_by_the_process_its_engine_calls_the_chief(monkeypatch, strategy, chief):
-    """The sweep read TF_CONFIG itself to choose the process that writes its summary: on the jax
+def test_without_tf_config_the_summary_is_written_by_the_engines_chief(monkeypatch, strategy, chief):
+    """The sweep read TF_CONFIG alone to choose the process that writes its summary: on the jax
     engine, whose cluster JAX finds without TF_CONFIG (TPU pods, SLURM), no process wrote it. It
     now asks the engine of the cluster its runs joined; a run on one process always writes it."""
     from trainers import engines
@@ -326,8 +326,34 @@ def test_the_summary_is_written_by_the_process_its_engine_calls_the_chief(monkey
         def is_chief(self, strategy):
             return strategy == "cluster" and chief
 
+    monkeypatch.delenv("TF_CONFIG", raising=False)
     monkeypatch.setattr(engines, "strategy_of", lambda config: "cluster")
     monkeypatch.setattr(engines, "of", lambda strategy: Engine())
     config = finetune_config.get_config("digits")
     config.strategy = strategy
+    assert sweep._is_chief(config) is chief
+
+
+@pytest.mark.parametrize(
+    "cluster, task, chief",
+    [
+        ({"worker": ["h:1", "h:2"]}, ("worker", 0), True),
+        ({"worker": ["h:1", "h:2"]}, ("worker", 1), False),
+        ({"chief": ["h:0"], "worker": ["h:1"]}, ("chief", 0), True),
+        ({"chief": ["h:0"], "worker": ["h:1"]}, ("worker", 0), False),
+    ],
+)
+def test_with_tf_config_process_0_writes_the_summary_without_forming_the_cluster(
+    monkeypatch, cluster, task, chief
+):
+    """A finished sweep's rerun trains nothing: asking the engine would form the cluster, and a
+    rerun of one process alone (to read the summary again) would wait for the others."""
+    from trainers import engines
+
+    monkeypatch.setattr(engines, "strategy_of", lambda config: pytest.fail("formed the cluster"))
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": cluster, "task": dict(zip(("type", "index"), task))})
+    )
+    config = finetune_config.get_config("digits")
+    config.strategy = "multi_worker"
     assert sweep._is_chief(config) is chief

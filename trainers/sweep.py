@@ -13,12 +13,13 @@ has its results.json and resumes the others from their checkpoints.
 
 import json
 import math
+import os
 
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
 from keras_vit import fileio
-from trainers import engines, numerics, training, workdir_owner
+from trainers import distribute, engines, numerics, training, workdir_owner
 from trainers import results as results_lib
 from trainers.errors import TrainingError, UsageError
 from trainers.flags import parse_eval_splits
@@ -214,11 +215,16 @@ def _log_summary(logdir, summary):
 
 def _is_chief(config):
     """The process that writes the summary: every one but process 0's peers under
-    --strategy=multi_worker, as its engine says of the cluster its runs joined (each engine forms
-    one per process). The sweep read TF_CONFIG itself before, so on the jax engine, whose cluster
-    JAX finds without one on TPU pods and SLURM, no process wrote the summary."""
+    --strategy=multi_worker. Process 0 of TF_CONFIG is known without forming the cluster (a
+    finished sweep's rerun, which trains nothing, forms none); without TF_CONFIG (the jax engine
+    on TPU pods and SLURM, where JAX finds the cluster) the engine says, of the cluster its runs
+    joined. The sweep read TF_CONFIG alone before, so there no process wrote the summary."""
     if config.strategy != "multi_worker":
         return True
+    raw = os.environ.get("TF_CONFIG")
+    if raw:
+        cluster, task_type, index = distribute.read_tf_config(raw)
+        return distribute.cluster_processes(cluster)[0] == (task_type, index)
     strategy = engines.strategy_of(config)
     return engines.of(strategy).is_chief(strategy)
 
