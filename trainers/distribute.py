@@ -304,6 +304,12 @@ def cluster_processes(cluster):
     return [(kind, i) for kind in ("chief", "worker") for i in range(len(cluster.get(kind) or []))]
 
 
+def is_process_0(cluster, task_type, task_index):
+    """Whether the task is process 0 of a TF_CONFIG cluster (the chief, else worker 0): the one
+    that writes the run."""
+    return cluster_processes(cluster)[:1] == [(task_type, task_index)]
+
+
 def meet_at_process_0(cluster, task_type, task_index):
     """Says what this process waits for, then meets every other process of the TF_CONFIG
     cluster at process 0 (trainers/rendezvous.py), where SIGTERM and Ctrl-C stop the wait, before
@@ -411,9 +417,7 @@ def is_chief(strategy):
     cluster = resolver.cluster_spec().as_dict()
     if not cluster or resolver.task_type is None:
         return True
-    if resolver.task_type == "chief":
-        return True
-    return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in cluster
+    return is_process_0(cluster, resolver.task_type, resolver.task_id)
 
 
 # The processes of one run, as trainers/peer_watch.py watches them: this process's index (the
@@ -429,11 +433,11 @@ def processes(strategy):
         return None
     resolver = strategy.cluster_resolver
     jobs = resolver.cluster_spec().as_dict()
-    chiefs = list(jobs.get("chief", ()))
-    names = chiefs + list(jobs.get("worker", ()))
-    if len(names) < 2:
+    tasks = cluster_processes(jobs)
+    if len(tasks) < 2:
         return None
-    index = resolver.task_id + (len(chiefs) if resolver.task_type == "worker" else 0)
+    names = [jobs[kind][i] for kind, i in tasks]
+    index = tasks.index((resolver.task_type, resolver.task_id))
     chief = index == 0
 
     def share(value):

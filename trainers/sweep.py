@@ -224,7 +224,7 @@ def _is_chief(config):
     raw = os.environ.get("TF_CONFIG")
     if raw:
         cluster, task_type, index = distribute.read_tf_config(raw)
-        return distribute.cluster_processes(cluster)[0] == (task_type, index)
+        return distribute.is_process_0(cluster, task_type, index)
     strategy = engines.strategy_of(config)
     return engines.of(strategy).is_chief(strategy)
 
