@@ -345,9 +345,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def call(self, tokens, training=None, return_attention_scores=False):
         # In inference each projection is one 2-D matmul (keras_vit.flat_tokens): ViT-Ti/16
         # bfloat16 inference on a CPU took 1.1-1.2x less CPU time; training keeps the einsums,
-        # where the two measured level (docs/guides/benchmarks.md, "Making the defaults fast").
+        # where the two measured level on TensorFlow (docs/guides/benchmarks.md, "Making the
+        # defaults fast"), except on JAX for a CPU (`flat_tokens.in_training`).
         def project(layer, x, contracted_axes):
-            if training:
+            if training and not flat_tokens.in_training():
                 return bias_add.call(layer, x, training)
             return flat_tokens.project(layer, x, contracted_axes)
 
@@ -459,14 +460,15 @@ class MlpBlock(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None):
-        if training:
+        if training and not flat_tokens.in_training():
             return self._mlp(inputs, training)
         # In inference the tokens go in as one 2-D matrix: there Dense is a single MatMul that
         # TensorFlow's oneDNN kernels fuse with the bias add and GELU, where on (B, T, D) it is
         # a tensordot of separate ops. The same outputs (bit-identical for the ViT forward
         # pass in float32 and bfloat16, otherwise to float rounding); ViT-B/16 bfloat16
         # inference on CPU ran 1.37x faster, while a bfloat16 training step ran 0.93x as fast,
-        # so training keeps the 3-D form (docs/guides/benchmarks.md, "Making the defaults fast").
+        # so training keeps the 3-D form (docs/guides/benchmarks.md, "Making the defaults fast"),
+        # except on JAX for a CPU, where the 2-D form trained faster (`flat_tokens.in_training`).
         shape = ops.shape(inputs)
         x = self._mlp(ops.reshape(inputs, (-1, shape[-1])), training)
         return ops.reshape(x, shape)
