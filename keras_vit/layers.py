@@ -347,8 +347,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # bfloat16 inference on a CPU took 1.1-1.2x less CPU time; training keeps the einsums,
         # where the two measured level on TensorFlow (docs/guides/benchmarks.md, "Making the
         # defaults fast"), except on JAX for a CPU (`flat_tokens.in_training`).
+        flat = not training or flat_tokens.in_training()
+
         def project(layer, x, contracted_axes):
-            if training and not flat_tokens.in_training():
+            if not flat:
                 return bias_add.call(layer, x, training)
             return flat_tokens.project(layer, x, contracted_axes)
 
