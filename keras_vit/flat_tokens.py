@@ -13,8 +13,9 @@ Keras has quantized or given LoRA weights goes through its own call.
 
 import math
 
-import keras
 from keras import ops
+
+from keras_vit import jax_cpu
 
 
 def in_training():
@@ -28,11 +29,7 @@ def in_training():
     in training (its bfloat16 step ran 0.93x as fast flattened; under XLA in float32 flattened
     measured 1.04x, within the noise), and GPUs and TPUs, whose layouts differ, were not
     measured."""
-    if keras.backend.backend() != "jax":
-        return False
-    import jax
-
-    return jax.default_backend() == "cpu"
+    return jax_cpu.compiles_for_cpu()
 
 
 def project(layer, x, contracted_axes):

@@ -70,9 +70,10 @@ DELIBERATE_LAZY_IMPORTS = {
     # JAX's own attention (cuDNN's flash kernel), reached only on the JAX backend, which has
     # imported JAX already.
     ("keras_vit.fused_attention", "jax"),
-    # The platform JAX compiles for (training's flattened projections on a CPU), asked only on the
-    # JAX backend, which has imported JAX already.
-    ("keras_vit.flat_tokens", "jax"),
+    # The platform JAX compiles for (training's flattened projections and attention per head on a
+    # CPU), asked only on the JAX backend, which has imported JAX already, and that attention.
+    ("keras_vit.jax_cpu", "jax"),
+    ("keras_vit.per_head_attention", "jax"),
     # TensorFlow's threads, devices and tracing state, asked only on the TensorFlow backend,
     # which has imported TensorFlow already (inference in parts of the rows and their attention,
     # the fused layer norm, the training step's compiled GELU and layer norms, its bias adds and
