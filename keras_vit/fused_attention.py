@@ -8,11 +8,14 @@ Keras falls back to XLA's unfused attention, which writes the (B, heads, T, T) l
 and back, and logs a traceback per layer. Here such a sequence is padded by one token that the
 kernel leaves out (sequence lengths: padding, not a bias) and the padding is sliced off again:
 the same function, on the flash kernel (measured on an H100: `python -m benchmarks.accelerator`).
+On the JAX backend with a CPU attention runs one head at a time (keras_vit/per_head_attention.py).
 Every other case, every other backend and device, goes to `keras.ops.dot_product_attention`.
 """
 
 import keras
 from keras import ops
+
+from keras_vit import per_head_attention
 
 # The floating-point types cuDNN's flash kernel takes.
 _FLASH_DTYPES = ("bfloat16", "float16")
@@ -25,6 +28,8 @@ def dot_product_attention(query, key, value, bias=None):
             return padded_attention(query, key, value, implementation="cudnn")
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # cuDNN refused this shape or device: Keras picks again below
+    if per_head_attention.applies():
+        return per_head_attention.attend(query, key, value, bias=bias)
     return ops.dot_product_attention(query, key, value, bias=bias)
 
 

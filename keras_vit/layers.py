@@ -21,7 +21,6 @@ from keras_vit import (
     initializers,
     part_attention,
     patch_matmul,
-    per_head_attention,
     row_parts,
 )
 
@@ -372,10 +371,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             probs = None
             if bias is not None:
                 bias = ops.cast(bias, query.dtype)
-            if per_head_attention.applies():  # JAX's CPU code: see keras_vit/per_head_attention.py
-                context = per_head_attention.attend(query, key, value, bias=bias)
-            else:
-                context = fused_attention.dot_product_attention(query, key, value, bias=bias)
+            context = fused_attention.dot_product_attention(query, key, value, bias=bias)
         outputs = project(self.out, context, 2)
         if return_attention_scores:
             return outputs, probs

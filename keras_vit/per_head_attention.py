@@ -12,8 +12,8 @@ head on JAX's CPU").
 
 The arithmetic is Keras': the logits of each head's product in float32 (its accumulation type),
 scaled there, a bias (relative position embeddings) added, the softmax in float32, the
-probabilities cast to the values' dtype before their product. On TensorFlow, PyTorch and JAX on a
-GPU or TPU attention stays Keras' (keras_vit/fused_attention.py).
+probabilities cast to the values' dtype before their product. `fused_attention.dot_product_attention`
+takes this path where `applies`; on TensorFlow, PyTorch and JAX on a GPU or TPU it keeps its own.
 """
 
 from keras_vit import jax_cpu
@@ -27,8 +27,7 @@ def applies():
 def attend(query, key, value, bias=None):
     """softmax(Q K^T / sqrt(d) + bias) V for (B, T, heads, d) query, key and value, one head at a
     time; `bias`, if any, is (B or 1, heads or 1, T, T). A (B, T, heads, d) context in the values'
-    dtype.
-    JAX backend only."""
+    dtype. JAX backend only."""
     import jax
     import jax.numpy as jnp
 

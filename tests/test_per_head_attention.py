@@ -67,7 +67,7 @@ def test_without_a_bias_its_values_and_gradients_are_keras_attention_s():
 
 def test_bfloat16_products_keep_the_logits_and_softmax_in_float32():
     # The logits of bfloat16 queries and keys accumulate and stay in float32, as Keras' attention
-    # does; rounded to bfloat16 before the softmax they would move by up to 2e-2 here.
+    # does: a softmax in bfloat16 would show as a bfloat16 exponential in the lowered program.
     query, key, value, bias = _inputs(seed=3)
     inputs = [jnp.asarray(x, jnp.bfloat16) for x in (query, key, value, bias)]
     hlo = jax.jit(per_head_attention.attend).lower(*inputs).as_text()
