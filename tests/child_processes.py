@@ -61,6 +61,14 @@ def install(log):
     subprocess.Popen.__init__ = noted
 
 
+def note_forked(argv):
+    """Notes a child forked from tests/command_server.py's server (a process that imported
+    TensorFlow once, as the server's own start noted): a child, without an import of its own."""
+    log = os.environ.get(LOG_VARIABLE)
+    if log:
+        _note(log, kind="child", test=_current_test(), argv=[str(a) for a in argv[:4]], forked=True)
+
+
 def report(log):
     """Test cases that started a child (one that imported TensorFlow), children, TensorFlow imports."""
     lines, damaged = [], 0
@@ -77,6 +85,8 @@ def report(log):
     print(f"test cases that started a child process: {len(by_test)}")
     print(f"  of which a child imported TensorFlow: {len(importing)}")
     print(f"child processes started by tests: {len(children)}")
+    forked = sum(1 for line in children if line.get("forked"))
+    print(f"  of which forked from a process that had imported TensorFlow: {forked}")
     outside = sum(1 for line in imports if not line["test"])
     print(f"TensorFlow imports: {len(imports)} ({outside} by pytest's own processes)")
     if damaged:

@@ -20,7 +20,8 @@ def test_a_trainer_runs_under_keras_backend_jax(tmp_path):
         "--checkpoint_every=0",
         f"--workdir={tmp_path / 'run'}",
     ]
-    proc = run_child("finetune", args, env={"KERAS_BACKEND": "jax"})
+    # A fresh interpreter: the backend is chosen as the command starts, the subject here.
+    proc = run_child("finetune", args, env={"KERAS_BACKEND": "jax"}, fresh=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "final test: accuracy" in proc.stdout
 

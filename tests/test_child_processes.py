@@ -34,6 +34,8 @@ def test_the_report_counts_children_and_imports(tmp_path, capsys):
         {"kind": "child", "test": "tests/test_a.py::test_one", "argv": ["python", "-m", "trainers.finetune"]},
         {"kind": "child", "test": "tests/test_a.py::test_one", "argv": ["python", "-c", "pass"]},
         {"kind": "child", "test": "tests/test_b.py::test_two", "argv": ["python", "-c", "pass"]},
+        # Forked from tests/command_server.py's server: a child, with no import of its own.
+        {"kind": "child", "test": "tests/test_b.py::test_two", "argv": ["python", "-m"], "forked": True},
         {"kind": "tensorflow", "pid": 1, "test": "tests/test_a.py::test_one (call)"},
         {"kind": "tensorflow", "pid": 2, "test": None},
     ]
@@ -42,6 +44,7 @@ def test_the_report_counts_children_and_imports(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "test cases that started a child process: 2\n" in printed
     assert "of which a child imported TensorFlow: 1\n" in printed
-    assert "child processes started by tests: 3\n" in printed
+    assert "child processes started by tests: 4\n" in printed
+    assert "of which forked from a process that had imported TensorFlow: 1\n" in printed
     assert "TensorFlow imports: 2 (1 by pytest's own processes)\n" in printed
     assert "notes that could not be read: 1\n" in printed

@@ -24,6 +24,7 @@ import time
 import traceback
 import warnings
 
+import command_server
 import keras
 import numpy as np
 import tensorflow as tf
@@ -127,12 +128,27 @@ def load_process(folder):
         return subprocess.CompletedProcess(**json.load(f))
 
 
-def run_child(module, args, env=None, timeout=300):
+def run_child(module, args, env=None, timeout=300, fresh=False):
     """Runs `python -m trainers.<module> args` in a child process; the CompletedProcess (text).
-    Only where the process is the subject (see the module's docstring); otherwise `run_cli`."""
-    return subprocess.run(
-        command(module, args), cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=timeout
-    )
+    Only where the process is the subject (see the module's docstring); otherwise `run_cli`.
+    Forked from tests/command_server.py's process that already imported the command's libraries,
+    unless `fresh` (a new interpreter: its start is what the test checks) or the command line
+    asks for another start (command_server.key)."""
+    full_env = _env(env)
+    if fresh or command_server.key(f"trainers.{module}", args, full_env) is None:
+        return subprocess.run(
+            command(module, args), cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
+        )
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = command_server.start(f"trainers.{module}", args, full_env, out.fileno(), err.fileno())
+        try:
+            code = proc.wait(timeout)
+        finally:
+            proc.kill()
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, code, out.read(), err.read())
 
 
 def run_in_one_child(runs, env=None, timeout=600):
@@ -217,12 +233,17 @@ def _library_log_to(stream):
             handler.stream = stream
 
 
-def start_cli(module, args, env=None, log_path=None):
-    """Starts the trainer in the background with its output going to log_path."""
-    log = open(log_path, "w") if log_path else subprocess.DEVNULL
-    return subprocess.Popen(
-        command(module, args), cwd=ROOT, env=_env(env), stdout=log, stderr=subprocess.STDOUT, text=True
-    )
+def start_cli(module, args, env=None, log_path=None, fresh=False):
+    """Starts the trainer in the background with its output going to log_path; forked as
+    run_child's child is, unless `fresh`."""
+    full_env = _env(env)
+    if fresh or command_server.key(f"trainers.{module}", args, full_env) is None:
+        log = open(log_path, "w") if log_path else subprocess.DEVNULL
+        return subprocess.Popen(
+            command(module, args), cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
+    with open(log_path or os.devnull, "w") as log:
+        return command_server.start(f"trainers.{module}", args, full_env, log.fileno(), log.fileno())
 
 
 def error_line(proc, module="finetune"):
