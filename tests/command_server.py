@@ -2,26 +2,31 @@
 
 A `python -m trainers.finetune ...` child spends its first ~5 s of CPU importing TensorFlow,
 Keras and JAX, the same for every command. Where the test's subject is what the running command
-does as a process (a signal, a kill, a cluster of processes), `start` forks that process from a
-server that did those imports once, as that command's start does them, and runs the command's
-module as `__main__` there: the child is a process of its own (its pid, signals, exit status,
-output), started without the import. Where the subject is the start itself (what a fresh
-interpreter prints, a signal while it imports, a backend chosen at start-up, a pinned
+does as a process (a signal, a kill, a cluster of processes, a run on another Keras backend),
+`start` forks that process from a server that did those imports once, as a trainer command's
+start does them, and runs the command's module as `__main__` there (or a script of tests/ that
+runs commands, as `python SCRIPT` would): the child is a process of its own (its pid, signals,
+exit status, output), started without the import. Where the subject is the start itself (what a
+fresh interpreter prints, a signal while it imports, a backend chosen at start-up, a pinned
 environment), tests start a fresh interpreter instead.
 
-The imports depend on the command line (--engine, --cpu_devices for JAX, --verbose) and on the
-environment, which the trainers read at their import (trainers/__init__.py, keras_vit/startup.py):
-a server is kept per (engine, JAX's CPU devices, environment), and a command whose start is not
-a server's (--verbose, a pinned command, another module) gets no server: `key` is None.
+What a command's import does depends on its engine and on the environment as the trainers'
+import leaves it (trainers/engine_env.py sets KERAS_BACKEND, and XLA_FLAGS for JAX's CPU
+devices), so a server is kept per (engine, that environment) and shared by every process of the
+test run (`use_folder`); a command whose start is not a server's (--verbose, a pinned command,
+another module) gets none: `prepared` returns no key.
 
-    python -c _SERVER_START SOCKET MODULE [--engine=E] [--cpu_devices=N]
+    python -c _SERVER_START FOLDER OWNER_PID ENGINE
 
-serves on a Unix socket; one request per connection, with the child's stdout and stderr as
-file descriptors; the answer is the child's pid, then its exit status (a signal's as -signum).
+serves on FOLDER/socket until OWNER_PID is gone; one request per connection, with the child's
+stdout and stderr as file descriptors; the answer is the child's pid, then its exit status (a
+signal's as -signum).
 """
 
 import atexit
+import fcntl
 import gc
+import hashlib
 import json
 import os
 import runpy
@@ -37,75 +42,88 @@ import time
 import child_processes
 
 MODULES = ("trainers.finetune", "trainers.pretrain", "trainers.fewshot")  # early_signals.COMMANDS
-# Read when a process runs, not when it imports: a server serves every value of them.
-RUN_TIME_VARIABLES = ("TF_CONFIG", "PYTEST_CURRENT_TEST")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Read when a process runs, not when it imports: one server serves every value of them (pytest's
+# own variables name the test and the worker: a server serves every worker).
+RUN_TIME_VARIABLES = ("TF_CONFIG", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID")
 # Set to 1, every child starts a fresh interpreter (to tell a fault of the forking from the
 # command's, or to time the suite without it).
 FRESH_VARIABLE = "KERAS_VIT_FRESH_CHILDREN"
-MAX_SERVERS = 2
-_SERVERS = {}  # key: (Popen, socket path), one set per test process
-_CHILDREN = {}  # key: [Forked, ...], so that a server with a child running is kept
+_FOLDER = []  # the test run's folder of servers (tests/conftest.py), else one of this process's
 
 
-def _flag(args, name):
-    value = None
-    for i, arg in enumerate(args):
-        if arg.startswith(name + "="):
-            value = arg.partition("=")[2]
-        elif arg == name and i + 1 < len(args):
-            value = args[i + 1]
-    return value
+def use_folder(folder):
+    """Servers are found and started in `folder`, which every process of the test run shares."""
+    _FOLDER[:] = [str(folder)]
 
 
-def key(module, args, env):
-    """What a server must have imported for this command: (import flags, environment), or None
-    where the command's start is itself something a test may check."""
+def _orig_argv(target, args):
+    return (
+        [sys.executable, target, *args] if target.endswith(".py") else [sys.executable, "-m", target, *args]
+    )
+
+
+def prepared(target, args, env):
+    """(server key or None, the environment as the child's import leaves it) for `python -m
+    target args` (a trainer command) or `python target args` (a script of tests/)."""
     from trainers import engine_env, reproducible
 
-    orig_argv = [sys.executable, "-m", module, *args]
-    if env.get(FRESH_VARIABLE) == "1":
-        return None
-    if module not in MODULES or "--verbose" in args or _flag(args, "--verbose") not in (None, "false"):
-        return None
+    orig_argv = _orig_argv(target, args)
+    if env.get(FRESH_VARIABLE) == "1" or not (target in MODULES or target.endswith(".py")):
+        return None, env
+    if "--verbose" in args or any(a.startswith("--verbose=") and a != "--verbose=false" for a in args):
+        return None, env
     if reproducible.is_pinned_command(orig_argv):
+        return None, env
+    env = dict(env)
+    engine = engine_env.prepare(args, orig_argv, env)
+    return (engine, tuple(sorted((k, v) for k, v in env.items() if k not in RUN_TIME_VARIABLES))), env
+
+
+def start(target, args, env, stdout, stderr):
+    """Forks `python -m target args` (or `python target args`, a script) with `env` (the whole
+    environment), the repository as working directory and its output on the file descriptors
+    given; a Popen-like handle, or None where the command gets no server (`prepared`)."""
+    key, env = prepared(target, args, env)
+    if key is None:
         return None
-    engine = engine_env.requested_engine(args, orig_argv, env)
-    flags = [f"--engine={engine}"]
-    devices = _flag(args, "--cpu_devices")
-    if engine_env.REGISTRY[engine].cpu_devices_xla_flag and devices:
-        flags.append(f"--cpu_devices={devices}")
-    environment = tuple(sorted((k, v) for k, v in env.items() if k not in RUN_TIME_VARIABLES))
-    return tuple(flags), environment
-
-
-def start(module, args, env, stdout, stderr):
-    """Forks `python -m module args` (env: its whole environment, cwd: the repository) with its
-    output on the file descriptors given; a Popen-like handle. The caller checks `key` first."""
-    server_key = key(module, args, env)
-    server = _server(server_key, env)
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    connection.connect(server)
-    request = json.dumps({"module": module, "args": list(args), "env": env}).encode()
+    connection.connect(_server(key, env))
+    request = json.dumps({"target": target, "args": list(args), "env": env}).encode()
     socket.send_fds(connection, [request], [stdout, stderr])
-    child = Forked(connection, module, args)
+    child = Forked(connection, _orig_argv(target, args))
     child_processes.note_forked(child.args)
-    _CHILDREN[server_key] = [c for c in _CHILDREN.get(server_key, []) if c.returncode is None] + [child]
     return child
+
+
+def run(target, args, env, timeout):
+    """`start`, waited for: a CompletedProcess (text), or None where the command gets no server."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = start(target, args, env, out.fileno(), err.fileno())
+        if proc is None:
+            return None
+        try:
+            code = proc.wait(timeout)
+        finally:
+            proc.kill()
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, code, out.read(), err.read())
 
 
 class Forked:
     """A forked command, as much of subprocess.Popen as the tests use."""
 
-    def __init__(self, connection, module, args):
-        self.args = [sys.executable, "-m", module, *args]
+    def __init__(self, connection, args):
+        self.args = args
         self._connection = connection
         self._answers = b""
-        self.pid = self._answer(timeout=60)
         self.returncode = None
+        self.pid = self._answer(timeout=60)
 
     def _answer(self, timeout):
-        deadline = time.monotonic() + timeout if timeout is not None else None
+        deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self._answers:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not select.select([self._connection], [], [], left)[0]:
@@ -120,10 +138,9 @@ class Forked:
     def poll(self):
         if self.returncode is None:
             try:
-                self.returncode = self._answer(timeout=0)
+                self.wait(timeout=0)
             except subprocess.TimeoutExpired:
-                return None
-            self._connection.close()
+                pass
         return self.returncode
 
     def wait(self, timeout=None):
@@ -143,41 +160,51 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
 
-def _server(server_key, env):
-    if server_key in _SERVERS and _SERVERS[server_key][0].poll() is None:
-        _SERVERS[server_key] = _SERVERS.pop(server_key)  # the most recently used last
-        return _SERVERS[server_key][1]
-    idle = [k for k in _SERVERS if all(child.poll() is not None for child in _CHILDREN.get(k, []))]
-    while len(_SERVERS) >= MAX_SERVERS and idle:  # each holds ~0.5 GB of imports
-        _stop(*_SERVERS.pop(idle.pop(0)))
-    flags, _ = server_key
-    folder = tempfile.mkdtemp(prefix="command_server_")
+def _server(key, env):
+    """The socket of the key's server, started here if no process of the test run has."""
+    if not _FOLDER:
+        use_folder(tempfile.mkdtemp(prefix="command_servers_"))
+        atexit.register(shutil.rmtree, _FOLDER[0], True)
+    folder = os.path.join(_FOLDER[0], hashlib.sha256(repr(key).encode()).hexdigest()[:16])
     path = os.path.join(folder, "socket")
-    log = open(os.path.join(folder, "server.log"), "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _SERVER_START, path, MODULES[0], *flags],
-        cwd=ROOT,
-        env={k: v for k, v in env.items() if k not in RUN_TIME_VARIABLES},
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    log.close()
-    deadline = time.monotonic() + 300
-    while not os.path.exists(path):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            with open(os.path.join(folder, "server.log")) as f:
-                raise RuntimeError(f"the command server did not start: {f.read()[-3000:]}")
-        time.sleep(0.05)
-    _SERVERS[server_key] = (proc, path)
+    os.makedirs(folder, exist_ok=True)
+    with open(folder + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one start per key; released when the file closes
+        if _answers(path):
+            return path
+        # Until this test run's controlling process ends (pytest-xdist's, or this one alone):
+        # the first test to ask starts it, the others use it.
+        owner = os.getppid() if "PYTEST_XDIST_WORKER" in os.environ else os.getpid()
+        with open(os.path.join(folder, "key.txt"), "w") as f:
+            f.write(f"{key[0]}\n" + "".join(f"{k}={v}\n" for k, v in key[1]))
+        with open(os.path.join(folder, "server.log"), "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _SERVER_START, folder, str(owner), key[0]],
+                cwd=ROOT,
+                env={k: v for k, v in env.items() if k not in RUN_TIME_VARIABLES},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 300
+        while not os.path.exists(path):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                with open(os.path.join(folder, "server.log")) as f:
+                    raise RuntimeError(f"the command server did not start: {f.read()[-3000:]}")
+            time.sleep(0.05)
     return path
 
 
-def _stop(proc, path):
-    proc.kill()  # SIGKILL: the trainers' import notes a SIGTERM instead of ending
-    proc.wait()
-    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+def _answers(path):
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:  # none yet, or one whose run ended
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 # The server's __main__ is this line's module, nearly empty, as `python -m` leaves it for the
@@ -188,26 +215,28 @@ _SERVER_START = (
 )
 
 
-@atexit.register
-def _stop_servers():
-    for server in _SERVERS.values():
-        _stop(*server)
+def serve(folder, owner, engine):
+    """The server (python -c _SERVER_START): what follows the fork runs the command."""
+    request, fds = _serve(folder, int(owner), engine)
+    _become(request, fds)
+    target = request["target"]
+    if target.endswith(".py"):
+        runpy.run_path(target, run_name="__main__")
+    else:  # what `python -m` runs (runpy's private name, stable since Python 2.7): argv[0] the file
+        runpy._run_module_as_main(target, alter_argv=True)
 
 
-# The server.
-
-
-def _serve(path, module, flags):
-    """Imports as `python -m module flags` would, then forks a child per request and answers;
-    returns only in a child, with its request."""
-    sys.orig_argv = [sys.executable, "-m", module, *flags]
-    sys.argv = [module, *flags]
+def _serve(folder, owner, engine):
+    """Imports as `python -m trainers.finetune --engine=ENGINE` would, then forks a child per
+    request and answers; returns only in a child, with its request."""
+    sys.orig_argv = [sys.executable, "-m", MODULES[0], f"--engine={engine}"]
+    sys.argv = [MODULES[0], f"--engine={engine}"]
     sys.path[0] = ROOT  # `python -m`'s first entry is the working directory, not tests/
     before = dict(os.environ)
     for name in MODULES:
         __import__(name)
-    # What the imports set (KERAS_BACKEND, JAX's device count in XLA_FLAGS, log levels): each
-    # child's environment is its request's with these, as its own import would have left it.
+    # What the imports set (log levels): each child's environment is its request's with these,
+    # as its own import would have left it.
     imported = {k: v for k, v in os.environ.items() if before.get(k) != v}
     removed = [k for k in before if k not in os.environ]
     # The commands' own modules run as __main__ in the child, as `python -m` runs them: here only
@@ -217,15 +246,16 @@ def _serve(path, module, flags):
         del sys.modules[name]
         delattr(package, name.rpartition(".")[2])
     gc.collect()
-    parent = os.getppid()
+    path = os.path.join(folder, "socket")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.exists(path):
+        os.unlink(path)  # of a server whose run ended
     listener.bind(path + ".tmp")
     listener.listen(16)
     os.rename(path + ".tmp", path)  # the client waits for the name: ready once it exists
     children = {}  # pid: the connection its status goes to
     while True:
-        ready = select.select([listener], [], [], 0.05)[0]
-        if ready:
+        if select.select([listener], [], [], 0.05)[0]:
             connection, _ = listener.accept()
             request, fds = _receive(connection)
             if request is None:  # a client that went away before its request was whole
@@ -251,7 +281,9 @@ def _serve(path, module, flags):
             connection = children.pop(pid)
             _answer(connection, os.waitstatus_to_exitcode(status))
             connection.close()
-        if os.getppid() != parent:  # the test process is gone
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:  # the test run is over
             os._exit(0)
 
 
@@ -285,7 +317,8 @@ def _complete(data):
 
 
 def _become(request, fds):
-    """This child as a fresh `python -m module args` would be at its module's first line."""
+    """This child as a fresh `python -m target args` (or `python target args`) would be at its
+    target's first line."""
     stdin = os.open(os.devnull, os.O_RDONLY)
     os.dup2(stdin, 0)
     os.dup2(fds[0], 1)
@@ -295,17 +328,11 @@ def _become(request, fds):
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(ROOT)
-    sys.orig_argv = [sys.executable, "-m", request["module"], *request["args"]]
-    sys.argv = [request["module"], *request["args"]]
+    target, args = request["target"], request["args"]
+    sys.orig_argv = _orig_argv(target, args)
+    sys.argv = [target, *args]
+    if target.endswith(".py"):
+        sys.path[0] = os.path.dirname(os.path.abspath(target))  # as `python SCRIPT` puts it
     import numpy as np
 
     np.random.seed()  # Python's `random` reseeds itself in a forked child; NumPy's does not
-
-
-def serve(path, module, *flags):
-    """The server's start (python -c _SERVER_START); what follows the fork runs the command."""
-    request, fds = _serve(path, module, flags)
-    _become(request, fds)
-    # What `python -m` runs (a private name of runpy's, stable since Python 2.7): the module as
-    # __main__, argv[0] its file.
-    runpy._run_module_as_main(request["module"], alter_argv=True)

@@ -88,11 +88,29 @@ def children_temporary_folder(tmp_path_factory):
     which pytest removes with its older runs. A child the test kills (SIGKILL, or a fast exit
     that skips atexit) cannot remove its own temporary files: TensorFlow's autograph left 75
     `__autograph_generated_file*.py` files in /tmp from one test that kills a trainer run
-    repeatedly, and the whole suite about 220."""
-    folder = tmp_path_factory.mktemp("children_tmp", numbered=False)
+    repeatedly, and the whole suite about 220. One folder for the run's workers: a child's
+    environment is then the same whichever worker starts it (tests/command_server.py keeps a
+    server per environment)."""
+    from fixtures import shared_run_folder
+
+    folder = shared_run_folder(tmp_path_factory) / "children_tmp"
+    folder.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as environment:  # put back after the session
         environment.setenv("TMPDIR", str(folder))
         yield folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def command_servers(tmp_path_factory):
+    """The test run's trainer-command servers (tests/command_server.py): the first process to fork
+    a command of a kind starts its server, every worker forks from it."""
+    import command_server
+    from fixtures import shared_run_folder
+
+    folder = shared_run_folder(tmp_path_factory) / "command_servers"
+    folder.mkdir(exist_ok=True)
+    command_server.use_folder(folder)
+    return folder
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,17 +14,29 @@ from trainer_cli import TINY_DIGITS_FLAGS
 ENV = {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2", "PATH": "/usr/bin"}
 
 
-def test_a_server_is_kept_per_engine_jax_device_count_and_import_time_environment():
-    tf = command_server.key("trainers.finetune", ["--dataset=digits"], ENV)
-    assert tf == command_server.key("trainers.fewshot", ["--engine=tf", "--cpu_devices=2"], ENV)
+def _key(target, args, env):
+    return command_server.prepared(target, args, env)[0]
+
+
+def test_a_server_is_kept_per_engine_and_environment_as_the_import_leaves_it():
+    tf = _key("trainers.finetune", ["--dataset=digits"], ENV)
+    assert tf == _key("trainers.fewshot", ["--engine=tf", "--cpu_devices=2"], ENV)
     # Read at run time: one server serves every cluster's processes and every test.
-    cluster = dict(ENV, TF_CONFIG='{"cluster": {}}', PYTEST_CURRENT_TEST="t (call)")
-    assert command_server.key("trainers.finetune", [], cluster) == tf
-    jax = command_server.key("trainers.finetune", ["--engine=jax"], ENV)
-    jax_on_two = command_server.key("trainers.finetune", ["--engine", "jax", "--cpu_devices=2"], ENV)
+    cluster = dict(ENV, TF_CONFIG="{}", PYTEST_CURRENT_TEST="t (call)", PYTEST_XDIST_WORKER="gw1")
+    assert _key("trainers.finetune", [], cluster) == tf
+    # A command's --engine sets KERAS_BACKEND before Keras loads, whatever the environment said.
+    assert _key("trainers.finetune", [], dict(ENV, KERAS_BACKEND="jax")) == tf
+    jax = _key("trainers.finetune", ["--engine=jax"], ENV)
+    jax_on_two = _key("trainers.finetune", ["--engine", "jax", "--cpu_devices=2"], ENV)
     # JAX reads its CPU device count from XLA_FLAGS, which the trainers' import sets.
-    assert len({tf, jax, jax_on_two}) == 3
-    assert command_server.key("trainers.finetune", [], dict(ENV, TF_ENABLE_ONEDNN_OPTS="0")) != tf
+    assert len({tf, jax, jax_on_two}) == 3 and jax[0] == "jax" and tf[0] == "tf"
+    _, env = command_server.prepared("trainers.finetune", ["--engine=jax", "--cpu_devices=2"], ENV)
+    assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2" and env["KERAS_BACKEND"] == "jax"
+    # A script that runs commands on the backend KERAS_BACKEND names, with the devices set by hand:
+    # the import leaves the same environment, so the same server.
+    script = dict(ENV, KERAS_BACKEND="jax", XLA_FLAGS=env["XLA_FLAGS"])
+    assert _key("tests/engine_runs.py", ["[]"], script) == jax_on_two
+    assert _key("trainers.finetune", [], dict(ENV, TF_ENABLE_ONEDNN_OPTS="0")) != tf
 
 
 def test_the_served_commands_are_those_whose_import_notes_an_early_signal():
@@ -36,16 +48,17 @@ def test_the_served_commands_are_those_whose_import_notes_an_early_signal():
 
 
 def test_a_command_whose_start_is_its_own_gets_a_fresh_interpreter():
-    assert command_server.key("trainers.finetune", ["--verbose"], ENV) is None
-    assert command_server.key("trainers.finetune", ["--verbose=true"], ENV) is None
-    assert command_server.key("keras_vit.convert", [], ENV) is None
-    assert command_server.key("trainers.finetune", [], dict(ENV, KERAS_VIT_FRESH_CHILDREN="1")) is None
+    assert _key("trainers.finetune", ["--verbose"], ENV) is None
+    assert _key("trainers.finetune", ["--verbose=true"], ENV) is None
+    assert _key("trainers.finetune", ["--verbose=false"], ENV) is not None
+    assert _key("keras_vit.convert", [], ENV) is None
+    assert _key("trainers.finetune", [], dict(ENV, KERAS_VIT_FRESH_CHILDREN="1")) is None
     # The demo's pinned commands set TensorFlow's environment before it loads.
     demo = ["--config=configs/demo.py:small"]
     from trainers import reproducible
 
     assert reproducible.is_pinned_command([sys.executable, "-m", "trainers.finetune", *demo]) == (
-        command_server.key("trainers.finetune", demo, ENV) is None
+        _key("trainers.finetune", demo, ENV) is None
     )
 
 
@@ -69,7 +82,8 @@ def test_a_forked_command_prints_and_exits_as_a_fresh_one_and_is_a_process_of_it
     assert help_text.returncode == 0 and help_text.stdout.startswith("usage: python -m trainers.finetune")
     log = tmp_path / "run.log"
     args = TINY_DIGITS_FLAGS + ["--dataset=digits", "--total_steps=100000", f"--workdir={tmp_path / 'run'}"]
-    proc = trainer_cli.start_cli("finetune", args, log_path=str(log))
+    # Forked even where KERAS_VIT_FRESH_CHILDREN=1 starts the suite's children fresh.
+    proc = trainer_cli.start_cli("finetune", args, env={command_server.FRESH_VARIABLE: ""}, log_path=str(log))
     assert isinstance(proc, command_server.Forked) and proc.pid not in (os.getpid(), os.getppid())
     deadline = time.time() + 240
     try:

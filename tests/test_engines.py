@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 
+import command_server
 import numpy as np
 import pytest
 import trainer_cli
@@ -133,30 +134,20 @@ def runs(tmp_path_factory):
             ["rewind", str(full), str(resumed), "3"],
             ["finetune", f"--workdir={resumed}", *contract],
         ]
-        env = trainer_cli._env(
-            {"KERAS_BACKEND": backend, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-        )
-        log = open(root / f"{engine}.log", "w")
-        children.append(
-            (
-                engine,
-                log,
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        os.path.join(trainer_cli.ROOT, "tests", "engine_runs.py"),
-                        json.dumps(argvs),
-                    ],
-                    cwd=trainer_cli.ROOT,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                ),
+        # JAX's two CPU devices, as a command's --cpu_devices=2 sets them (trainers/engine_env.py);
+        # TensorFlow splits its CPU itself.
+        devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"} if backend == "jax" else {}
+        env = trainer_cli._env({"KERAS_BACKEND": backend, **devices})
+        script, args = os.path.join(trainer_cli.ROOT, "tests", "engine_runs.py"), [json.dumps(argvs)]
+        with open(root / f"{engine}.log", "w") as log:
+            # Forked from the command server of the engine's commands (tests/command_server.py).
+            child = command_server.start(script, args, env, log.fileno(), log.fileno())
+            child = child or subprocess.Popen(
+                [sys.executable, script, *args], cwd=trainer_cli.ROOT, env=env, stdout=log, stderr=log
             )
-        )
-    for engine, log, child in children:
+        children.append((engine, child))
+    for engine, child in children:
         status = child.wait(timeout=600)
-        log.close()
         assert status == 0, (root / f"{engine}.log").read_text()[-3000:]
     return workdirs
 

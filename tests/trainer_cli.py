@@ -131,24 +131,16 @@ def load_process(folder):
 def run_child(module, args, env=None, timeout=300, fresh=False):
     """Runs `python -m trainers.<module> args` in a child process; the CompletedProcess (text).
     Only where the process is the subject (see the module's docstring); otherwise `run_cli`.
-    Forked from tests/command_server.py's process that already imported the command's libraries,
+    Forked from tests/command_server.py's server, which imported the command's libraries once,
     unless `fresh` (a new interpreter: its start is what the test checks) or the command line
-    asks for another start (command_server.key)."""
+    asks for a start of its own (command_server.prepared)."""
     full_env = _env(env)
-    if fresh or command_server.key(f"trainers.{module}", args, full_env) is None:
-        return subprocess.run(
-            command(module, args), cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
-        )
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = command_server.start(f"trainers.{module}", args, full_env, out.fileno(), err.fileno())
-        try:
-            code = proc.wait(timeout)
-        finally:
-            proc.kill()
-            proc.wait()
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess(proc.args, code, out.read(), err.read())
+    forked = None if fresh else command_server.run(f"trainers.{module}", args, full_env, timeout)
+    if forked is not None:
+        return forked
+    return subprocess.run(
+        command(module, args), cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def run_in_one_child(runs, env=None, timeout=600):
@@ -160,7 +152,7 @@ def run_in_one_child(runs, env=None, timeout=600):
         with open(spec, "w") as f:
             json.dump([[module, list(args)] for module, args in runs], f)
         script = os.path.join(ROOT, "tests", "command_runs.py")
-        child = subprocess.run(
+        child = command_server.run(script, [spec, out], _env(env), timeout) or subprocess.run(
             [sys.executable, script, spec, out],
             cwd=ROOT,
             env=_env(env),
@@ -237,13 +229,12 @@ def start_cli(module, args, env=None, log_path=None, fresh=False):
     """Starts the trainer in the background with its output going to log_path; forked as
     run_child's child is, unless `fresh`."""
     full_env = _env(env)
-    if fresh or command_server.key(f"trainers.{module}", args, full_env) is None:
-        log = open(log_path, "w") if log_path else subprocess.DEVNULL
-        return subprocess.Popen(
+    with open(log_path or os.devnull, "w") as log:
+        fd = log.fileno()
+        forked = None if fresh else command_server.start(f"trainers.{module}", args, full_env, fd, fd)
+        return forked or subprocess.Popen(
             command(module, args), cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT, text=True
         )
-    with open(log_path or os.devnull, "w") as log:
-        return command_server.start(f"trainers.{module}", args, full_env, log.fileno(), log.fileno())
 
 
 def error_line(proc, module="finetune"):
@@ -433,48 +424,6 @@ def stopped_at_the_end(out, step):
     )
 
 
-# The line of a process whose partner in a run was lost (trainers/peer_watch.py); group 1 the
-# lost process, group 2 the checkpoint it names.
-LOST = re.compile(
-    r"^finetune: error: process (\d+) of 2 \([^)]*\) is gone \(its connection closed\); "
-    r"the last checkpoint is (\S+)\. Stopping this process too: rerun the same command",
-    re.M,
-)
-
-
-def kill_one_of_two(procs, logs, workdir, lost_after_s, timeout=240, after_step=-1):
-    """SIGKILLs the second of two processes once the run has a checkpoint after `after_step` (the
-    step it resumed from); returns (the survivor's output, the checkpoint its line names) after
-    checking that it stopped within `lost_after_s` with exit code 1, its one line, and nothing
-    half-written."""
-    deadline = time.time() + timeout
-    try:
-        while checkpoint_steps(workdir)[-1:] <= [after_step]:
-            assert time.time() < deadline and all(p.poll() is None for p in procs), [
-                log.read_text()[-2000:] for log in logs
-            ]
-            time.sleep(0.05)
-        procs[1].kill()
-        killed = time.time()
-        code = procs[0].wait(timeout=lost_after_s + 60)
-        seconds = time.time() - killed
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-    out = logs[0].read_text()
-    assert code == 1 and seconds < lost_after_s, (code, seconds, out[-3000:])
-    found = LOST.findall(out)
-    assert len(found) == 1 and found[0][0] == "1" and "Traceback" not in out, out[-3000:]
-    named = found[0][1]
-    folder = os.path.join(str(workdir), "checkpoints")
-    assert named == os.path.join(folder, f"ckpt-{checkpoint_steps(workdir)[-1]}"), (named, os.listdir(folder))
-    assert not [n for n in os.listdir(folder) if n.endswith("_temp") or n.startswith(".tmp")]
-    assert not os.path.exists(os.path.join(str(workdir), "results.json"))
-    print(f"survivor stopped {seconds:.1f} s after the kill, naming {named}")
-    return out, named
-
-
 def handles(pid, signum):
     """Whether process `pid` has a handler of its own for `signum` (Linux: SigCgt in its status)."""
     with open(f"/proc/{pid}/status") as status:
@@ -482,33 +431,3 @@ def handles(pid, signum):
             if line.startswith("SigCgt:"):
                 return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
     return False
-
-
-def sigterm_to_the_second_at_each(args, markers, tmp_path, env=None, timeout=240):
-    """sigterm_at_each for a run of two processes: the SIGTERM goes to the second process when the
-    first (which prints the run's lines) shows the marker. Both must exit 0 with no traceback,
-    agree on any step they saved, and the next run resume from it. Returns [(marker, outputs)]."""
-    stops = []
-    for number, marker in enumerate(markers):
-        procs, logs = start_cluster(tmp_path, args, f"sigterm{number}_", env)
-        deadline = time.time() + timeout
-        try:
-            while marker not in logs[0].read_text():
-                assert all(p.poll() is None for p in procs) and time.time() < deadline, [
-                    log.read_text()[-2000:] for log in logs
-                ]
-                time.sleep(0.02)
-            procs[1].send_signal(signal.SIGTERM)
-        except BaseException:
-            for proc in procs:
-                proc.kill()
-                proc.wait()
-            raise
-        outputs = wait_all(procs, logs, timeout=180)
-        assert not any("Traceback" in out for out in outputs), [out[-2000:] for out in outputs]
-        saved = [SAVED_AT.findall(out) for out in outputs]
-        assert saved[0] == saved[1] and len(saved[0]) <= 1, saved  # the same step, once
-        if number and SAVED_AT.search(stops[-1][1][0]):
-            assert f"at step {SAVED_AT.search(stops[-1][1][0]).group(1)}." in outputs[0], outputs[0][-2000:]
-        stops.append((marker, outputs))
-    return stops
