@@ -14,6 +14,7 @@ from fixtures import (
     TINY_FLAGS,
     make_fake_tfds,
     shared_fake_tfds,
+    shared_run_folder,
     tiny_hybrid,
     tiny_vit,
 )
@@ -36,8 +37,9 @@ def test_the_tiny_models_have_the_shape():
 
 def test_children_write_their_temporary_files_in_pytest_s_base_folder(tmp_path_factory):
     # A child a test kills (SIGKILL) leaves its temporary files behind: tens of TensorFlow's
-    # autograph files a killed trainer run. Catches TMPDIR left at /tmp for the children.
-    base = str(tmp_path_factory.getbasetemp())
+    # autograph files a killed trainer run. Catches TMPDIR left at /tmp for the children. (The
+    # test run's folder, which every worker's base folder is in.)
+    base = str(shared_run_folder(tmp_path_factory))
     assert os.environ["TMPDIR"].startswith(base + os.sep) and os.path.isdir(os.environ["TMPDIR"])
 
 
