@@ -43,12 +43,18 @@ import child_processes
 
 MODULES = ("trainers.finetune", "trainers.pretrain", "trainers.fewshot")  # early_signals.COMMANDS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Read when a process runs, not when it imports: one server serves every value of them (pytest's
-# own variables name the test and the worker: a server serves every worker).
-RUN_TIME_VARIABLES = ("TF_CONFIG", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID")
 # Set to 1, every child starts a fresh interpreter (to tell a fault of the forking from the
 # command's, or to time the suite without it).
 FRESH_VARIABLE = "KERAS_VIT_FRESH_CHILDREN"
+# Read when a process runs (or by this module), not when it imports: one server serves every
+# value of them (pytest's own name the test and the worker: a server serves every worker).
+RUN_TIME_VARIABLES = (
+    "TF_CONFIG",
+    "PYTEST_CURRENT_TEST",
+    "PYTEST_XDIST_WORKER",
+    "PYTEST_XDIST_TESTRUNUID",
+    FRESH_VARIABLE,
+)
 _FOLDER = []  # the test run's folder of servers (tests/conftest.py), else one of this process's
 
 
@@ -66,14 +72,14 @@ def _orig_argv(target, args):
 def prepared(target, args, env):
     """(server key or None, the environment as the child's import leaves it) for `python -m
     target args` (a trainer command) or `python target args` (a script of tests/)."""
+    from keras_vit import startup
     from trainers import engine_env, reproducible
 
     orig_argv = _orig_argv(target, args)
     if env.get(FRESH_VARIABLE) == "1" or not (target in MODULES or target.endswith(".py")):
         return None, env
-    if "--verbose" in args or any(a.startswith("--verbose=") and a != "--verbose=false" for a in args):
-        return None, env
-    if reproducible.is_pinned_command(orig_argv):
+    # What the import reads of the command line besides the engine (trainers/__init__.py).
+    if startup.verbose_requested([target, *args]) or reproducible.is_pinned_command(orig_argv):
         return None, env
     env = dict(env)
     engine = engine_env.prepare(args, orig_argv, env)
