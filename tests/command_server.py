@@ -176,7 +176,7 @@ def _server(key, env):
     os.makedirs(folder, exist_ok=True)
     with open(folder + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one start per key; released when the file closes
-        if _answers(path):
+        if _is_serving(path):
             return path
         # Until this test run's controlling process ends (pytest-xdist's, or this one alone):
         # the first test to ask starts it, the others use it.
@@ -202,7 +202,7 @@ def _server(key, env):
     return path
 
 
-def _answers(path):
+def _is_serving(path):
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(path)
