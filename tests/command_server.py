@@ -5,8 +5,9 @@ Keras and JAX, the same for every command. Where the test's subject is what the 
 does as a process (a signal, a kill, a cluster of processes, a run on another Keras backend),
 `start` forks that process from a server that did those imports once, as a trainer command's
 start does them, and runs the command's module as `__main__` there (or a script of tests/ that
-runs commands, as `python SCRIPT` would): the child is a process of its own (its pid, signals,
-exit status, output), started without the import. Where the subject is the start itself (what a
+runs commands, as `python SCRIPT` would, or a program that imports the trainers, as `python -c
+CODE` would): the child is a process of its own (its pid, signals, exit status, output), started
+without the import. Where the subject is the start itself (what a
 fresh interpreter prints, a signal while it imports, a backend chosen at start-up, a pinned
 environment), tests start a fresh interpreter instead.
 
@@ -27,6 +28,7 @@ import atexit
 import fcntl
 import gc
 import hashlib
+import importlib.machinery
 import json
 import os
 import runpy
@@ -38,10 +40,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 import child_processes
 
 MODULES = ("trainers.finetune", "trainers.pretrain", "trainers.fewshot")  # early_signals.COMMANDS
+CODE = "-c"  # the target of `python -c CODE ARGS...`: its args are the code, then sys.argv[1:]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Set to 1, every child starts a fresh interpreter (to tell a fault of the forking from the
 # command's, or to time the suite without it).
@@ -64,19 +68,20 @@ def use_folder(folder):
 
 
 def _orig_argv(target, args):
-    return (
-        [sys.executable, target, *args] if target.endswith(".py") else [sys.executable, "-m", target, *args]
-    )
+    if target == CODE or target.endswith(".py"):
+        return [sys.executable, target, *args]
+    return [sys.executable, "-m", target, *args]
 
 
 def prepared(target, args, env):
     """(server key or None, the environment as the child's import leaves it) for `python -m
-    target args` (a trainer command) or `python target args` (a script of tests/)."""
+    target args` (a trainer command), `python target args` (a script of tests/) or `python -c
+    CODE args` (target CODE, the code first in args)."""
     from keras_vit import startup
     from trainers import engine_env, reproducible
 
     orig_argv = _orig_argv(target, args)
-    if env.get(FRESH_VARIABLE) == "1" or not (target in MODULES or target.endswith(".py")):
+    if env.get(FRESH_VARIABLE) == "1" or not (target in MODULES or target == CODE or target.endswith(".py")):
         return None, env
     # What the import reads of the command line besides the engine (trainers/__init__.py).
     if startup.verbose_requested([target, *args]) or reproducible.is_pinned_command(orig_argv):
@@ -228,6 +233,11 @@ def serve(folder, owner, engine):
     target = request["target"]
     if target.endswith(".py"):
         runpy.run_path(target, run_name="__main__")
+    elif target == CODE:  # a __main__ of its own, as `python -c` gives the code
+        main = types.ModuleType("__main__")
+        main.__annotations__, main.__loader__ = {}, importlib.machinery.BuiltinImporter
+        sys.modules["__main__"] = main
+        exec(compile(request["args"][0], "<string>", "exec"), main.__dict__)
     else:  # what `python -m` runs (runpy's private name, stable since Python 2.7): argv[0] the file
         runpy._run_module_as_main(target, alter_argv=True)
 
@@ -336,9 +346,16 @@ def _become(request, fds):
     os.chdir(ROOT)
     target, args = request["target"], request["args"]
     sys.orig_argv = _orig_argv(target, args)
-    sys.argv = [target, *args]
+    sys.argv = [CODE, *args[1:]] if target == CODE else [target, *args]
     if target.endswith(".py"):
         sys.path[0] = os.path.dirname(os.path.abspath(target))  # as `python SCRIPT` puts it
+    elif target == CODE:
+        sys.path[0] = ""  # as `python -c` puts it: the working directory
+    if target not in MODULES:
+        # The server's import caught these as a trainer command's does (trainers/early_signals.py);
+        # a program that is not a command starts with Python's own handlers.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     import numpy as np
 
     np.random.seed()  # Python's `random` reseeds itself in a forked child; NumPy's does not

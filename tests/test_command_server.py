@@ -1,8 +1,11 @@
-"""tests/command_server.py: a trainer command forked from a process that imported its libraries
-is the command a fresh interpreter runs, and a command whose start differs gets no server."""
+"""tests/command_server.py: a trainer command (or a `python -c` program) forked from a process that
+imported its libraries is the one a fresh interpreter runs, and a command whose start differs gets
+no server."""
 
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -36,6 +39,9 @@ def test_a_server_is_kept_per_engine_and_environment_as_the_import_leaves_it():
     # the import leaves the same environment, so the same server.
     script = dict(ENV, KERAS_BACKEND="jax", XLA_FLAGS=env["XLA_FLAGS"])
     assert _key("tests/engine_runs.py", ["[]"], script) == jax_on_two
+    # So does a `python -c` program that imports the trainers (its engine: KERAS_BACKEND's).
+    assert _key(command_server.CODE, ["import trainers"], script) == jax_on_two
+    assert _key(command_server.CODE, ["import trainers", "--engine=jax"], ENV) == tf
     assert _key("trainers.finetune", [], dict(ENV, TF_ENABLE_ONEDNN_OPTS="0")) != tf
 
 
@@ -99,3 +105,38 @@ def test_a_forked_command_prints_and_exits_as_a_fresh_one_and_is_a_process_of_it
         proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
     assert proc.poll() == -signal.SIGKILL  # kept once reported
+
+
+# What a `python -c` program sees of its start, printed: a forked one must see what a fresh one sees
+# (not the server's own __main__, nor the trainer commands' early signal handlers).
+PROGRAM_START = """
+import json, signal, sys
+print(json.dumps({
+    "argv": sys.argv,
+    "path0": sys.path[0],
+    "name": __name__,
+    "globals": sorted(globals()),
+    "sigterm": str(signal.getsignal(signal.SIGTERM)),
+    "sigint_is_python_s": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+}))
+raise SystemExit("-c: error: a one-line ending")
+"""
+
+
+@pytest.mark.slow  # the server's start, where no test of the run has started it yet
+def test_a_forked_program_starts_as_python_c_starts_it():
+    fresh = subprocess.run(
+        [sys.executable, "-c", PROGRAM_START],
+        cwd=trainer_cli.ROOT,
+        env=trainer_cli._env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    env = {command_server.FRESH_VARIABLE: ""}  # forked even where the suite's children start fresh
+    assert _key(command_server.CODE, [PROGRAM_START], trainer_cli._env(env)) is not None
+    forked = trainer_cli.run_python(PROGRAM_START, env)
+    assert fresh.returncode == 1 and fresh.stderr == "-c: error: a one-line ending\n", fresh.stderr
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    seen = json.loads(forked.stdout)
+    assert seen["argv"] == ["-c"] and seen["name"] == "__main__" and seen["sigint_is_python_s"]

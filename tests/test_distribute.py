@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.eager import context
-from trainer_cli import TINY_DIGITS_FLAGS, _env, free_ports
+from trainer_cli import TINY_DIGITS_FLAGS, _env, free_ports, start_python
 
 from trainers import data, distribute, preemption, rendezvous
 
@@ -433,36 +433,27 @@ _WORKER = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_two_worker_processes_see_the_one_pipeline_global_batches():
+def test_two_worker_processes_see_the_one_pipeline_global_batches(tmp_path):
     workers = [f"localhost:{p}" for p in free_ports(2)]
     script = _WORKER.format(root=ROOT)
-    procs = []
+    procs, logs = [], []
     for index in range(2):
-        env = dict(
-            os.environ,
-            TF_CONFIG=json.dumps(
-                {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-            ),
-            TF_CPP_MIN_LOG_LEVEL="2",
-            CUDA_VISIBLE_DEVICES="",
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", script],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        out, err = tmp_path / f"worker{index}.out", tmp_path / f"worker{index}.err"
+        with open(out, "w") as stdout, open(err, "w") as stderr:
+            procs.append(start_python(script, stdout, stderr, env={"TF_CONFIG": json.dumps(tf_config)}))
+        logs.append((out, err))
     outputs = []
-    for proc in procs:
-        try:
-            stdout, stderr = proc.communicate(timeout=240)
-        finally:
+    try:
+        for proc in procs:
+            proc.wait(timeout=240)
+    finally:
+        for proc in procs:
             proc.kill()
-        assert proc.returncode == 0, stderr[-3000:]
-        outputs.append(stdout)
+            proc.wait()
+    for proc, (out, err) in zip(procs, logs):
+        assert proc.returncode == 0, err.read_text()[-3000:]
+        outputs.append(out.read_text())
     for stdout in outputs:
         assert "DESCRIBE MultiWorkerMirroredStrategy: 2 replica(s) on 2 worker(s)" in stdout
         assert stdout.count("SAME True") == 2, stdout

@@ -5,8 +5,6 @@ two workers.
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,8 +19,8 @@ from docs_standins import (
     trainer_config,
     unrunnable,
 )
-from readme_blocks import ROOT, split_command
-from trainer_cli import free_ports, read_results
+from readme_blocks import split_command
+from trainer_cli import free_ports, read_results, start_cli, wait_all
 
 
 @pytest.mark.slow  # 17 s: the block's training runs
@@ -150,29 +148,16 @@ def test_two_workers_block(tmp_path):
     assert len(commands) == 2
     ports = free_ports(2)
     workdir = tmp_path / "mw"
-    procs = []
-    for written in commands:
+    procs, logs = [], []
+    for index, written in enumerate(commands):
         command = replaced(
             written,
             {"localhost:12345": f"localhost:{ports[0]}", "localhost:12346": f"localhost:{ports[1]}"},
         )
         env, argv = split_command(command.replace("/tmp/mw", str(workdir)))
-        assert set(env) == {"TF_CONFIG"} and argv[:2] == ["python", "-m"]
-        full_env = dict(
-            os.environ, PYTHONPATH=ROOT, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", **env
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, *argv[1:], *SHORT, "--eval_every=0"],
-                cwd=ROOT,
-                env=full_env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    for proc, out in zip(procs, outputs):
-        assert proc.returncode == 0, out[-3000:]
+        assert set(env) == {"TF_CONFIG"} and argv[:3] == ["python", "-m", "trainers.finetune"]
+        logs.append(tmp_path / f"worker{index}.log")
+        procs.append(start_cli("finetune", [*argv[3:], *SHORT, "--eval_every=0"], env, str(logs[-1])))
+    wait_all(procs, logs)
     results = read_results(workdir)
     assert results["replicas"] == 2 and results["steps"] == 2

@@ -26,7 +26,7 @@ from docs_standins import (
     unrunnable,
 )
 from readme_blocks import ROOT, split_command
-from trainer_cli import TINY_MODEL, read_results
+from trainer_cli import TINY_MODEL, read_results, run_child
 
 import keras_vit
 from configs import finetune as finetune_config
@@ -205,14 +205,8 @@ def test_engine_commands(tmp_path):
         workdir = tmp_path / f"jax{replicas}"
         stand_ins = {"/tmp/digits_jax2": str(workdir), "/tmp/digits_jax": str(workdir)}
         _, argv = split_command(replaced(command, stand_ins, strict=False))
-        proc = subprocess.run(
-            [sys.executable, *argv[1:], *SHORT],
-            cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=ROOT),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        assert argv[:3] == ["python", "-m", "trainers.finetune"], argv
+        proc = run_child("finetune", [*argv[3:], *SHORT], timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "hardware: jax engine, JAX data parallel: " in proc.stdout
         assert read_results(workdir)["replicas"] == replicas

@@ -5,8 +5,6 @@ JAX reads its CPU device count once, when it starts: the two-device checks run i
 """
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -54,15 +52,8 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def feed():
-    env = trainer_cli._env({"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
-    proc = subprocess.run(
-        [sys.executable, "-c", FEED_CHECK],
-        cwd=trainer_cli.ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    env = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    proc = trainer_cli.run_python(FEED_CHECK, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -3,12 +3,12 @@ error, not in JAX's fatal error and stack trace (exit status 134)."""
 
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
 
 import pytest
+from trainer_cli import run_python
 
 from trainers import join_deadline
 
@@ -46,7 +46,7 @@ def test_a_wait_that_returns_in_time_ends_nothing(monkeypatch, capsys):
     assert ended["status"] is None and capsys.readouterr().err == ""
 
 
-@pytest.mark.slow  # a child that imports JAX and Keras, then waits 3 s: about 8 s on 2 cores
+@pytest.mark.slow  # a child (forked: tests/command_server.py) that waits 3 s
 def test_jax_waiting_for_a_cluster_in_native_code_is_ended_at_the_limit():
     """The limit needs a thread that runs while jax.distributed.initialize waits: the process
     whose coordinator never answers ends at 3 s, with the line, long before JAX's own 120 s."""
@@ -61,11 +61,8 @@ def test_jax_waiting_for_a_cluster_in_native_code_is_ended_at_the_limit():
         "                               process_id=1, initialization_timeout=120)\n"
         "print('joined')\n"
     )
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
-    )
+    proc = run_python(program, {"KERAS_BACKEND": "jax"})
     assert time.monotonic() - start < 100
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stdout == ""

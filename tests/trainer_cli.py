@@ -237,6 +237,29 @@ def start_cli(module, args, env=None, log_path=None, fresh=False):
         )
 
 
+def run_python(code, env=None, timeout=300):
+    """`python -c code` (a program that imports the trainers) in a child process, with run_child's
+    environment plus `env`; the CompletedProcess (text). Forked as run_child's child is: a program
+    whose start is its subject (what a fresh interpreter prints) runs `subprocess` itself."""
+    full_env = _env(env)
+    forked = command_server.run(command_server.CODE, [code], full_env, timeout)
+    if forked is not None:
+        return forked
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start_python(code, stdout, stderr, env=None):
+    """`python -c code` started in the background (as run_python), its output to the open files
+    `stdout` and `stderr`; a Popen-like handle."""
+    full_env = _env(env)
+    forked = command_server.start(command_server.CODE, [code], full_env, stdout.fileno(), stderr.fileno())
+    return forked or subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, env=full_env, stdout=stdout, stderr=stderr
+    )
+
+
 def error_line(proc, module="finetune"):
     """The one `MODULE: error:` line of a finished run's stderr (and no traceback)."""
     lines = [line for line in proc.stderr.splitlines() if line.startswith(f"{module}: error:")]
