@@ -60,6 +60,7 @@ RUN_TIME_VARIABLES = (
     FRESH_VARIABLE,
 )
 _FOLDER = []  # the test run's folder of servers (tests/conftest.py), else one of this process's
+_STARTED = []  # the children `start` made that were running when last looked at
 
 
 def use_folder(folder):
@@ -67,7 +68,8 @@ def use_folder(folder):
     _FOLDER[:] = [str(folder)]
 
 
-def _orig_argv(target, args):
+def argv(target, args):
+    """The command line of `target args`, as a fresh interpreter runs it."""
     if target == CODE or target.endswith(".py"):
         return [sys.executable, target, *args]
     return [sys.executable, "-m", target, *args]
@@ -80,7 +82,7 @@ def prepared(target, args, env):
     from keras_vit import startup
     from trainers import engine_env, reproducible
 
-    orig_argv = _orig_argv(target, args)
+    orig_argv = argv(target, args)
     if env.get(FRESH_VARIABLE) == "1" or not (target in MODULES or target == CODE or target.endswith(".py")):
         return None, env
     # What the import reads of the command line besides the engine (trainers/__init__.py).
@@ -91,28 +93,32 @@ def prepared(target, args, env):
     return (engine, tuple(sorted((k, v) for k, v in env.items() if k not in RUN_TIME_VARIABLES))), env
 
 
-def start(target, args, env, stdout, stderr):
-    """Forks `python -m target args` (or `python target args`, a script) with `env` (the whole
-    environment), the repository as working directory and its output on the file descriptors
-    given; a Popen-like handle, or None where the command gets no server (`prepared`)."""
-    key, env = prepared(target, args, env)
-    if key is None:
-        return None
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    connection.connect(_server(key, env))
-    request = json.dumps({"target": target, "args": list(args), "env": env}).encode()
-    socket.send_fds(connection, [request], [stdout, stderr])
-    child = Forked(connection, _orig_argv(target, args))
-    child_processes.note_forked(child.args)
+def start(target, args, env, stdout, stderr, fresh=False):
+    """`python -m target args` (a script's `python target args`, a program's `python -c CODE
+    args`) with `env` (the whole environment), the repository as working directory and its output
+    on the open files `stdout` and `stderr`: forked from the server of its kind, or a fresh
+    interpreter where `fresh` or where no server serves it (`prepared`). A Popen-like handle."""
+    child = None if fresh else _fork(target, args, env, stdout.fileno(), stderr.fileno())
+    child = child or subprocess.Popen(argv(target, args), cwd=ROOT, env=env, stdout=stdout, stderr=stderr)
+    _STARTED[:] = [proc for proc in _STARTED if proc.poll() is None] + [child]
     return child
 
 
-def run(target, args, env, timeout):
-    """`start`, waited for: a CompletedProcess (text), or None where the command gets no server."""
+def kill_left_running():
+    """Kills every child `start` made here that still runs (one a test left behind when a check
+    failed before its own clean-up); returns how many it killed."""
+    running = [proc for proc in _STARTED if proc.poll() is None]
+    for proc in running:
+        proc.kill()
+        proc.wait()
+    _STARTED.clear()
+    return len(running)
+
+
+def run(target, args, env, timeout, fresh=False):
+    """`start`, waited for (killed past `timeout`, which raises): a CompletedProcess (text)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = start(target, args, env, out.fileno(), err.fileno())
-        if proc is None:
-            return None
+        proc = start(target, args, env, out, err, fresh)
         try:
             code = proc.wait(timeout)
         finally:
@@ -121,6 +127,21 @@ def run(target, args, env, timeout):
         out.seek(0)
         err.seek(0)
         return subprocess.CompletedProcess(proc.args, code, out.read(), err.read())
+
+
+def _fork(target, args, env, stdout, stderr):
+    """The forked child (a Popen-like handle), its output on the file descriptors given; None
+    where the command gets no server."""
+    key, env = prepared(target, args, env)
+    if key is None:
+        return None
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.connect(_server(key, env))
+    request = json.dumps({"target": target, "args": list(args), "env": env}).encode()
+    socket.send_fds(connection, [request], [stdout, stderr])
+    child = Forked(connection, argv(target, args))
+    child_processes.note_forked(child.args)
+    return child
 
 
 class Forked:
@@ -345,7 +366,7 @@ def _become(request, fds):
     os.environ.update(request["env"])
     os.chdir(ROOT)
     target, args = request["target"], request["args"]
-    sys.orig_argv = _orig_argv(target, args)
+    sys.orig_argv = argv(target, args)
     sys.argv = [CODE, *args[1:]] if target == CODE else [target, *args]
     if target.endswith(".py"):
         sys.path[0] = os.path.dirname(os.path.abspath(target))  # as `python SCRIPT` puts it

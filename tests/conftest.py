@@ -113,6 +113,17 @@ def command_servers(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(autouse=True)
+def no_child_left_running():
+    """A child the test started and left running is killed as the test ends: a check that fails
+    before the test's own clean-up (a `wait` with a timeout, an assert ahead of its try/finally)
+    once left a trainer run of 100,000 steps on 1.3 of the 2 cores for the rest of a suite run."""
+    yield
+    import command_server
+
+    command_server.kill_left_running()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def jax_compilation_cache(tmp_path_factory):
     """JAX's persistent compilation cache, one for every process of the test run: a child on the

@@ -24,6 +24,8 @@ STARTERS = {
     "start_cli",
     "start_cluster",
     "run_in_one_child",
+    "run_python",
+    "start_python",
     "Popen",
     "check_output",
     "check_call",

@@ -140,3 +140,19 @@ def test_a_forked_program_starts_as_python_c_starts_it():
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
     seen = json.loads(forked.stdout)
     assert seen["argv"] == ["-c"] and seen["name"] == "__main__" and seen["sigint_is_python_s"]
+
+
+def test_a_child_left_running_is_killed_and_a_finished_one_is_left_alone(tmp_path):
+    """tests/conftest.py calls kill_left_running as each test ends: a child a failed check left
+    behind would otherwise run on, on the cores the rest of the suite needs."""
+    env = trainer_cli._env()
+    with open(tmp_path / "out", "w") as out:
+        done = command_server.start(command_server.CODE, ["pass"], env, out, out, fresh=True)
+        assert done.wait(timeout=60) == 0
+        left = command_server.start(
+            command_server.CODE, ["import time; time.sleep(600)"], env, out, out, fresh=True
+        )
+    assert left.poll() is None
+    assert command_server.kill_left_running() == 1
+    assert left.returncode == -signal.SIGKILL and done.returncode == 0
+    assert command_server.kill_left_running() == 0

@@ -12,8 +12,6 @@ Each engine runs every case in one child process (tests/engine_runs.py), the two
 import ast
 import json
 import os
-import subprocess
-import sys
 
 import command_server
 import numpy as np
@@ -141,10 +139,7 @@ def runs(tmp_path_factory):
         script, args = os.path.join(trainer_cli.ROOT, "tests", "engine_runs.py"), [json.dumps(argvs)]
         with open(root / f"{engine}.log", "w") as log:
             # Forked from the command server of the engine's commands (tests/command_server.py).
-            child = command_server.start(script, args, env, log.fileno(), log.fileno())
-            child = child or subprocess.Popen(
-                [sys.executable, script, *args], cwd=trainer_cli.ROOT, env=env, stdout=log, stderr=log
-            )
+            child = command_server.start(script, args, env, log, log)
         children.append((engine, child))
     for engine, child in children:
         status = child.wait(timeout=600)

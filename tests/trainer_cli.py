@@ -134,13 +134,7 @@ def run_child(module, args, env=None, timeout=300, fresh=False):
     Forked from tests/command_server.py's server, which imported the command's libraries once,
     unless `fresh` (a new interpreter: its start is what the test checks) or the command line
     asks for a start of its own (command_server.prepared)."""
-    full_env = _env(env)
-    forked = None if fresh else command_server.run(f"trainers.{module}", args, full_env, timeout)
-    if forked is not None:
-        return forked
-    return subprocess.run(
-        command(module, args), cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
-    )
+    return command_server.run(f"trainers.{module}", args, _env(env), timeout, fresh)
 
 
 def run_in_one_child(runs, env=None, timeout=600):
@@ -152,14 +146,7 @@ def run_in_one_child(runs, env=None, timeout=600):
         with open(spec, "w") as f:
             json.dump([[module, list(args)] for module, args in runs], f)
         script = os.path.join(ROOT, "tests", "command_runs.py")
-        child = command_server.run(script, [spec, out], _env(env), timeout) or subprocess.run(
-            [sys.executable, script, spec, out],
-            cwd=ROOT,
-            env=_env(env),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        child = command_server.run(script, [spec, out], _env(env), timeout)
         assert child.returncode == 0, child.stderr[-3000:]
         with open(out) as f:
             results = json.load(f)
@@ -228,36 +215,21 @@ def _library_log_to(stream):
 def start_cli(module, args, env=None, log_path=None, fresh=False):
     """Starts the trainer in the background with its output going to log_path; forked as
     run_child's child is, unless `fresh`."""
-    full_env = _env(env)
     with open(log_path or os.devnull, "w") as log:
-        fd = log.fileno()
-        forked = None if fresh else command_server.start(f"trainers.{module}", args, full_env, fd, fd)
-        return forked or subprocess.Popen(
-            command(module, args), cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT, text=True
-        )
+        return command_server.start(f"trainers.{module}", args, _env(env), log, log, fresh)
 
 
 def run_python(code, env=None, timeout=300):
     """`python -c code` (a program that imports the trainers) in a child process, with run_child's
     environment plus `env`; the CompletedProcess (text). Forked as run_child's child is: a program
     whose start is its subject (what a fresh interpreter prints) runs `subprocess` itself."""
-    full_env = _env(env)
-    forked = command_server.run(command_server.CODE, [code], full_env, timeout)
-    if forked is not None:
-        return forked
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
-    )
+    return command_server.run(command_server.CODE, [code], _env(env), timeout)
 
 
 def start_python(code, stdout, stderr, env=None):
     """`python -c code` started in the background (as run_python), its output to the open files
     `stdout` and `stderr`; a Popen-like handle."""
-    full_env = _env(env)
-    forked = command_server.start(command_server.CODE, [code], full_env, stdout.fileno(), stderr.fileno())
-    return forked or subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT, env=full_env, stdout=stdout, stderr=stderr
-    )
+    return command_server.start(command_server.CODE, [code], _env(env), stdout, stderr)
 
 
 def error_line(proc, module="finetune"):
