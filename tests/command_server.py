@@ -3,7 +3,7 @@
 A `python -m trainers.finetune ...` child spends its first ~5 s of CPU importing TensorFlow,
 Keras and JAX, the same for every command. Where the test's subject is what the running command
 does as a process (a signal, a kill, a cluster of processes, a run on another Keras backend),
-`start` forks that process from a server that did those imports once, as a trainer command's
+`start_process` forks that process from a server that did those imports once, as a trainer command's
 start does them, and runs the command's module as `__main__` there (or a script of tests/ that
 runs commands, as `python SCRIPT` would, or a program that imports the trainers, as `python -c
 CODE` would): the child is a process of its own (its pid, signals, exit status, output), started
@@ -60,7 +60,7 @@ RUN_TIME_VARIABLES = (
     FRESH_VARIABLE,
 )
 _FOLDER = []  # the test run's folder of servers (tests/conftest.py), else one of this process's
-_STARTED = []  # the children `start` made that were running when last looked at
+_STARTED = []  # the children `start_process` made that were running when last looked at
 
 
 def use_folder(folder):
@@ -93,7 +93,7 @@ def prepared(target, args, env):
     return (engine, tuple(sorted((k, v) for k, v in env.items() if k not in RUN_TIME_VARIABLES))), env
 
 
-def start(target, args, env, stdout, stderr, fresh=False):
+def start_process(target, args, env, stdout, stderr, fresh=False):
     """`python -m target args` (a script's `python target args`, a program's `python -c CODE
     args`) with `env` (the whole environment), the repository as working directory and its output
     on the open files `stdout` and `stderr`: forked from the server of its kind, or a fresh
@@ -105,7 +105,7 @@ def start(target, args, env, stdout, stderr, fresh=False):
 
 
 def kill_left_running():
-    """Kills every child `start` made here that still runs (one a test left behind when a check
+    """Kills every child `start_process` made here that still runs (one a test left behind when a check
     failed before its own clean-up); returns how many it killed."""
     running = [proc for proc in _STARTED if proc.poll() is None]
     for proc in running:
@@ -115,10 +115,10 @@ def kill_left_running():
     return len(running)
 
 
-def run(target, args, env, timeout, fresh=False):
-    """`start`, waited for (killed past `timeout`, which raises): a CompletedProcess (text)."""
+def run_process(target, args, env, timeout, fresh=False):
+    """`start_process`, waited for (killed past `timeout`, which raises): a CompletedProcess (text)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = start(target, args, env, out, err, fresh)
+        proc = start_process(target, args, env, out, err, fresh)
         try:
             code = proc.wait(timeout)
         finally:

@@ -135,7 +135,7 @@ def test_a_forked_program_starts_as_python_c_starts_it():
     )
     env = {command_server.FRESH_VARIABLE: ""}  # forked even where the suite's children start fresh
     assert _key(command_server.CODE, [PROGRAM_START], trainer_cli._env(env)) is not None
-    forked = trainer_cli.run_python(PROGRAM_START, env)
+    forked = trainer_cli.run_python_c(PROGRAM_START, env)
     assert fresh.returncode == 1 and fresh.stderr == "-c: error: a one-line ending\n", fresh.stderr
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
     seen = json.loads(forked.stdout)
@@ -147,9 +147,9 @@ def test_a_child_left_running_is_killed_and_a_finished_one_is_left_alone(tmp_pat
     behind would otherwise run on, on the cores the rest of the suite needs."""
     env = trainer_cli._env()
     with open(tmp_path / "out", "w") as out:
-        done = command_server.start(command_server.CODE, ["pass"], env, out, out, fresh=True)
+        done = command_server.start_process(command_server.CODE, ["pass"], env, out, out, fresh=True)
         assert done.wait(timeout=60) == 0
-        left = command_server.start(
+        left = command_server.start_process(
             command_server.CODE, ["import time; time.sleep(600)"], env, out, out, fresh=True
         )
     assert left.poll() is None

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.eager import context
-from trainer_cli import TINY_DIGITS_FLAGS, _env, free_ports, start_python
+from trainer_cli import TINY_DIGITS_FLAGS, _env, free_ports, start_python_c
 
 from trainers import data, distribute, preemption, rendezvous
 
@@ -441,7 +441,7 @@ def test_two_worker_processes_see_the_one_pipeline_global_batches(tmp_path):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         out, err = tmp_path / f"worker{index}.out", tmp_path / f"worker{index}.err"
         with open(out, "w") as stdout, open(err, "w") as stderr:
-            procs.append(start_python(script, stdout, stderr, env={"TF_CONFIG": json.dumps(tf_config)}))
+            procs.append(start_python_c(script, stdout, stderr, env={"TF_CONFIG": json.dumps(tf_config)}))
         logs.append((out, err))
     outputs = []
     try:

@@ -139,7 +139,7 @@ def runs(tmp_path_factory):
         script, args = os.path.join(trainer_cli.ROOT, "tests", "engine_runs.py"), [json.dumps(argvs)]
         with open(root / f"{engine}.log", "w") as log:
             # Forked from the command server of the engine's commands (tests/command_server.py).
-            child = command_server.start(script, args, env, log, log)
+            child = command_server.start_process(script, args, env, log, log)
         children.append((engine, child))
     for engine, child in children:
         status = child.wait(timeout=600)

@@ -53,7 +53,7 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def feed():
     env = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    proc = trainer_cli.run_python(FEED_CHECK, env)
+    proc = trainer_cli.run_python_c(FEED_CHECK, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

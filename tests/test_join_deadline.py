@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from trainer_cli import run_python
+from trainer_cli import run_python_c
 
 from trainers import join_deadline
 
@@ -62,7 +62,7 @@ def test_jax_waiting_for_a_cluster_in_native_code_is_ended_at_the_limit():
         "print('joined')\n"
     )
     start = time.monotonic()
-    proc = run_python(program, {"KERAS_BACKEND": "jax"})
+    proc = run_python_c(program, {"KERAS_BACKEND": "jax"})
     assert time.monotonic() - start < 100
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stdout == ""
