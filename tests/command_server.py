@@ -3,13 +3,13 @@
 A `python -m trainers.finetune ...` child spends its first ~5 s of CPU importing TensorFlow,
 Keras and JAX, the same for every command. Where the test's subject is what the running command
 does as a process (a signal, a kill, a cluster of processes, a run on another Keras backend),
-`start_process` forks that process from a server that did those imports once, as a trainer command's
-start does them, and runs the command's module as `__main__` there (or a script of tests/ that
-runs commands, as `python SCRIPT` would, or a program that imports the trainers, as `python -c
-CODE` would): the child is a process of its own (its pid, signals, exit status, output), started
-without the import. Where the subject is the start itself (what a
-fresh interpreter prints, a signal while it imports, a backend chosen at start-up, a pinned
-environment), tests start a fresh interpreter instead.
+`start_process` forks that process from a server that did those imports once, as a trainer
+command's start does them, and runs the command's module as `__main__` there (or a script of
+tests/ that runs commands, as `python SCRIPT` would, or a program that imports the trainers, as
+`python -c CODE` would): the child is a process of its own (its pid, signals, exit status,
+output), started without the import. Where the subject is the start itself (what a fresh
+interpreter prints, a signal while it imports, a backend chosen at start-up, a pinned
+environment), tests start a fresh interpreter instead (`fresh=True`).
 
 What a command's import does depends on its engine and on the environment as the trainers'
 import leaves it (trainers/engine_env.py sets KERAS_BACKEND, and XLA_FLAGS for JAX's CPU
@@ -105,8 +105,8 @@ def start_process(target, args, env, stdout, stderr, fresh=False):
 
 
 def kill_left_running():
-    """Kills every child `start_process` made here that still runs (one a test left behind when a check
-    failed before its own clean-up); returns how many it killed."""
+    """Kills every child `start_process` made here that still runs (one a test left behind when a
+    check failed before its own clean-up); returns how many it killed."""
     running = [proc for proc in _STARTED if proc.poll() is None]
     for proc in running:
         proc.kill()

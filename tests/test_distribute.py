@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.eager import context
-from trainer_cli import TINY_DIGITS_FLAGS, _env, free_ports, start_python_c
+from trainer_cli import TINY_DIGITS_FLAGS, _env, free_ports, start_python_c, wait_all
 
 from trainers import data, distribute, preemption, rendezvous
 
@@ -409,14 +409,12 @@ def test_process_0_whose_peer_died_after_the_meeting_ends_at_the_limit(tmp_path)
 
 
 _WORKER = textwrap.dedent("""
-    import json, sys
-    import numpy as np
-    sys.path.insert(0, {root!r})
+    import json
     from trainers import data, distribute
     first = distribute.create_strategy("multi_worker")
     print("DESCRIBE", distribute.describe(first), flush=True)
     spec = data.get_spec("digits")
-    out = {{}}
+    out = {}
     for name, training in (("train", True), ("test", False)):
         # Each pipeline as a run of its own (a sweep's rates): the second run's strategy is the
         # first's, where it met again and found process 0's port held by TensorFlow's server.
@@ -435,25 +433,15 @@ _WORKER = textwrap.dedent("""
 @pytest.mark.slow
 def test_two_worker_processes_see_the_one_pipeline_global_batches(tmp_path):
     workers = [f"localhost:{p}" for p in free_ports(2)]
-    script = _WORKER.format(root=ROOT)
     procs, logs = [], []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         out, err = tmp_path / f"worker{index}.out", tmp_path / f"worker{index}.err"
         with open(out, "w") as stdout, open(err, "w") as stderr:
-            procs.append(start_python_c(script, stdout, stderr, env={"TF_CONFIG": json.dumps(tf_config)}))
+            procs.append(start_python_c(_WORKER, stdout, stderr, env={"TF_CONFIG": json.dumps(tf_config)}))
         logs.append((out, err))
-    outputs = []
-    try:
-        for proc in procs:
-            proc.wait(timeout=240)
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-    for proc, (out, err) in zip(procs, logs):
-        assert proc.returncode == 0, err.read_text()[-3000:]
-        outputs.append(out.read_text())
+    wait_all(procs, [err for _, err in logs], timeout=240)
+    outputs = [out.read_text() for out, _ in logs]
     for stdout in outputs:
         assert "DESCRIBE MultiWorkerMirroredStrategy: 2 replica(s) on 2 worker(s)" in stdout
         assert stdout.count("SAME True") == 2, stdout

@@ -64,7 +64,8 @@ def _env(extra=None):
 
 
 def command(module, args):
-    return [sys.executable, "-m", f"trainers.{module}", *args]
+    """`python -m trainers.<module> args`, as a fresh interpreter runs it."""
+    return command_server.argv(f"trainers.{module}", args)
 
 
 def run_cli(module, args, env=None):
