@@ -7,7 +7,9 @@ With KERAS_VIT_PROCESS_LOG set, tests/conftest.py calls `install`: every test pr
 pytest-xdist workers too) notes its own TensorFlow import when it happens, every child process
 started through `subprocess` is noted with the test that started it, and a Python child gets
 tests/child_site/sitecustomize.py first on its PYTHONPATH, which notes the child's TensorFlow
-import. Run as a script, it prints the counts. Off (the default), nothing is patched.
+import. A server of tests/command_server.py (started by whichever test first needs it, then
+serving every test of the run) is noted as a server, and its import as the servers', not as a
+child of that test. Run as a script, it prints the counts. Off (the default), nothing is patched.
 """
 
 import importlib.util
@@ -19,6 +21,8 @@ from collections import Counter
 
 LOG_VARIABLE = "KERAS_VIT_PROCESS_LOG"
 CHILD_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child_site")
+# Set in the environment of tests/command_server.py's servers (read by child_site's note too).
+SERVER_VARIABLE = "KERAS_VIT_COMMAND_SERVER"
 
 
 def _current_test():
@@ -54,7 +58,8 @@ def install(log):
 
     def noted(self, args, *rest, **kwargs):
         argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
-        _note(log, kind="child", test=_current_test(), argv=[str(a) for a in argv[:4]])
+        kind = "server" if (kwargs.get("env") or os.environ).get(SERVER_VARIABLE) else "child"
+        _note(log, kind=kind, test=_current_test(), argv=[str(a) for a in argv[:4]])
         kwargs["env"] = _with_child_site(kwargs.get("env"), log)
         original(self, args, *rest, **kwargs)
 
@@ -70,7 +75,8 @@ def note_forked(argv):
 
 
 def report(log):
-    """Test cases that started a child (one that imported TensorFlow), children, TensorFlow imports."""
+    """Test cases that started a child (one that imported TensorFlow), children, command servers,
+    TensorFlow imports."""
     lines, damaged = [], 0
     with open(log) as f:
         for text in f:
@@ -80,15 +86,20 @@ def report(log):
                 damaged += 1
     children = [line for line in lines if line["kind"] == "child" and line["test"]]
     imports = [line for line in lines if line["kind"] == "tensorflow"]
+    servers = [line for line in imports if line.get("server")]
     by_test = Counter(line["test"] for line in children)
-    importing = {line["test"].rsplit(" (", 1)[0] for line in imports if line["test"]}
+    importing = {
+        line["test"].rsplit(" (", 1)[0] for line in imports if line["test"] and not line.get("server")
+    }
     print(f"test cases that started a child process: {len(by_test)}")
     print(f"  of which a child imported TensorFlow: {len(importing)}")
     print(f"child processes started by tests: {len(children)}")
     forked = sum(1 for line in children if line.get("forked"))
     print(f"  of which forked from a process that had imported TensorFlow: {forked}")
+    print(f"command servers started: {sum(1 for line in lines if line['kind'] == 'server')}")
     outside = sum(1 for line in imports if not line["test"])
-    print(f"TensorFlow imports: {len(imports)} ({outside} by pytest's own processes)")
+    by_whom = f"{outside} by pytest's own processes, {len(servers)} by the servers"
+    print(f"TensorFlow imports: {len(imports)} ({by_whom})")
     if damaged:
         print(f"notes that could not be read: {damaged}")
     for test, count in sorted(by_test.items()):

@@ -213,7 +213,10 @@ def _server(key, env):
             proc = subprocess.Popen(
                 [sys.executable, "-c", _SERVER_START, folder, str(owner), key[0]],
                 cwd=ROOT,
-                env={k: v for k, v in env.items() if k not in RUN_TIME_VARIABLES},
+                env={
+                    **{k: v for k, v in env.items() if k not in RUN_TIME_VARIABLES},
+                    child_processes.SERVER_VARIABLE: key[0],
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

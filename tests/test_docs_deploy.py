@@ -7,9 +7,8 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 
+import console_scripts
 import numpy as np
 import pytest
 from docs_standins import (
@@ -121,13 +120,11 @@ def test_deploy_export_blocks(deploy_dir, monkeypatch, capsys):
     )
     sample = block("saved-model-cli").text
     _, argv = split_command(sample.replace("\\\n", " ").split("#")[0].strip()[2:])
-    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    argv = [cli, *[arg.replace("/tmp/digits_sm", str(deploy_dir / "vit" / "1")) for arg in argv[1:]]]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    args = [arg.replace("/tmp/digits_sm", str(deploy_dir / "vit" / "1")) for arg in argv[1:]]
+    code, out, err = console_scripts.run(argv[0], args)
+    assert code == 0, err[-3000:]
     expected = _normalised(sample[sample.index("Result for") :])
-    assert _normalised(proc.stdout[proc.stdout.index("Result for") :]) == expected
+    assert _normalised(out[out.index("Result for") :]) == expected
 
 
 @pytest.mark.slow

@@ -1,16 +1,16 @@
 """keras_vit.export: SavedModel, ONNX and LiteRT files, each run by its own runtime.
 
-The SavedModel is served by `saved_model_cli run` in a subprocess, as a serving user would
-run it, on real JPEGs; ONNX runs in onnxruntime and LiteRT in ai-edge-litert's interpreter.
-Models are tiny (32 px, width 32, 2 blocks) so that each export takes seconds.
+The SavedModel is served by `saved_model_cli run` (its console script, run in the test's
+process), as a serving user would run it, on real JPEGs; ONNX runs in onnxruntime and LiteRT in
+ai-edge-litert's interpreter. Models are tiny (32 px, width 32, 2 blocks) so that each export
+takes seconds.
 """
 
 import json
 import os
-import subprocess
-import sys
 
 import autograph_conversions
+import console_scripts
 import numpy as np
 import PIL.Image
 import pytest
@@ -28,7 +28,6 @@ FIXTURE = os.path.join(ROOT, "..", "shared", "fixtures", "tiny_vit_vit_jax_layou
 # tests/fixtures.py's tiny ViT with a second block, so that the block's layers repeat in the graph.
 SHAPE = dict(TINY, num_layers=2)
 NAMES = ["cat", "dog", "emu", "fox", "gnu"]
-ENV = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +65,9 @@ def test_saved_model_served_by_saved_model_cli_gives_predicts_top_k(tmp_path, mo
     inputs = tmp_path / "images.npy"  # the encoded files, as bytes (no pickle needed)
     np.save(inputs, np.array([open(path, "rb").read() for path in photos], dtype=bytes))
     outputs = tmp_path / "outputs"
-    proc = subprocess.run(
+    code, stdout, err = console_scripts.run(
+        "saved_model_cli",
         [
-            os.path.join(os.path.dirname(sys.executable), "saved_model_cli"),
             "run",
             f"--dir={out}",
             "--tag_set=serve",
@@ -76,18 +75,14 @@ def test_saved_model_served_by_saved_model_cli_gives_predicts_top_k(tmp_path, mo
             f"--inputs=images={inputs}",
             f"--outdir={outputs}",
         ],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert code == 0, err[-3000:]
     classes = np.load(outputs / "classes.npy", allow_pickle=False)
     scores = np.load(outputs / "scores.npy", allow_pickle=False)
     expected = predict.classify(model, photos, NAMES, top=3)
     np.testing.assert_array_equal(classes, [[i for i, _, _ in top] for top in expected])
     np.testing.assert_allclose(scores, [[p for *_, p in top] for top in expected], atol=1e-5)
-    served_names = proc.stdout.split("Result for output key names:")[1].split("Result for")[0]
+    served_names = stdout.split("Result for output key names:")[1].split("Result for")[0]
     for top in expected:
         assert str([name.encode() for _, name, _ in top]).replace(",", "") in served_names
 

@@ -39,6 +39,8 @@ class _TensorFlowImport:
                     "kind": "tensorflow",
                     "pid": os.getpid(),
                     "test": os.environ.get("PYTEST_CURRENT_TEST"),
+                    # tests/child_processes.py's SERVER_VARIABLE: a command server's start.
+                    "server": "KERAS_VIT_COMMAND_SERVER" in os.environ,
                 }
                 _append(json.dumps(line) + "\n")
             exec_module(module)
