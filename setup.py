@@ -105,7 +105,8 @@ HUB_REQUIRES = ["safetensors", "huggingface_hub"]
 # repeated rather than written as "keras-vision-transformer[train]": pip resolves such a
 # self-reference only since 21.2 (and an older pip or another installer may fetch it from the index).
 # ruff is pinned: `make test` enforces its formatter's output, which changes between releases.
-# nbclient, nbformat and ipykernel run the colab/ notebooks top to bottom.
+# nbclient, nbformat and ipykernel run the colab/ notebooks top to bottom (jupyter_client: the
+# tests start the kernels themselves).
 # keras-hub: tests/test_benchmarks.py runs the benchmarks against it (it brings tensorflow-text
 # of the installed TensorFlow's release).
 # optax: tests/test_optimizers.py holds the trainers' SGD against optax's own update.
@@ -120,6 +121,7 @@ TEST_REQUIRES = [
     "nbclient",
     "nbformat",
     "ipykernel",
+    "jupyter-client",
     "keras-hub",
     # tests/test_hf_*.py: random timm and transformers ViTs saved by their own code must give the
     # same logits in keras_vit, and keras_vit's exports must load back in them.

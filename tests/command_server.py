@@ -5,8 +5,9 @@ Keras and JAX, the same for every command. Where the test's subject is what the 
 does as a process (a signal, a kill, a cluster of processes, a run on another Keras backend),
 `start_process` forks that process from a server that did those imports once, as a trainer
 command's start does them, and runs the command's module as `__main__` there (or a script of
-tests/ that runs commands, as `python SCRIPT` would, or a program that imports the trainers, as
-`python -c CODE` would): the child is a process of its own (its pid, signals, exit status,
+tests/ that runs commands, as `python SCRIPT` would, a program that imports the trainers, as
+`python -c CODE` would, or the Jupyter kernel that runs a colab/ notebook, which imports them in
+its first cells): the child is a process of its own (its pid, signals, exit status,
 output), started without the import. Where the subject is the start itself (what a fresh
 interpreter prints, a signal while it imports, a backend chosen at start-up, a pinned
 environment), tests start a fresh interpreter instead (`fresh=True`).
@@ -46,6 +47,7 @@ import child_processes
 
 MODULES = ("trainers.finetune", "trainers.pretrain", "trainers.fewshot")  # early_signals.COMMANDS
 CODE = "-c"  # the target of `python -c CODE ARGS...`: its args are the code, then sys.argv[1:]
+KERNEL = "ipykernel_launcher"  # `python -m ipykernel_launcher -f CONNECTION_FILE`, as Jupyter starts one
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Set to 1, every child starts a fresh interpreter (to tell a fault of the forking from the
 # command's, or to time the suite without it).
@@ -58,6 +60,8 @@ RUN_TIME_VARIABLES = (
     "PYTEST_XDIST_WORKER",
     "PYTEST_XDIST_TESTRUNUID",
     FRESH_VARIABLE,
+    "JPY_PARENT_PID",  # what Jupyter tells the kernel it starts
+    "JPY_SESSION_NAME",
 )
 _FOLDER = []  # the test run's folder of servers (tests/conftest.py), else one of this process's
 _STARTED = []  # the children `start_process` made that were running when last looked at
@@ -83,7 +87,7 @@ def prepared(target, args, env):
     from trainers import engine_env, reproducible
 
     orig_argv = argv(target, args)
-    if env.get(FRESH_VARIABLE) == "1" or not (target in MODULES or target == CODE or target.endswith(".py")):
+    if env.get(FRESH_VARIABLE) == "1" or not (target in (*MODULES, KERNEL, CODE) or target.endswith(".py")):
         return None, env
     # What the import reads of the command line besides the engine (trainers/__init__.py).
     if startup.verbose_requested([target, *args]) or reproducible.is_pinned_command(orig_argv):
@@ -93,13 +97,17 @@ def prepared(target, args, env):
     return (engine, tuple(sorted((k, v) for k, v in env.items() if k not in RUN_TIME_VARIABLES))), env
 
 
-def start_process(target, args, env, stdout, stderr, fresh=False):
+def start_process(target, args, env, stdout, stderr, fresh=False, cwd=ROOT, own_group=False):
     """`python -m target args` (a script's `python target args`, a program's `python -c CODE
-    args`) with `env` (the whole environment), the repository as working directory and its output
-    on the open files `stdout` and `stderr`: forked from the server of its kind, or a fresh
-    interpreter where `fresh` or where no server serves it (`prepared`). A Popen-like handle."""
-    child = None if fresh else _fork(target, args, env, stdout.fileno(), stderr.fileno())
-    child = child or subprocess.Popen(argv(target, args), cwd=ROOT, env=env, stdout=stdout, stderr=stderr)
+    args`) with `env` (the whole environment), `cwd` as working directory and its output on the
+    open files `stdout` and `stderr`: forked from the server of its kind, or a fresh interpreter
+    where `fresh` or where no server serves it (`prepared`). With `own_group`, the child leads a
+    process group of its own, as Jupyter starts a kernel (in a session of its own), so that a
+    signal Jupyter sends to the kernel's group reaches no other process. A Popen-like handle."""
+    child = None if fresh else _fork(target, args, env, stdout.fileno(), stderr.fileno(), cwd, own_group)
+    child = child or subprocess.Popen(
+        argv(target, args), cwd=cwd, env=env, stdout=stdout, stderr=stderr, start_new_session=own_group
+    )
     _STARTED[:] = [proc for proc in _STARTED if proc.poll() is None] + [child]
     return child
 
@@ -115,10 +123,10 @@ def kill_left_running():
     return len(running)
 
 
-def run_process(target, args, env, timeout, fresh=False):
+def run_process(target, args, env, timeout, fresh=False, cwd=ROOT, own_group=False):
     """`start_process`, waited for (killed past `timeout`, which raises): a CompletedProcess (text)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = start_process(target, args, env, out, err, fresh)
+        proc = start_process(target, args, env, out, err, fresh, cwd, own_group)
         try:
             code = proc.wait(timeout)
         finally:
@@ -129,7 +137,7 @@ def run_process(target, args, env, timeout, fresh=False):
         return subprocess.CompletedProcess(proc.args, code, out.read(), err.read())
 
 
-def _fork(target, args, env, stdout, stderr):
+def _fork(target, args, env, stdout, stderr, cwd, own_group):
     """The forked child (a Popen-like handle), its output on the file descriptors given; None
     where the command gets no server."""
     key, env = prepared(target, args, env)
@@ -137,7 +145,8 @@ def _fork(target, args, env, stdout, stderr):
         return None
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.connect(_server(key, env))
-    request = json.dumps({"target": target, "args": list(args), "env": env}).encode()
+    request = {"target": target, "args": list(args), "env": env, "cwd": str(cwd), "own_group": own_group}
+    request = json.dumps(request).encode()
     socket.send_fds(connection, [request], [stdout, stderr])
     child = Forked(connection, argv(target, args))
     child_processes.note_forked(child.args)
@@ -145,7 +154,9 @@ def _fork(target, args, env, stdout, stderr):
 
 
 class Forked:
-    """A forked command, as much of subprocess.Popen as the tests use."""
+    """A forked command, as much of subprocess.Popen as the tests (and jupyter_client) use."""
+
+    stdin = stdout = stderr = None  # its output went to the files given
 
     def __init__(self, connection, args):
         self.args = args
@@ -312,6 +323,8 @@ def _serve(folder, owner, engine):
                 return request, fds
             for fd in fds:
                 os.close(fd)
+            if request["own_group"]:  # here too, so that the group exists once the pid is answered
+                _own_group(pid)
             children[pid] = connection
             _answer(connection, pid)
         while children:
@@ -325,6 +338,14 @@ def _serve(folder, owner, engine):
             os.kill(owner, 0)
         except ProcessLookupError:  # the test run is over
             os._exit(0)
+
+
+def _own_group(pid):
+    """The process `pid` (0: this one) leads a process group of its own."""
+    try:
+        os.setpgid(pid, pid)
+    except OSError:  # the other side of the fork made it already, or the child has ended
+        pass
 
 
 def _answer(connection, number):
@@ -367,7 +388,9 @@ def _become(request, fds):
         os.close(fd)
     os.environ.clear()
     os.environ.update(request["env"])
-    os.chdir(ROOT)
+    if request["own_group"]:
+        _own_group(0)
+    os.chdir(request["cwd"])
     target, args = request["target"], request["args"]
     sys.orig_argv = argv(target, args)
     sys.argv = [CODE, *args[1:]] if target == CODE else [target, *args]
@@ -375,6 +398,8 @@ def _become(request, fds):
         sys.path[0] = os.path.dirname(os.path.abspath(target))  # as `python SCRIPT` puts it
     elif target == CODE:
         sys.path[0] = ""  # as `python -c` puts it: the working directory
+    else:
+        sys.path[0] = os.getcwd()  # as `python -m` puts it
     if target not in MODULES:
         # The server's import caught these as a trainer command's does (trainers/early_signals.py);
         # a program that is not a command starts with Python's own handlers.

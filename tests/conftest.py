@@ -124,6 +124,28 @@ def no_child_left_running():
     command_server.kill_left_running()
 
 
+@pytest.fixture(autouse=True)
+def environment_left_as_found():
+    """A test that leaves os.environ changed fails (in its teardown), and the environment is put
+    back: every later test of the worker would see the change, and the children of its commands
+    would fork from a server of their own (the server's key is the environment): a variable a test
+    of tests/test_child_processes.py left set once made a whole run start a fourth server."""
+    before = dict(os.environ)
+    yield
+    changed = environment_changes(before, os.environ)
+    if changed:
+        os.environ.clear()
+        os.environ.update(before)
+        pytest.fail(f"the test left the environment changed ({', '.join(changed)}): use monkeypatch.setenv")
+
+
+def environment_changes(before, after):
+    """The names of the variables set, unset or changed between `before` and `after`, but pytest's
+    own name of the test's phase."""
+    names = (before.keys() | after.keys()) - {"PYTEST_CURRENT_TEST"}
+    return sorted(name for name in names if before.get(name) != after.get(name))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def jax_compilation_cache(tmp_path_factory):
     """JAX's persistent compilation cache, one for every process of the test run: a child on the

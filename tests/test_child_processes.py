@@ -21,7 +21,8 @@ def test_a_tests_own_sitecustomize_still_runs_under_the_count(tmp_path, monkeypa
     own = tmp_path / "own_site"
     own.mkdir()
     (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITE_RAN'] = 'yes'\n")
-    monkeypatch.delenv("OWN_SITE_RAN", raising=False)
+    # Set through monkeypatch, so that the site file's "yes" is gone after the test too.
+    monkeypatch.setenv("OWN_SITE_RAN", "no")
     monkeypatch.setattr(sys, "path", [child_processes.CHILD_SITE, str(own), *sys.path])
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # its finder, with the count on
     _run_site_file("counted_site")

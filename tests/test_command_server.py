@@ -43,6 +43,10 @@ def test_a_server_is_kept_per_engine_and_environment_as_the_import_leaves_it():
     assert _key(command_server.CODE, ["import trainers"], script) == jax_on_two
     assert _key(command_server.CODE, ["import trainers", "--engine=jax"], ENV) == tf
     assert _key("trainers.finetune", [], dict(ENV, TF_ENABLE_ONEDNN_OPTS="0")) != tf
+    # A notebook's kernel: the environment's backend, whatever Jupyter tells each kernel.
+    kernel = dict(ENV, JPY_PARENT_PID="123", JPY_SESSION_NAME="/tmp/a/quickstart.ipynb")
+    assert _key(command_server.KERNEL, ["-f", "/tmp/a/kernel-1.json"], kernel) == tf
+    assert _key(command_server.KERNEL, ["-f", "/tmp/b/kernel-2.json"], dict(kernel, JPY_PARENT_PID="9")) == tf
 
 
 def test_the_served_commands_are_those_whose_import_notes_an_early_signal():
@@ -140,6 +144,26 @@ def test_a_forked_program_starts_as_python_c_starts_it():
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
     seen = json.loads(forked.stdout)
     assert seen["argv"] == ["-c"] and seen["name"] == "__main__" and seen["sigint_is_python_s"]
+
+
+@pytest.mark.slow  # the server's start, where no test of the run has started it yet
+def test_a_forked_program_in_a_folder_and_a_process_group_of_its_own_starts_as_a_fresh_one(tmp_path):
+    """As Jupyter starts a kernel: in the notebook's folder, leading a process group of its own.
+    Jupyter signals the kernel's group: a forked child left in the server's group (the test
+    run's) would take the signal to every process of the run."""
+    program = (
+        "import json, os, sys; print(json.dumps([os.getcwd(), sys.path[0], os.getpgid(0) == os.getpid()]))"
+    )
+    env = trainer_cli._env({command_server.FRESH_VARIABLE: ""})  # forked even where others start fresh
+    assert _key(command_server.CODE, [program], env) is not None
+    fresh, forked = [
+        command_server.run_process(
+            command_server.CODE, [program], env, 60, fresh=started_fresh, cwd=tmp_path, own_group=True
+        )
+        for started_fresh in (True, False)
+    ]
+    assert json.loads(fresh.stdout) == [str(tmp_path), "", True], fresh.stderr
+    assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout), forked.stderr
 
 
 def test_a_child_left_running_is_killed_and_a_finished_one_is_left_alone(tmp_path):

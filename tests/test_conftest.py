@@ -1,4 +1,5 @@
-"""tests/conftest.py's order of the collected tests, which pytest-xdist's --dist=loadfile follows."""
+"""tests/conftest.py's order of the collected tests, which pytest-xdist's --dist=loadfile follows,
+and its check of the environment a test leaves."""
 
 import pathlib
 import types
@@ -37,3 +38,10 @@ def test_files_with_the_most_slow_tests_come_first_each_whole_and_in_its_own_ord
         ("test_a", "fast_1"),
         ("test_a", "fast_2"),
     ]
+
+
+def test_a_variable_set_unset_or_changed_is_a_change_and_the_phase_s_name_is_not():
+    before = {"KEEP": "1", "GONE": "x", "MOVED": "a", "PYTEST_CURRENT_TEST": "t (setup)"}
+    after = {"KEEP": "1", "MOVED": "b", "NEW": "", "PYTEST_CURRENT_TEST": "t (teardown)"}
+    assert conftest.environment_changes(before, after) == ["GONE", "MOVED", "NEW"]
+    assert conftest.environment_changes(before, dict(before, PYTEST_CURRENT_TEST="t (call)")) == []

@@ -2,13 +2,18 @@
 
 The notebooks read TFDS data from $TFDS_DATA_DIR, which here is a data_dir prepared offline by
 the real TFDS builders (../shared/tools/fake_tfds.py); photos and digits ship with
-scikit-learn, and the SMALL models start from random weights, so nothing is downloaded.
+scikit-learn, and the SMALL models start from random weights, so nothing is downloaded. Each
+kernel is a process of its own, forked from tests/command_server.py's server of the notebooks'
+environment, which imported TensorFlow and the trainers once for the four (each kernel imports
+ipykernel itself, as it starts).
 """
 
 import os
 
+import command_server
 import nbformat
 import pytest
+from jupyter_client.provisioning import local_provisioner
 from nbclient import NotebookClient
 from trainer_cli import make_fake_tfds
 
@@ -49,13 +54,34 @@ def data_dir(tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def keras_home(tmp_path_factory):
+    """An empty KERAS_HOME, so that no cached download is used; one for the four notebooks, as
+    Keras reads it when imported: their kernels share one server."""
+    return str(tmp_path_factory.mktemp("keras_home"))
+
+
+def _forked_kernel(log_path):
+    """jupyter_client's `launch_kernel` for Python's own kernel: the same command line, forked."""
+
+    def launch(cmd, stdin=None, stdout=None, stderr=None, env=None, independent=False, cwd=None, **kwargs):
+        assert cmd[1:3] == ["-m", command_server.KERNEL], cmd
+        with open(log_path, "w") as log:  # the kernel's own output; the cells' goes to nbclient
+            return command_server.start_process(
+                command_server.KERNEL, cmd[3:], env, log, log, cwd=cwd or os.getcwd(), own_group=True
+            )
+
+    return launch
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_the_notebook_runs_top_to_bottom(name, data_dir, tmp_path, monkeypatch):
+def test_the_notebook_runs_top_to_bottom(name, data_dir, keras_home, tmp_path, monkeypatch):
     monkeypatch.setenv("TFDS_DATA_DIR", data_dir)
     monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
-    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))  # no cached download is used
+    monkeypatch.setenv("KERAS_HOME", keras_home)
     monkeypatch.setenv("PYTHONPATH", ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setattr(local_provisioner, "launch_kernel", _forked_kernel(tmp_path / "kernel.log"))
     notebook = _read(name)
     notebook.cells.insert(2, nbformat.v4.new_code_cell(OVERRIDES))
     client = NotebookClient(

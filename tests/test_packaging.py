@@ -38,6 +38,7 @@ DISTRIBUTIONS = {
     "h5py": "h5py",
     "huggingface_hub": "huggingface-hub",
     "jax": "jax",
+    "jupyter_client": "jupyter-client",
     "keras": "keras",
     "keras_hub": "keras-hub",
     "matplotlib": "matplotlib",
