@@ -130,19 +130,28 @@ def environment_left_as_found():
     back: every later test of the worker would see the change, and the children of its commands
     would fork from a server of their own (the server's key is the environment): a variable a test
     of tests/test_child_processes.py left set once made a whole run start a fourth server."""
-    before = dict(os.environ)
+    before, modules = dict(os.environ), set(sys.modules)
     yield
-    changed = environment_changes(before, os.environ)
+    changed = environment_changes(before, os.environ, set(sys.modules) - modules)
     if changed:
         os.environ.clear()
         os.environ.update(before)
         pytest.fail(f"the test left the environment changed ({', '.join(changed)}): use monkeypatch.setenv")
 
 
-def environment_changes(before, after):
+# The repository's packages whose program modules set their defaults in the environment as they
+# are imported (benchmarks/accelerator.py: JAX's, before JAX loads), in whichever test imports
+# them first.
+PROGRAM_PACKAGES = ("keras_vit", "trainers", "benchmarks", "configs")
+
+
+def environment_changes(before, after, imported=()):
     """The names of the variables set, unset or changed between `before` and `after`, but pytest's
-    own name of the test's phase."""
+    own name of the test's phase, and the variables added where the modules `imported` in between
+    include one of PROGRAM_PACKAGES' (a value changed or removed still counts)."""
     names = (before.keys() | after.keys()) - {"PYTEST_CURRENT_TEST"}
+    if any(name.partition(".")[0] in PROGRAM_PACKAGES for name in imported):
+        names &= before.keys()
     return sorted(name for name in names if before.get(name) != after.get(name))
 
 

@@ -52,7 +52,7 @@ def _put_back_as_found():
     handlers, level = list(root.handlers), root.level
     verbosity = absl_logging.get_verbosity()
     values = flags.FLAGS.flag_values_dict() if flags.FLAGS.is_parsed() else None
-    checks = {name: list(flag.validators) for name, flag in flags.FLAGS._flags().items()}
+    checks = {name: list(flags.FLAGS[name].validators) for name in flags.FLAGS}
     with open("/proc/self/comm") as f:
         process_name = f.read().strip()
     try:
@@ -64,8 +64,8 @@ def _put_back_as_found():
         root.handlers[:] = handlers
         root.setLevel(level)
         absl_logging.set_verbosity(verbosity)
-        for name, flag in flags.FLAGS._flags().items():  # the checks a program's main adds
-            flag.validators[:] = checks.get(name, [])
+        for name in flags.FLAGS:  # the checks a program's main adds
+            flags.FLAGS[name].validators[:] = checks.get(name, [])
         flags.FLAGS.unparse_flags()
         if values is not None:
             flags.FLAGS([argv[0]])

@@ -45,3 +45,15 @@ def test_a_variable_set_unset_or_changed_is_a_change_and_the_phase_s_name_is_not
     after = {"KEEP": "1", "MOVED": "b", "NEW": "", "PYTEST_CURRENT_TEST": "t (teardown)"}
     assert conftest.environment_changes(before, after) == ["GONE", "MOVED", "NEW"]
     assert conftest.environment_changes(before, dict(before, PYTEST_CURRENT_TEST="t (call)")) == []
+
+
+def test_a_program_module_imported_in_the_test_may_add_its_defaults_only():
+    """benchmarks/accelerator.py sets XLA_PYTHON_CLIENT_PREALLOCATE as it is imported: the test
+    that imports it first in a worker (test_docs_benchmarks' in a run of its own) is not at fault."""
+    before = {"KEEP": "1", "MOVED": "a"}
+    after = {"KEEP": "1", "MOVED": "b", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    assert conftest.environment_changes(before, after, {"benchmarks.accelerator"}) == ["MOVED"]
+    assert conftest.environment_changes(before, after, {"numpy.linalg"}) == [
+        "MOVED",
+        "XLA_PYTHON_CLIENT_PREALLOCATE",
+    ]
