@@ -86,7 +86,7 @@ def report(log):
                 damaged += 1
     children = [line for line in lines if line["kind"] == "child" and line["test"]]
     imports = [line for line in lines if line["kind"] == "tensorflow"]
-    servers = [line for line in imports if line.get("server")]
+    server_imports = [line for line in imports if line.get("server")]
     by_test = Counter(line["test"] for line in children)
     importing = {
         line["test"].rsplit(" (", 1)[0] for line in imports if line["test"] and not line.get("server")
@@ -98,7 +98,7 @@ def report(log):
     print(f"  of which forked from a process that had imported TensorFlow: {forked}")
     print(f"command servers started: {sum(1 for line in lines if line['kind'] == 'server')}")
     outside = sum(1 for line in imports if not line["test"])
-    by_whom = f"{outside} by pytest's own processes, {len(servers)} by the servers"
+    by_whom = f"{outside} by pytest's own processes, {len(server_imports)} by the servers"
     print(f"TensorFlow imports: {len(imports)} ({by_whom})")
     if damaged:
         print(f"notes that could not be read: {damaged}")

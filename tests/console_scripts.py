@@ -7,7 +7,8 @@ without a child importing TensorFlow again. Both programs start through absl's `
 changes what every later test of the process would meet (the global absl flags keep their last
 values and their checks: `saved_model_cli`'s required --dir then failed `tensorboard`'s start;
 the root logger gains absl's handler, the verbosity and the environment change): `run` puts
-each of those back as it found it.
+each of those back as it found it. `exit_status` is how such a program ends, which
+tests/trainer_cli.py's in-process commands share.
 """
 
 import contextlib
@@ -16,6 +17,7 @@ import io
 import logging
 import os
 import sys
+import traceback
 
 from absl import flags
 from absl import logging as absl_logging
@@ -34,14 +36,27 @@ def run(name, args):
         sys.argv = [name, *args]
         flags.FLAGS.unparse_flags()  # the values of the last command parsed here are not this one's
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                status = main()
-            except SystemExit as stop:
-                status = stop.code
-            if status is not None and not isinstance(status, int):  # as sys.exit("message") ends
-                print(status, file=sys.stderr)
-                status = 1
-    return status or 0, out.getvalue(), err.getvalue()
+            status = exit_status(main)
+    return status, out.getvalue(), err.getvalue()
+
+
+def exit_status(main):
+    """The status a process whose program is `main()` exits with, as `sys.exit(main())` ends it,
+    printing on stderr what it prints on its way out: SystemExit's code (None 0; a message, such as
+    sys.exit("error: ...") gives, printed and 1), or 1 and the traceback of an exception."""
+    try:
+        status = main()
+    except SystemExit as stop:
+        status = stop.code
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    if status is None:
+        return 0
+    if not isinstance(status, int):
+        print(status, file=sys.stderr)
+        return 1
+    return status
 
 
 @contextlib.contextmanager

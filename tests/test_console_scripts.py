@@ -73,3 +73,24 @@ def test_what_the_program_s_start_changes_in_the_process_is_put_back(tmp_path):
 def test_a_program_not_installed_says_so():
     with pytest.raises(AssertionError, match="^no-such-program is not installed in this environment"):
         console_scripts.run("no-such-program", [])
+
+
+def test_a_program_ends_with_the_status_and_the_words_its_process_would_have(capsys):
+    """The in-process commands (here and tests/trainer_cli.py's) read a program's end as the
+    process's: a message to sys.exit is printed and gives 1, not 0; an escaped exception is a
+    traceback and 1, not an error of the test itself."""
+
+    def fails():
+        raise ValueError("bad value")
+
+    def stops(code):
+        return lambda: sys.exit(code)
+
+    ends = (lambda: None, lambda: 3, stops(None), stops(4))
+    assert [console_scripts.exit_status(main) for main in ends] == [0, 3, 0, 4]
+    assert capsys.readouterr().err == ""
+    assert console_scripts.exit_status(stops("error: no such file")) == 1
+    assert capsys.readouterr().err == "error: no such file\n"
+    assert console_scripts.exit_status(fails) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and err.endswith("ValueError: bad value\n")

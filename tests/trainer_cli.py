@@ -21,10 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import warnings
 
 import command_server
+import console_scripts
 import keras
 import numpy as np
 import tensorflow as tf
@@ -99,19 +99,9 @@ def run_main(module, args, env=None):
     ):
         _library_log_to(out)
         try:
-            status = main(argv)
-        except SystemExit as e:
-            status = e.code
-        except BaseException:
-            traceback.print_exc()
-            status = 1
+            status = console_scripts.exit_status(lambda: main(argv))
         finally:
             _library_log_to(sys.__stdout__)
-    if status is None:
-        status = 0
-    elif not isinstance(status, int):  # sys.exit("message"): printed, status 1
-        print(status, file=err)
-        status = 1
     return subprocess.CompletedProcess(
         [sys.executable, "-m", module, *args], status, out.getvalue(), err.getvalue()
     )
