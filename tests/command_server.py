@@ -6,8 +6,9 @@ does as a process (a signal, a kill, a cluster of processes, a run on another Ke
 `start_process` forks that process from a server that did those imports once, as a trainer
 command's start does them, and runs the command's module as `__main__` there (or a script of
 tests/ that runs commands, as `python SCRIPT` would, a program that imports the trainers, as
-`python -c CODE` would, or the Jupyter kernel that runs a colab/ notebook, which imports them in
-its first cells): the child is a process of its own (its pid, signals, exit status,
+`python -c CODE` would, the Jupyter kernel that runs a colab/ notebook, which imports them in
+its first cells, one of the library's commands, whose start is the package's import, or pytest,
+whose collection imports them): the child is a process of its own (its pid, signals, exit status,
 output), started without the import. Where the subject is the start itself (what a fresh
 interpreter prints, a signal while it imports, a backend chosen at start-up, a pinned
 environment), tests start a fresh interpreter instead (`fresh=True`).
@@ -16,7 +17,8 @@ What a command's import does depends on its engine and on the environment as the
 import leaves it (trainers/engine_env.py sets KERAS_BACKEND, and XLA_FLAGS for JAX's CPU
 devices), so a server is kept per (engine, that environment) and shared by every process of the
 test run (`use_folder`); a command whose start is not a server's (--verbose, a pinned command,
-another module) gets none: `prepared` returns no key.
+another module, a library command on a backend no engine runs) gets none: `prepared` returns no
+key.
 
     python -c _SERVER_START FOLDER OWNER_PID ENGINE
 
@@ -48,6 +50,11 @@ import child_processes
 MODULES = ("trainers.finetune", "trainers.pretrain", "trainers.fewshot")  # early_signals.COMMANDS
 CODE = "-c"  # the target of `python -c CODE ARGS...`: its args are the code, then sys.argv[1:]
 KERNEL = "ipykernel_launcher"  # `python -m ipykernel_launcher -f CONNECTION_FILE`, as Jupyter starts one
+# The library's commands (`python -m keras_vit.predict ...`): their start is the package's import,
+# which the trainers' import makes too, on the backend the environment (or keras.json) names.
+LIBRARY = "keras_vit."
+COMMANDS = ("trainers.", LIBRARY)  # every command of the two packages (MODULES the server imports)
+PYTEST = "pytest"  # `python -m pytest ...`: its collection imports the trainers' libraries
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Set to 1, every child starts a fresh interpreter (to tell a fault of the forking from the
 # command's, or to time the suite without it).
@@ -87,14 +94,42 @@ def prepared(target, args, env):
     from trainers import engine_env, reproducible
 
     orig_argv = argv(target, args)
-    if env.get(FRESH_VARIABLE) == "1" or not (target in (*MODULES, KERNEL, CODE) or target.endswith(".py")):
+    served = target in (KERNEL, CODE, PYTEST) or target.startswith(COMMANDS) or target.endswith(".py")
+    if env.get(FRESH_VARIABLE) == "1" or not served:
         return None, env
     # What the import reads of the command line besides the engine (trainers/__init__.py).
     if startup.verbose_requested([target, *args]) or reproducible.is_pinned_command(orig_argv):
         return None, env
-    env = dict(env)
-    engine = engine_env.prepare(args, orig_argv, env)
-    return (engine, tuple(sorted((k, v) for k, v in env.items() if k not in RUN_TIME_VARIABLES))), env
+    server_env = dict(env)
+    if target.startswith(LIBRARY):
+        # The library's import leaves KERAS_BACKEND as it found it: the child's stays unset.
+        backend = keras_backend(env)
+        engine = next((name for name, chosen in engine_env.BACKENDS.items() if chosen == backend), None)
+        if engine is None:  # a backend no server imports (torch, openvino)
+            return None, env
+        server_env["KERAS_BACKEND"] = backend
+    else:
+        engine = engine_env.prepare(args, orig_argv, server_env)
+        env = server_env
+    key = tuple(sorted((k, v) for k, v in server_env.items() if k not in RUN_TIME_VARIABLES))
+    return (engine, key), env
+
+
+def keras_backend(env):
+    """The backend Keras 3 chooses in a process started with `env`: KERAS_BACKEND, else the one
+    keras.json names in KERAS_HOME (~/.keras; /tmp/.keras where the home is not writable), else
+    tensorflow (keras/src/backend/config.py)."""
+    if "KERAS_BACKEND" in env:
+        return env["KERAS_BACKEND"]
+    folder = env.get("KERAS_HOME")
+    if folder is None:
+        home = env.get("HOME") or os.path.expanduser("~")
+        folder = os.path.join(home if os.access(home, os.W_OK) else "/tmp", ".keras")
+    try:
+        with open(os.path.join(os.path.expanduser(folder), "keras.json")) as f:
+            return json.load(f).get("backend", "tensorflow")
+    except (OSError, ValueError, AttributeError):  # none, unreadable, or not a JSON object
+        return "tensorflow"
 
 
 def start_process(target, args, env, stdout, stderr, fresh=False, cwd=ROOT, own_group=False):
@@ -144,7 +179,7 @@ def _fork(target, args, env, stdout, stderr, cwd, own_group):
     if key is None:
         return None
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    connection.connect(_server(key, env))
+    connection.connect(_server(key))
     request = {"target": target, "args": list(args), "env": env, "cwd": str(cwd), "own_group": own_group}
     request = json.dumps(request).encode()
     socket.send_fds(connection, [request], [stdout, stderr])
@@ -203,7 +238,7 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
 
-def _server(key, env):
+def _server(key):
     """The socket of the key's server, started here if no process of the test run has."""
     if not _FOLDER:
         use_folder(tempfile.mkdtemp(prefix="command_servers_"))
@@ -224,10 +259,7 @@ def _server(key, env):
             proc = subprocess.Popen(
                 [sys.executable, "-c", _SERVER_START, folder, str(owner), key[0]],
                 cwd=ROOT,
-                env={
-                    **{k: v for k, v in env.items() if k not in RUN_TIME_VARIABLES},
-                    child_processes.SERVER_VARIABLE: key[0],
-                },
+                env={**dict(key[1]), child_processes.SERVER_VARIABLE: key[0]},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

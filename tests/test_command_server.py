@@ -49,6 +49,36 @@ def test_a_server_is_kept_per_engine_and_environment_as_the_import_leaves_it():
     assert _key(command_server.KERNEL, ["-f", "/tmp/b/kernel-2.json"], dict(kernel, JPY_PARENT_PID="9")) == tf
 
 
+def test_a_library_command_shares_the_server_of_its_backend_and_keeps_the_environment_it_was_given(
+    tmp_path,
+):
+    """`python -m keras_vit.predict ...` starts with the package's import, which the trainers'
+    import makes too; unlike a trainer command's, it leaves KERAS_BACKEND unset where it was, so
+    the child's environment is the one given (the key is the server's)."""
+    user = {k: v for k, v in ENV.items() if k != "KERAS_BACKEND"}
+    key, env = command_server.prepared("keras_vit.predict", ["a.jpg"], dict(user, HOME=str(tmp_path)))
+    assert key == _key("trainers.finetune", [], dict(user, HOME=str(tmp_path)))
+    assert env == dict(user, HOME=str(tmp_path))  # no KERAS_BACKEND added
+    assert _key("keras_vit.export", ["out.onnx"], ENV) == _key("trainers.finetune", [], ENV)
+    jax = dict(ENV, KERAS_BACKEND="jax")
+    assert _key("keras_vit.predict", [], jax) == _key("trainers.finetune", ["--engine=jax"], ENV)
+    # Backends no engine runs have no server; nor has a command of another program.
+    assert _key("keras_vit.onnx_export", [], dict(ENV, KERAS_BACKEND="torch")) is None
+    # Keras' own choice where KERAS_BACKEND is unset: keras.json in KERAS_HOME, else tensorflow.
+    home = tmp_path / "keras_home"
+    home.mkdir()
+    assert command_server.keras_backend(dict(user, KERAS_HOME=str(home))) == "tensorflow"
+    (home / "keras.json").write_text('{"backend": "jax", "floatx": "float32"}')
+    assert command_server.keras_backend(dict(user, KERAS_HOME=str(home))) == "jax"
+    assert command_server.keras_backend(dict(user, KERAS_HOME=str(home), KERAS_BACKEND="torch")) == "torch"
+    assert _key("keras_vit.predict", [], dict(user, KERAS_HOME=str(home)))[0] == "jax"
+    (tmp_path / ".keras").mkdir()
+    (tmp_path / ".keras" / "keras.json").write_text('{"backend": "torch"}')
+    assert command_server.keras_backend(dict(user, HOME=str(tmp_path))) == "torch"
+    # The suite's own pytest collects on the trainers' server.
+    assert _key(command_server.PYTEST, ["-m", "not slow"], ENV) == _key("trainers.finetune", [], ENV)
+
+
 def test_the_served_commands_are_those_whose_import_notes_an_early_signal():
     """The server preloads and forks these (early_signals catches a signal in their import: a
     forked child has that handler from the server's import, as a fresh one from its own)."""
@@ -61,7 +91,10 @@ def test_a_command_whose_start_is_its_own_gets_a_fresh_interpreter():
     assert _key("trainers.finetune", ["--verbose"], ENV) is None
     assert _key("trainers.finetune", ["--verbose=true"], ENV) is None
     assert _key("trainers.finetune", ["--verbose=false"], ENV) is not None
-    assert _key("keras_vit.convert", [], ENV) is None
+    assert _key("keras_vit.predict", ["a.jpg", "--verbose"], ENV) is None
+    assert _key("benchmarks.inference", [], ENV) is None  # another module: a start of its own
+    # A trainer command the server does not import: its start is still the trainers' import.
+    assert _key("trainers.prepare", ["--dataset=cifar10"], ENV) == _key("trainers.finetune", [], ENV)
     assert _key("trainers.finetune", [], dict(ENV, KERAS_VIT_FRESH_CHILDREN="1")) is None
     assert _key("trainers.finetune", [], dict(ENV, KERAS_VIT_FRESH_CHILDREN="")) == _key(
         "trainers.finetune", [], ENV
@@ -75,11 +108,12 @@ def test_a_command_whose_start_is_its_own_gets_a_fresh_interpreter():
     )
 
 
-@pytest.mark.slow  # ~15 s: two fresh interpreters and a server import TensorFlow
+@pytest.mark.slow  # ~25 s: three fresh interpreters and up to two servers import TensorFlow
 def test_a_forked_command_prints_and_exits_as_a_fresh_one_and_is_a_process_of_its_own(tmp_path):
-    """A bad flag's one line and status 2, a help text, and a run stopped by SIGKILL, each the
-    same forked as from a fresh interpreter: the module runs as __main__ with the command line
-    as argv (the program's name, the flags), no warning of runpy's, the status passed back."""
+    """A bad flag's one line and status 2, a help text, a library command's error, and a run
+    stopped by SIGKILL, each the same forked as from a fresh interpreter: the module runs as
+    __main__ with the command line as argv (the program's name, the flags), no warning of
+    runpy's, the status passed back."""
     outputs = []
     for args in (["--total_steps=-3"], ["--help"]):
         fresh = trainer_cli.run_child("finetune", args, fresh=True)
@@ -92,6 +126,12 @@ def test_a_forked_command_prints_and_exits_as_a_fresh_one_and_is_a_process_of_it
         outputs.append(forked)
     bad_flag, help_text = outputs
     assert bad_flag.returncode == 2 and "--total_steps" in trainer_cli.error_line(bad_flag)
+    # A library command as a user runs it (the server of that environment): the same one line.
+    args = ["missing.jpg", "--model=ViT-Ti_16", "--weights=missing.npz"]
+    fresh, forked = (trainer_cli.run_as_a_user("keras_vit.predict", args, fresh=f) for f in (True, False))
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert forked.returncode == 2, forked.stderr
+    assert forked.stderr.startswith("error: missing.jpg: cannot read"), forked.stderr
     assert help_text.returncode == 0 and help_text.stdout.startswith("usage: python -m trainers.finetune")
     log = tmp_path / "run.log"
     args = TINY_DIGITS_FLAGS + ["--dataset=digits", "--total_steps=100000", f"--workdir={tmp_path / 'run'}"]

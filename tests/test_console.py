@@ -3,13 +3,11 @@ messages; and the pieces behind it (trainers/console.py)."""
 
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from trainer_cli import ROOT, read_results
+from trainer_cli import read_results, run_as_a_user
 
 import keras_vit
 from configs import DIGITS_ARCHITECTURE
@@ -22,17 +20,8 @@ NOISE = re.compile(r"^[IWEF]0000 |InitializeLog|oneDNN|cuda|Warning|AutoGraph", 
 
 
 def _run_as_a_user(args):
-    """The command as a user runs it: no TF_CPP_MIN_LOG_LEVEL, no KERAS_BACKEND set beforehand."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
-    env["PYTHONPATH"] = ROOT
-    return subprocess.run(
-        [sys.executable, "-m", "trainers.finetune", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """The command as a user runs it, in a fresh interpreter: its start is the subject."""
+    return run_as_a_user("trainers.finetune", args, fresh=True)
 
 
 def _small_checkpoint(path):

@@ -5,9 +5,10 @@ commands) and the layout of the repository.
 import os
 import re
 import subprocess
-import sys
 
+import command_server
 import pytest
+import trainer_cli
 from docs_standins import (
     block,
     fresh_keras,  # noqa: F401 (autouse: a fresh Keras session for each test)
@@ -49,13 +50,10 @@ def test_pytest_commands():
     assert len(commands) == 2  # the rest are test_make_targets'
     for command in commands:
         _, argv = split_command(command)
-        proc = subprocess.run(
-            [sys.executable, *argv[1:], "--collect-only", "-q", "-p", "no:cacheprovider"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        assert argv[1:3] == ["-m", "pytest"], command
+        # Forked from a process that imported the trainers: what the collection imports.
+        args = [*argv[3:], "--collect-only", "-q", "-p", "no:cacheprovider"]
+        proc = command_server.run_process(command_server.PYTEST, args, trainer_cli._env(), 300)
         assert proc.returncode == 0, command + proc.stdout[-2000:] + proc.stderr[-2000:]
         collected = re.search(r"(\d+)(?:/\d+)? tests? collected", proc.stdout)
         assert collected and int(collected.group(1)) > 0, command

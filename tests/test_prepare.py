@@ -2,12 +2,10 @@
 
 import importlib.util
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from trainer_cli import FAKE_TFDS, ROOT, run_cli
+from trainer_cli import FAKE_TFDS, run_as_a_user, run_cli
 
 from trainers import data, prepare
 
@@ -61,17 +59,9 @@ def test_a_data_dir_without_the_dataset_prints_the_error_alone(tmp_path, module,
     # TFDS warns "Variant folder ... has no dataset_info.json" looking into such a data_dir; a
     # user must see the one line that says what to do, nothing above it.
     args = [a.replace("WORKDIR", str(tmp_path / "run")) for a in args]
-    # As a user runs it: TF_CPP_MIN_LOG_LEVEL and KERAS_BACKEND left to the trainers.
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
-    env["PYTHONPATH"] = ROOT
-    proc = subprocess.run(
-        [sys.executable, "-m", f"trainers.{module}", *args, f"--data_dir={tmp_path / 'tfds'}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # As a user runs it (TF_CPP_MIN_LOG_LEVEL and KERAS_BACKEND left to the trainers), forked:
+    # what TFDS prints comes after the start, which test_console's fresh banner test sees.
+    proc = run_as_a_user(f"trainers.{module}", [*args, f"--data_dir={tmp_path / 'tfds'}"])
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"{module}: error: cifar10 is not prepared in {tmp_path / 'tfds'}")
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

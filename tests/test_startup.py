@@ -5,17 +5,16 @@ final collections, and a missing Keras backend is one line naming the extra that
 import gc
 import json
 import os
-import subprocess
 import sys
 
+import command_server
 import pytest
 from fixtures import tiny_vit
 from test_console import NOISE
+from trainer_cli import ROOT, run_as_a_user, users_env
 
 import keras_vit
 from keras_vit import startup
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize(
@@ -152,18 +151,11 @@ _NOTE_SKIPPED_MODULES = (
 )
 
 
-def _run_as_a_user(*args, pythonpath=(), **extra_env):
-    """A command as a user runs it: no TF_CPP_MIN_LOG_LEVEL, no KERAS_BACKEND set beforehand."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
-    env["PYTHONPATH"] = os.pathsep.join([*pythonpath, ROOT])
-    env.update(extra_env)
-    return subprocess.run(
-        [sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-
-
 @pytest.mark.slow  # a fresh interpreter imports TensorFlow: about 20 s on two busy cores
 def test_convert_prints_its_summary_and_nothing_else(tmp_path):
+    """The library commands' start as a user meets it (the package's import, the same for every
+    command: startup.command_package), in a fresh interpreter: nothing on stderr, Keras' optional
+    imports refused, the objects frozen before the exit."""
     model = tiny_vit()
     src = str(tmp_path / "src.npz")
     keras_vit.weights.save_npz(model, src)
@@ -171,14 +163,12 @@ def test_convert_prints_its_summary_and_nothing_else(tmp_path):
     site.mkdir()
     (site / "sitecustomize.py").write_text(_NOTE_SKIPPED_MODULES)
     note = tmp_path / "skipped_modules.json"
-    proc = _run_as_a_user(
-        "keras_vit.convert",
-        src,
-        str(tmp_path / "dst.npz"),
-        pythonpath=[str(site)],
-        SKIPPED_MODULES_NOTE=str(note),
-        SKIPPED_MODULES=json.dumps(sorted(startup.SKIPPED_AT_COMMAND_START)),
-    )
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(site), ROOT]),
+        "SKIPPED_MODULES_NOTE": str(note),
+        "SKIPPED_MODULES": json.dumps(sorted(startup.SKIPPED_AT_COMMAND_START)),
+    }
+    proc = run_as_a_user("keras_vit.convert", [src, str(tmp_path / "dst.npz")], env, fresh=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr == "", proc.stderr[-3000:]
     assert proc.stdout.startswith("wrote ") and not NOISE.search(proc.stdout), proc.stdout
@@ -200,7 +190,9 @@ def test_convert_prints_its_summary_and_nothing_else(tmp_path):
     ids=["predict", "export", "visualize"],
 )
 def test_library_commands_print_their_one_line_error_and_nothing_else(tmp_path, command):
-    proc = _run_as_a_user(*command)
+    """Forked from the server of a user's environment: their start, the package's import, is the
+    convert test's; here what each prints from its first line to its exit."""
+    proc = run_as_a_user(command[0], command[1:])
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
     assert "missing" in proc.stderr and not NOISE.search(proc.stderr)
@@ -210,19 +202,15 @@ def test_library_commands_print_their_one_line_error_and_nothing_else(tmp_path, 
 def test_a_command_whose_reader_went_away_ends_at_once_and_silent(tmp_path):
     """`python -m trainers.finetune ... | head -1`: the next line printed after the reader closed
     the pipe raised BrokenPipeError, a traceback on stderr (keras_vit.commands.exit_with)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
-    env["PYTHONPATH"] = ROOT
     args = ["--dataset=digits", "--total_steps=50", "--warmup_steps=1", f"--workdir={tmp_path / 'run'}"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trainers.finetune", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    first = proc.stdout.readline()
-    proc.stdout.close()  # the banner goes on, then the steps' lines: each a write after the close
-    err = proc.stderr.read()
+    (out_read, out_write), (err_read, err_write) = os.pipe(), os.pipe()
+    with open(out_write, "wb") as stdout, open(err_write, "wb") as stderr:
+        proc = command_server.start_process("trainers.finetune", args, users_env(), stdout, stderr)
+    # The child's ends are its own now: the reader's close below is the only one left.
+    with open(out_read, "rb") as stdout, open(err_read, "rb") as stderr:
+        first = stdout.readline()
+        stdout.close()  # the banner goes on, then the steps' lines: each a write after the close
+        err = stderr.read()
     code = proc.wait(timeout=300)
     assert first.startswith(b"model:"), first
     assert (code, err) == (141, b""), err[-3000:]
@@ -310,15 +298,9 @@ _USERS_PROGRAM = (
 
 
 def _run_users_program(backend, **env):
-    base = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
-    return subprocess.run(
-        [sys.executable, "-c", _USERS_PROGRAM],
-        cwd=ROOT,
-        env={**base, "PYTHONPATH": ROOT, "KERAS_BACKEND": backend, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """A fresh interpreter: the program's start, TensorFlow's or JAX's import, is the subject."""
+    env = {"KERAS_BACKEND": backend, **env}
+    return run_as_a_user(command_server.CODE, [_USERS_PROGRAM], env, fresh=True)
 
 
 @pytest.mark.slow  # a fresh interpreter imports the backend: 10 to 20 s on two busy cores

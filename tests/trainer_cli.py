@@ -223,6 +223,25 @@ def start_python_c(code, stdout, stderr, env=None):
     return command_server.start_process(command_server.CODE, [code], _env(env), stdout, stderr)
 
 
+def users_env(extra=None):
+    """The environment of a command as a user runs it, plus `extra`: TF_CPP_MIN_LOG_LEVEL and
+    KERAS_BACKEND left to the command's start (which hides TensorFlow's own lines and picks the
+    backend), no cluster, the repository on PYTHONPATH."""
+    unset = ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND", "TF_CONFIG")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env["PYTHONPATH"] = ROOT
+    env.update(extra or {})
+    return env
+
+
+def run_as_a_user(target, args, env=None, timeout=300, fresh=False):
+    """`python -m target args` (`python -c CODE` for command_server.CODE, the code first in args)
+    in a child process with users_env(env); the CompletedProcess (text). Forked from the one
+    server of that environment, unless `fresh`: where the start itself, what a fresh interpreter
+    prints as it imports TensorFlow, is what the test checks."""
+    return command_server.run_process(target, args, users_env(env), timeout, fresh)
+
+
 def error_line(proc, module="finetune"):
     """The one `MODULE: error:` line of a finished run's stderr (and no traceback)."""
     lines = [line for line in proc.stderr.splitlines() if line.startswith(f"{module}: error:")]
