@@ -70,6 +70,11 @@ RUN_TIME_VARIABLES = (
     "JPY_PARENT_PID",  # what Jupyter tells the kernel it starts
     "JPY_SESSION_NAME",
 )
+# Hugging Face's variables (HF_HOME, HF_HUB_OFFLINE, ...): huggingface_hub reads them as its
+# `constants` module is first imported, which a server's imports leave to the command (checked as
+# a server starts), so they are read at run time too.
+RUN_TIME_PREFIXES = ("HF_",)
+HUB_CONSTANTS = "huggingface_hub.constants"
 _FOLDER = []  # the test run's folder of servers (tests/conftest.py), else one of this process's
 _STARTED = []  # the children `start_process` made that were running when last looked at
 
@@ -111,8 +116,12 @@ def prepared(target, args, env):
     else:
         engine = engine_env.prepare(args, orig_argv, server_env)
         env = server_env
-    key = tuple(sorted((k, v) for k, v in server_env.items() if k not in RUN_TIME_VARIABLES))
+    key = tuple(sorted((k, v) for k, v in server_env.items() if not _read_at_run_time(k)))
     return (engine, key), env
+
+
+def _read_at_run_time(name):
+    return name in RUN_TIME_VARIABLES or name.startswith(RUN_TIME_PREFIXES)
 
 
 def keras_backend(env):
@@ -318,6 +327,8 @@ def _serve(folder, owner, engine):
     before = dict(os.environ)
     for name in MODULES:
         __import__(name)
+    if HUB_CONSTANTS in sys.modules:  # it would have read the HF_ variables of the server's start
+        raise RuntimeError(f"the servers' imports loaded {HUB_CONSTANTS}: remove RUN_TIME_PREFIXES' HF_")
     # What the imports set (log levels): each child's environment is its request's with these,
     # as its own import would have left it.
     imported = {k: v for k, v in os.environ.items() if before.get(k) != v}

@@ -27,6 +27,8 @@ def test_a_server_is_kept_per_engine_and_environment_as_the_import_leaves_it():
     # Read at run time: one server serves every cluster's processes and every test.
     cluster = dict(ENV, TF_CONFIG="{}", PYTEST_CURRENT_TEST="t (call)", PYTEST_XDIST_WORKER="gw1")
     assert _key("trainers.finetune", [], cluster) == tf
+    # Hugging Face's, read as huggingface_hub.constants is imported: never in a server (it checks).
+    assert _key("trainers.finetune", [], dict(ENV, HF_HOME="/tmp/hf", HF_HUB_OFFLINE="1")) == tf
     # A command's --engine sets KERAS_BACKEND before Keras loads, whatever the environment said.
     assert _key("trainers.finetune", [], dict(ENV, KERAS_BACKEND="jax")) == tf
     jax = _key("trainers.finetune", ["--engine=jax"], ENV)

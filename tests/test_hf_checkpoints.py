@@ -13,8 +13,10 @@ import shutil
 import subprocess
 import sys
 
+import command_server
 import numpy as np
 import pytest
+import trainer_cli
 from PIL import Image
 from trainer_cli import run_cli, run_main
 
@@ -326,23 +328,18 @@ def test_predict_from_a_hub_name_offline_with_a_warm_cache(made, tmp_path):
     _put_in_hub_cache(tmp_path / "hf", repo, folder / "timm_vit_ti16")
     image = tmp_path / "cat.png"
     Image.fromarray(np.full((64, 64, 3), 90, np.uint8)).save(image)
-    env = _env({"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
+    env = trainer_cli._env({"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
     env.pop("HF_HUB_CACHE", None)
-    command = [sys.executable, "-m", "keras_vit.predict", str(image), "--model=ViT-Ti_16", "--json"]
-    proc = subprocess.run(
-        [*command, f"--weights=hf-hub:{repo}"], capture_output=True, text=True, env=env, cwd=ROOT
-    )
+    # A child, forked: Hugging Face's library reads its variables as it is first imported, which
+    # this process did long ago and the server did not.
+    args = [str(image), "--model=ViT-Ti_16", "--json"]
+    proc = command_server.run_process("keras_vit.predict", [*args, f"--weights=hf-hub:{repo}"], env, 300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     predictions = json.loads(proc.stdout)[0]["predictions"]
     assert sorted(p["name"] for p in predictions) == ["robin", "tabby", "tractor"]  # label_names
     # Not in the cache: one line saying so, status 2.
-    missing = subprocess.run(
-        [*command, "--weights=hf-hub:timm/vit_tiny_patch16_384.augreg_in21k_ft_in1k"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
+    other = "--weights=hf-hub:timm/vit_tiny_patch16_384.augreg_in21k_ft_in1k"
+    missing = command_server.run_process("keras_vit.predict", [*args, other], env, 300)
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines()[-1].startswith("error: hf-hub:timm/vit_tiny_patch16_384")
     assert "HF_HUB_OFFLINE is set" in missing.stderr
