@@ -15,8 +15,8 @@ import time
 import pytest
 from trainer_cli import (
     CIFAR_RUN,
-    _env,
     checkpoint_steps,
+    child_env,
     command,
     error_line,
     file_size_limited,
@@ -161,7 +161,7 @@ def test_a_save_that_fails_stops_with_one_line_leaves_the_previous_checkpoint_an
     size = os.path.getsize(os.path.join(folder, DATA.format(10)))
     proc = subprocess.run(
         file_size_limited(size // 2, command("finetune", _args(data_dir, workdir))),
-        env=_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=300,

@@ -174,13 +174,13 @@ def test_a_forked_program_starts_as_python_c_starts_it():
     fresh = subprocess.run(
         [sys.executable, "-c", PROGRAM_START],
         cwd=trainer_cli.ROOT,
-        env=trainer_cli._env(),
+        env=trainer_cli.child_env(),
         capture_output=True,
         text=True,
         timeout=60,
     )
     env = {command_server.FRESH_VARIABLE: ""}  # forked even where the suite's children start fresh
-    assert _key(command_server.CODE, [PROGRAM_START], trainer_cli._env(env)) is not None
+    assert _key(command_server.CODE, [PROGRAM_START], trainer_cli.child_env(env)) is not None
     forked = trainer_cli.run_python_c(PROGRAM_START, env)
     assert fresh.returncode == 1 and fresh.stderr == "-c: error: a one-line ending\n", fresh.stderr
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
@@ -196,7 +196,7 @@ def test_a_forked_program_in_a_folder_and_a_process_group_of_its_own_starts_as_a
     program = (
         "import json, os, sys; print(json.dumps([os.getcwd(), sys.path[0], os.getpgid(0) == os.getpid()]))"
     )
-    env = trainer_cli._env({command_server.FRESH_VARIABLE: ""})  # forked even where others start fresh
+    env = trainer_cli.child_env({command_server.FRESH_VARIABLE: ""})  # forked even where others start fresh
     assert _key(command_server.CODE, [program], env) is not None
     fresh, forked = [
         command_server.run_process(
@@ -211,7 +211,7 @@ def test_a_forked_program_in_a_folder_and_a_process_group_of_its_own_starts_as_a
 def test_a_child_left_running_is_killed_and_a_finished_one_is_left_alone(tmp_path):
     """tests/conftest.py calls kill_left_running as each test ends: a child a failed check left
     behind would otherwise run on, on the cores the rest of the suite needs."""
-    env = trainer_cli._env()
+    env = trainer_cli.child_env()
     with open(tmp_path / "out", "w") as out:
         done = command_server.start_process(command_server.CODE, ["pass"], env, out, out, fresh=True)
         assert done.wait(timeout=60) == 0

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from fixtures import TINY_DIGITS
 from trainer_cli import ROOT, command, read_results, scalar_tags
-from trainer_cli import _env as cli_env
+from trainer_cli import child_env as cli_env
 
 from benchmarks import report
 from configs import demo as demo_config

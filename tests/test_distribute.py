@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.eager import context
-from trainer_cli import TINY_DIGITS_FLAGS, _env, free_ports, start_python_c, wait_all
+from trainer_cli import TINY_DIGITS_FLAGS, child_env, free_ports, start_python_c, wait_all
 
 from trainers import data, distribute, preemption, rendezvous
 
@@ -385,7 +385,7 @@ def test_process_0_whose_peer_died_after_the_meeting_ends_at_the_limit(tmp_path)
 
     peer = threading.Thread(target=peer_that_stops_after_the_meeting, daemon=True)
     peer.start()
-    env = _env({"TF_CONFIG": json.dumps(tf_config)})
+    env = child_env({"TF_CONFIG": json.dumps(tf_config)})
     del env["TF_CPP_MIN_LOG_LEVEL"]  # the trainers' own: TensorFlow's lines hidden
     proc = subprocess.run(
         [sys.executable, "-c", _LOWERED_LIMIT.format(limit=5, args=args)],

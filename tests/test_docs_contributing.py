@@ -53,7 +53,7 @@ def test_pytest_commands():
         assert argv[1:3] == ["-m", "pytest"], command
         # Forked from a process that imported the trainers: what the collection imports.
         args = [*argv[3:], "--collect-only", "-q", "-p", "no:cacheprovider"]
-        proc = command_server.run_process(command_server.PYTEST, args, trainer_cli._env(), 300)
+        proc = command_server.run_process(command_server.PYTEST, args, trainer_cli.child_env(), 300)
         assert proc.returncode == 0, command + proc.stdout[-2000:] + proc.stderr[-2000:]
         collected = re.search(r"(\d+)(?:/\d+)? tests? collected", proc.stdout)
         assert collected and int(collected.group(1)) > 0, command

@@ -135,7 +135,7 @@ def runs(tmp_path_factory):
         # JAX's two CPU devices, as a command's --cpu_devices=2 sets them (trainers/engine_env.py);
         # TensorFlow splits its CPU itself.
         devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"} if backend == "jax" else {}
-        env = trainer_cli._env({"KERAS_BACKEND": backend, **devices})
+        env = trainer_cli.child_env({"KERAS_BACKEND": backend, **devices})
         script, args = os.path.join(trainer_cli.ROOT, "tests", "engine_runs.py"), [json.dumps(argvs)]
         with open(root / f"{engine}.log", "w") as log:
             # Forked from the command server of the engine's commands (tests/command_server.py).

@@ -328,7 +328,7 @@ def test_predict_from_a_hub_name_offline_with_a_warm_cache(made, tmp_path):
     _put_in_hub_cache(tmp_path / "hf", repo, folder / "timm_vit_ti16")
     image = tmp_path / "cat.png"
     Image.fromarray(np.full((64, 64, 3), 90, np.uint8)).save(image)
-    env = trainer_cli._env({"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
+    env = trainer_cli.child_env({"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
     env.pop("HF_HUB_CACHE", None)
     # A child, forked: Hugging Face's library reads its variables as it is first imported, which
     # this process did long ago and the server did not.

@@ -23,8 +23,8 @@ from stop_chains import stops_of_two
 from trainer_cli import (
     PREEMPTED,
     TINY_DIGITS_FLAGS,
-    _env,
     checkpoint_steps,
+    child_env,
     command,
     error_line,
     file_size_limited,
@@ -199,7 +199,7 @@ def faults(reference, tmp_path_factory):
     limit = len(original[DATA.format(TOTAL)]) // 2
     proc = subprocess.run(
         file_size_limited(limit, command("finetune", ONE_PROCESS + [f"--workdir={workdir}"])),
-        env=_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=300,

@@ -19,8 +19,8 @@ from trainer_cli import (
     ROOT,
     SIGTERM_LINE,
     TINY_DIGITS_FLAGS,
-    _env,
     checkpoint_steps,
+    child_env,
     command,
     handles,
     read_results,
@@ -122,7 +122,7 @@ def test_a_signal_while_the_command_imports_stops_it_as_it_starts(tmp_path, sign
     proc = subprocess.Popen(
         command("finetune", ONE_PROCESS + [f"--workdir={workdir}"]),
         cwd=ROOT,
-        env=_env(),
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -53,7 +53,10 @@ CIFAR_RUN = TINY_MODEL + [
 ]
 
 
-def _env(extra=None):
+def child_env(extra=None):
+    """The environment of the suite's command children, plus `extra`: the repository on
+    PYTHONPATH, the TensorFlow backend unless the environment names one, TensorFlow's
+    warnings hidden, no cluster."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("KERAS_BACKEND", "tensorflow")
@@ -125,7 +128,7 @@ def run_child(module, args, env=None, timeout=300, fresh=False):
     Forked from tests/command_server.py's server, which imported the command's libraries once,
     unless `fresh` (a new interpreter: its start is what the test checks) or the command line
     asks for a start of its own (command_server.prepared)."""
-    return command_server.run_process(f"trainers.{module}", args, _env(env), timeout, fresh)
+    return command_server.run_process(f"trainers.{module}", args, child_env(env), timeout, fresh)
 
 
 def run_in_one_child(runs, env=None, timeout=600):
@@ -137,7 +140,7 @@ def run_in_one_child(runs, env=None, timeout=600):
         with open(spec, "w") as f:
             json.dump([[module, list(args)] for module, args in runs], f)
         script = os.path.join(ROOT, "tests", "command_runs.py")
-        child = command_server.run_process(script, [spec, out], _env(env), timeout)
+        child = command_server.run_process(script, [spec, out], child_env(env), timeout)
         assert child.returncode == 0, child.stderr[-3000:]
         with open(out) as f:
             results = json.load(f)
@@ -168,7 +171,7 @@ def _process_state_kept(module, args, env):
     argv = sys.argv
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     os.environ.clear()
-    os.environ.update({**_env(env), "PYTHONPATH": environ.get("PYTHONPATH", "")})
+    os.environ.update({**child_env(env), "PYTHONPATH": environ.get("PYTHONPATH", "")})
     os.chdir(ROOT)
     sys.argv = [module, *args]
     # Keras' global state (layer names, the precision policy) as a new process starts it.
@@ -207,20 +210,20 @@ def start_cli(module, args, env=None, log_path=None, fresh=False):
     """Starts the trainer in the background with its output going to log_path; forked as
     run_child's child is, unless `fresh`."""
     with open(log_path or os.devnull, "w") as log:
-        return command_server.start_process(f"trainers.{module}", args, _env(env), log, log, fresh)
+        return command_server.start_process(f"trainers.{module}", args, child_env(env), log, log, fresh)
 
 
 def run_python_c(code, env=None, timeout=300):
     """`python -c code` (a program that imports the trainers) in a child process, with run_child's
     environment plus `env`; the CompletedProcess (text). Forked as run_child's child is: a program
     whose start is its subject (what a fresh interpreter prints) runs `subprocess` itself."""
-    return command_server.run_process(command_server.CODE, [code], _env(env), timeout)
+    return command_server.run_process(command_server.CODE, [code], child_env(env), timeout)
 
 
 def start_python_c(code, stdout, stderr, env=None):
     """`python -c code` started in the background (as run_python_c), its output to the open files
     `stdout` and `stderr`; a Popen-like handle."""
-    return command_server.start_process(command_server.CODE, [code], _env(env), stdout, stderr)
+    return command_server.start_process(command_server.CODE, [code], child_env(env), stdout, stderr)
 
 
 def users_env(extra=None):
