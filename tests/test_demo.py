@@ -5,12 +5,10 @@ import errno
 import json
 import os
 import re
-import subprocess
 
 import pytest
 from fixtures import TINY_DIGITS
-from trainer_cli import ROOT, command, read_results, scalar_tags
-from trainer_cli import child_env as cli_env
+from trainer_cli import ROOT, read_results, run_as_a_user, scalar_tags
 
 from benchmarks import report
 from configs import demo as demo_config
@@ -230,16 +228,10 @@ def test_a_stage_runs_pinned_as_its_command_with_nothing_on_stderr(tmp_path):
     environment `python -m trainers.demo` sets: its banner names the pins, stderr stays empty."""
     _, config = demo.stage_configs(str(tmp_path / "demo"), **SMALL)["scratch_10per_class"]
     flags = _as_flags(config)
-    env = dict(cli_env(), **reproducible.ENVIRONMENT)
-    del env["TF_CPP_MIN_LOG_LEVEL"]  # as a user runs it: the trainers hide TensorFlow's own lines
-    proc = subprocess.run(
-        command("finetune", [*flags, "--total_steps=2"]),
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # As a user runs it (the trainers hide TensorFlow's own lines), in a fresh interpreter: the
+    # pins are set before TensorFlow loads.
+    args = [*flags, "--total_steps=2"]
+    proc = run_as_a_user("trainers.finetune", args, reproducible.ENVIRONMENT, fresh=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stderr == ""
     hardware = next(line for line in proc.stdout.splitlines() if line.startswith("hardware:"))

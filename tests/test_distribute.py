@@ -9,11 +9,12 @@ import textwrap
 import threading
 import time
 
+import command_server
 import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.eager import context
-from trainer_cli import TINY_DIGITS_FLAGS, child_env, free_ports, start_python_c, wait_all
+from trainer_cli import TINY_DIGITS_FLAGS, free_ports, run_as_a_user, start_python_c, wait_all
 
 from trainers import data, distribute, preemption, rendezvous
 
@@ -385,16 +386,10 @@ def test_process_0_whose_peer_died_after_the_meeting_ends_at_the_limit(tmp_path)
 
     peer = threading.Thread(target=peer_that_stops_after_the_meeting, daemon=True)
     peer.start()
-    env = child_env({"TF_CONFIG": json.dumps(tf_config)})
-    del env["TF_CPP_MIN_LOG_LEVEL"]  # the trainers' own: TensorFlow's lines hidden
-    proc = subprocess.run(
-        [sys.executable, "-c", _LOWERED_LIMIT.format(limit=5, args=args)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    # TensorFlow's lines hidden by the trainers' own start, as a user runs it.
+    code = _LOWERED_LIMIT.format(limit=5, args=args)
+    env = {"TF_CONFIG": json.dumps(tf_config)}
+    proc = run_as_a_user(command_server.CODE, [code], env, timeout=240, fresh=True)
     ended = time.monotonic()
     peer.join(5)
     assert peer_met, "the peer never met process 0"

@@ -66,18 +66,12 @@ def _report_differences():
         print(f"max |logit difference| {name}: {difference:.2e}")
 
 
-def _env(extra=None):
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow")
-    env.update(extra or {})
-    return env
-
-
 def _torch_side(*args):
     proc = subprocess.run(
         [sys.executable, os.path.join(TESTS, "hf_reference.py"), *map(str, args)],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=trainer_cli.child_env(),
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
