@@ -1,7 +1,8 @@
 """The building blocks of the Vision Transformer, as Keras 3 layers (keras.ops only; on TensorFlow,
 two CPU inference paths change the graph, keras_vit/row_parts.py and keras_vit/fused_layer_norm.py,
 and four in bfloat16 training, keras_vit/fused_gelu.py, keras_vit/compiled_layer_norm.py,
-keras_vit/bias_add.py and keras_vit/patch_matmul.py).
+keras_vit/bias_add.py and keras_vit/patch_matmul.py; on every backend the last block of a model
+that reads only the class token computes that row alone in inference, keras_vit/class_token_only.py).
 
 Sub-layer and weight names follow the official Flax parameter names, because they are
 part of the weight format: `keras_vit.weights` maps official checkpoint keys onto them.
@@ -14,6 +15,7 @@ from keras import ops
 
 from keras_vit import (
     bias_add,
+    class_token_only,
     flat_tokens,
     fused_attention,
     fused_gelu,
@@ -377,6 +379,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             return outputs, probs
         return outputs
 
+    def call_first_rows(self, tokens, rows):
+        """Inference for the first `rows` rows of (B, T, D) tokens only: their queries attend
+        to the keys and values of every row; (B, rows, D) out (keras_vit.class_token_only)."""
+        query = flat_tokens.project(self.query, tokens[:, :rows], 1)
+        key, value = (flat_tokens.project(layer, tokens, 1) for layer in (self.key, self.value))
+        context = fused_attention.dot_product_attention(query, key, value)
+        return flat_tokens.project(self.out, context, 2)
+
     def call_in_parts(self, parts):
         """Inference on consecutive row slices of the tokens, [(B, T_i, D)]: each part is
         projected on its own, its queries attend to the keys and values of all the rows
@@ -579,6 +589,10 @@ class EncoderBlock(keras.layers.Layer):
         # grid) may do more there than `call_in_parts` knows: it keeps the whole rows.
         plain_call = type(self.attention).call is MultiHeadSelfAttention.call
         if not training and not return_attention_scores and plain_call:
+            rows = class_token_only.rows_wanted(self)
+            own_bias = type(self.attention).position_bias is not MultiHeadSelfAttention.position_bias
+            if rows is not None and not own_bias:
+                return self._call_first_rows(tokens, rows)
             parts = row_parts.count(tokens, self.compute_dtype)
         if parts > 1:
             return self._call_in_parts(tokens, parts)
@@ -596,6 +610,13 @@ class EncoderBlock(keras.layers.Layer):
         if return_attention_scores:
             return outputs, scores
         return outputs
+
+    def _call_first_rows(self, tokens, rows):
+        # Inference of the first rows only (keras_vit.class_token_only): every row is normalised
+        # for the keys and values, the residual and the MLP are the first rows'.
+        x = fused_layer_norm.layer_norm(self.norm1, tokens, False)
+        x = tokens[:, :rows] + self.attention.call_first_rows(x, rows)
+        return x + self.mlp(fused_layer_norm.layer_norm(self.norm2, x, False))
 
     def _call_in_parts(self, tokens, parts):
         # Inference only, so no dropout and no dropped paths. Each part of the rows runs

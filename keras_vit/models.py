@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_vit import (
     _clash,  # noqa: F401  (first: refuses a package mixed with another's files)
+    class_token_only,
     deferred_init,
     grids,
     keras_layout,
@@ -195,7 +196,13 @@ class ViT(keras.Model):
         # (keras_vit/xla_inference.py says where and why).
         if mask is None and xla_inference.applies(self, inputs, training):
             return xla_inference.compiled(self)(inputs)
-        return super().call(inputs, training=training, mask=mask)
+        rows = class_token_only.first_rows(self, training, mask)
+        if rows is None:
+            return super().call(inputs, training=training, mask=mask)
+        # The output reads the class token alone: the last block computes that row only
+        # (keras_vit/class_token_only.py), and the layers after it work on it row by row.
+        with class_token_only.computing(self.get_layer(f"encoderblock_{self.num_layers - 1}"), rows):
+            return super().call(inputs, training=training, mask=mask)
 
     def fit(self, x=None, *args, **kwargs):
         self._check_pixels(x)

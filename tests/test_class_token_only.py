@@ -1,0 +1,158 @@
+"""keras_vit.class_token_only: in inference of a model that reads only the class token, the last
+encoder block computes that row alone, and the outputs are those of every row computed."""
+
+import threading
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from fixtures import DISTINCT, pretend_onednn_cpu
+
+import keras_vit
+from keras_vit import class_token_only, cpu_info, layers, onednn_graph, row_parts
+
+
+def _model(seed=0, **kwargs):
+    """A small ViT whose every weight (the head, which starts at zero, too) holds distinct values,
+    so that each row of each block differs from the others."""
+    config = dict(DISTINCT, image_size=16, classifier_activation=None)
+    config.update(kwargs)
+    model = keras_vit.ViT(**config)
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        weight.assign(rng.normal(0.0, 0.3, weight.shape).astype(weight.dtype))
+    return model
+
+
+def _images(batch=2, size=16, seed=1):
+    return np.random.default_rng(seed).uniform(0, 255, (batch, size, size, 3)).astype("float32")
+
+
+@pytest.fixture
+def first_rows_calls(monkeypatch):
+    """The (block, rows, tokens' shape) of every call of the one-row attention."""
+    calls = []
+    original = layers.MultiHeadSelfAttention.call_first_rows
+
+    def noted(self, tokens, rows):
+        calls.append((self.path.split("/")[0], rows, tuple(tokens.shape)))
+        return original(self, tokens, rows)
+
+    monkeypatch.setattr(layers.MultiHeadSelfAttention, "call_first_rows", noted)
+    return calls
+
+
+def _every_row(model, images, monkeypatch, **kwargs):
+    with monkeypatch.context() as m:
+        m.setenv(class_token_only.SWITCH, "0")
+        return keras.ops.convert_to_numpy(model(images, training=False, **kwargs))
+
+
+def test_the_last_block_computes_the_class_token_alone(first_rows_calls, monkeypatch):
+    model, images = _model(), _images()
+    one_row = keras.ops.convert_to_numpy(model(images, training=False))
+    # Only the last block, for its first row, on the tokens of every row (the keys and values).
+    assert first_rows_calls == [("encoderblock_1", 1, (2, 17, 24))]
+    every_row = _every_row(model, images, monkeypatch)
+    assert len(first_rows_calls) == 1
+    assert one_row.shape == (2, 5)
+    # The logits of every row computed: a wrong row (the last instead of the class token), a
+    # residual of the wrong rows or an MLP left out would move them by the size of a logit.
+    np.testing.assert_allclose(one_row, every_row, rtol=1e-5, atol=1e-5)
+    assert np.ptp(every_row) > 1.0
+
+
+def test_predict_and_a_traced_call_take_it_too(first_rows_calls, monkeypatch):
+    model, images = _model(seed=2), _images(batch=3)
+    every_row = _every_row(model, images, monkeypatch)
+    predicted = model.predict(images, verbose=0)
+    traced = tf.function(lambda x: model(x, training=False))(tf.constant(images)).numpy()
+    assert [call[:2] for call in first_rows_calls] == [("encoderblock_1", 1)] * 2
+    np.testing.assert_allclose(predicted, every_row, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(traced, every_row, rtol=1e-5, atol=1e-5)
+
+
+def test_the_pooled_class_token_without_a_head(first_rows_calls, monkeypatch):
+    model, images = _model(num_classes=0, pooling="token"), _images()
+    pooled = keras.ops.convert_to_numpy(model(images, training=False))
+    assert pooled.shape == (2, 24) and len(first_rows_calls) == 1
+    np.testing.assert_allclose(pooled, _every_row(model, images, monkeypatch), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "why, kwargs, call_kwargs",
+    [
+        ("every token is the output", dict(include_top=False, pooling=None), {}),
+        ("the mean of the patch tokens is the output", dict(classifier="gap"), {}),
+        ("training keeps its steps and dropout masks", {}, dict(training=True)),
+    ],
+)
+def test_every_row_where_more_than_the_class_token_is_read(
+    first_rows_calls, monkeypatch, why, kwargs, call_kwargs
+):
+    model, images = _model(**kwargs), _images()
+    outputs = keras.ops.convert_to_numpy(model(images, **{"training": False, **call_kwargs}))
+    assert first_rows_calls == [], why
+    if not call_kwargs:
+        np.testing.assert_array_equal(outputs, _every_row(model, images, monkeypatch))
+    if kwargs.get("pooling", "") is None:
+        assert outputs.shape == (2, 17, 24)
+
+
+def test_relative_position_attention_keeps_every_row(first_rows_calls, monkeypatch):
+    # Its bias is built for every query row: the block computes them all, and is still right.
+    model, images = _model(posemb="relative"), _images()
+    outputs = keras.ops.convert_to_numpy(model(images, training=False))
+    assert first_rows_calls == []
+    np.testing.assert_allclose(outputs, _every_row(model, images, monkeypatch), rtol=1e-6, atol=1e-6)
+
+
+def test_with_the_other_blocks_in_parts_of_the_rows(first_rows_calls, monkeypatch):
+    # ViT-Ti/16 at batch 1 on a 2-core EPYC: the earlier blocks in two halves of the rows
+    # (keras_vit.row_parts), the last one for the class token, in one traced call.
+    monkeypatch.setattr(cpu_info, "l2_bytes", lambda: 1024 * 1024)
+    monkeypatch.setattr(row_parts, "available_threads", lambda: 2)
+    pretend_onednn_cpu(monkeypatch)
+    monkeypatch.setattr(onednn_graph, "onednn_has_bfloat16", lambda: True)
+    parts = []
+    original = layers.EncoderBlock._call_in_parts
+    monkeypatch.setattr(
+        layers.EncoderBlock,
+        "_call_in_parts",
+        lambda self, tokens, count: parts.append(self.name) or original(self, tokens, count),
+    )
+    model = _model(seed=3, hidden_size=64, num_heads=4, mlp_dim=128, num_layers=3)
+    images = tf.constant(_images(batch=16))
+    forward = tf.function(lambda x: model(x, training=False))
+    one_row = forward(images).numpy()
+    assert parts == ["encoderblock_0", "encoderblock_1"]
+    assert [call[:2] for call in first_rows_calls] == [("encoderblock_2", 1)]
+    monkeypatch.setenv(class_token_only.SWITCH, "0")
+    every_row = tf.function(lambda x: model(x, training=False))(images).numpy()
+    assert parts[2:] == ["encoderblock_0", "encoderblock_1", "encoderblock_2"]
+    np.testing.assert_allclose(one_row, every_row, rtol=1e-5, atol=1e-5)
+
+
+def test_the_request_is_the_calling_threads_and_ends_with_the_call():
+    block = object()
+    seen = {}
+    with class_token_only.computing(block, 1):
+        seen["here"] = class_token_only.rows_wanted(block)
+        seen["another block"] = class_token_only.rows_wanted(object())
+        other = threading.Thread(target=lambda: seen.update(thread=class_token_only.rows_wanted(block)))
+        other.start()
+        other.join()
+    seen["after"] = class_token_only.rows_wanted(block)
+    assert seen == {"here": 1, "another block": None, "thread": None, "after": None}
+
+
+@pytest.mark.parametrize("value, expected", [(None, 1), ("0", None), ("off", None), ("1", 1)])
+def test_the_switch(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv(class_token_only.SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(class_token_only.SWITCH, value)
+    model = _model()
+    assert class_token_only.first_rows(model, training=False) == expected
+    assert class_token_only.first_rows(model, training=True) is None
