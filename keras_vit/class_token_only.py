@@ -9,23 +9,27 @@ residual and MLP for the class token alone: of the block's twelve D x D products
 row, about 7% of a call's multiply-adds at ViT-B/16 224 px. The outputs are the same to float
 rounding (bit for bit in most of the cases measured). In one process, timed in turns on a
 2-core AMD EPYC with AVX-512 BF16 (docs/guides/benchmarks.md, "The last block's class token
-alone"), inference ran 1.03x to 1.08x as fast.
+alone"), inference ran 1.05x to 1.11x as fast.
 
-`first_rows(model, training, mask)` says how many rows a call needs (1) or None, and
-`computing(block, rows)` is the context in which the model runs its graph: the block it names
-asks `rows_wanted(self)` and returns (B, rows, D) instead of (B, T, D). The state is per
-thread, as tracing is. Training computes every row (the dropout masks and the trainers' steps
-stay as they are). KERAS_VIT_CLASS_TOKEN_ONLY=0 computes every row (read at each call).
+`call` runs a functional model's own call so (`keras_vit.ViT` where it pools the class token,
+and its `representation_model()`, a `ClassTokenModel`): `computing(block, rows)` is the context
+in which the graph runs, and the block it names asks `rows_wanted(self)` and returns (B, rows,
+D) instead of (B, T, D). The state is per thread, as tracing is. Training computes every row
+(the dropout masks and the trainers' steps stay as they are). KERAS_VIT_CLASS_TOKEN_ONLY=0
+computes every row (read at each call).
 """
 
 import contextlib
 import threading
+
+import keras
 
 from keras_vit import onednn_graph
 
 SWITCH = "KERAS_VIT_CLASS_TOKEN_ONLY"
 # The rows of the last block that a class-token model reads: the class token's.
 CLASS_TOKEN_ROWS = 1
+BLOCK_PREFIX = "encoderblock_"
 
 _STATE = threading.local()
 
@@ -35,14 +39,43 @@ def enabled():
     return onednn_graph.switched_on(SWITCH)
 
 
-def first_rows(model, training=None, mask=None):
-    """How many leading rows of its last encoder block `model` (a keras_vit.ViT) needs in this
-    call: CLASS_TOKEN_ROWS where its output reads only the class token, else None (every row)."""
+def first_rows(training=None, mask=None):
+    """How many leading rows of its last encoder block an inference call of a model that reads
+    only the class token needs: CLASS_TOKEN_ROWS, or None (training, a mask, the switch off)."""
     if training or mask is not None or not enabled():
         return None
-    if getattr(model, "pooling", None) != "token" or getattr(model, "num_layers", 0) < 1:
-        return None
     return CLASS_TOKEN_ROWS
+
+
+def last_encoder_block(model):
+    """The last of `model`'s encoder blocks (named encoderblock_0, _1, ...: names are the weight
+    format), or None."""
+    indices = [
+        int(layer.name.rsplit("_", 1)[1])
+        for layer in model.layers
+        if layer.name.startswith(BLOCK_PREFIX) and layer.name[len(BLOCK_PREFIX) :].isdigit()
+    ]
+    return model.get_layer(f"{BLOCK_PREFIX}{max(indices)}") if indices else None
+
+
+def call(functional_call, block, inputs, training=None, mask=None):
+    """`functional_call(inputs, training=, mask=)`, a functional model's own call, with `block`
+    computing only the rows the model reads where `first_rows` says so."""
+    rows = first_rows(training, mask)
+    if rows is None or block is None:
+        return functional_call(inputs, training=training, mask=mask)
+    with computing(block, rows):
+        return functional_call(inputs, training=training, mask=mask)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ClassTokenModel(keras.Model):
+    """A functional model whose outputs read only the class token of its last encoder block's
+    output (a ViT's representation: keras_vit.ViT.representation_model): in inference that block
+    computes the class token's row alone."""
+
+    def call(self, inputs, training=None, mask=None):
+        return call(super().call, last_encoder_block(self), inputs, training=training, mask=mask)
 
 
 @contextlib.contextmanager

@@ -196,13 +196,12 @@ class ViT(keras.Model):
         # (keras_vit/xla_inference.py says where and why).
         if mask is None and xla_inference.applies(self, inputs, training):
             return xla_inference.compiled(self)(inputs)
-        rows = class_token_only.first_rows(self, training, mask)
-        if rows is None:
+        if self.pooling != "token" or self.num_layers < 1:
             return super().call(inputs, training=training, mask=mask)
-        # The output reads the class token alone: the last block computes that row only
-        # (keras_vit/class_token_only.py), and the layers after it work on it row by row.
-        with class_token_only.computing(self.get_layer(f"encoderblock_{self.num_layers - 1}"), rows):
-            return super().call(inputs, training=training, mask=mask)
+        # The output reads the class token alone: in inference the last block computes that row
+        # only (keras_vit/class_token_only.py), and the layers after it work on it row by row.
+        block = self.get_layer(f"{class_token_only.BLOCK_PREFIX}{self.num_layers - 1}")
+        return class_token_only.call(super().call, block, inputs, training=training, mask=mask)
 
     def fit(self, x=None, *args, **kwargs):
         self._check_pixels(x)
@@ -267,12 +266,15 @@ class ViT(keras.Model):
         """A model from images to the representation few-shot probes use.
 
         The pre-logits output when the model has that layer, else the pooled token
-        (the class token, or the mean of patch tokens for classifier 'gap').
+        (the class token, or the mean of patch tokens for classifier 'gap'). A class-token
+        model's is a `class_token_only.ClassTokenModel`: in inference its last block computes
+        the class token alone, as the model's own call does.
         """
+        model_class = class_token_only.ClassTokenModel if self.classifier == "token" else keras.Model
         names = [layer.name for layer in self.layers]
         for name in ("pre_logits", "fc_norm", "token_pool", "gap_pool"):
             if name in names:
-                return keras.Model(self.input, self.get_layer(name).output, name=f"{self.name}_repr")
+                return model_class(self.input, self.get_layer(name).output, name=f"{self.name}_repr")
         prefix = 1 if self.classifier == "token" else 0
         last = "fc_norm" if self.fc_norm else "encoder_norm"
         tokens = self.get_layer(f"encoderblock_{self.num_layers - 1}" if self.fc_norm else last).output
@@ -281,7 +283,7 @@ class ViT(keras.Model):
         )(tokens)
         if self.fc_norm:
             pooled = self.get_layer(last)(pooled)  # the model's own layer: shared weights
-        return keras.Model(self.input, pooled, name=f"{self.name}_repr")
+        return model_class(self.input, pooled, name=f"{self.name}_repr")
 
 
 # Every keyword argument ViT() takes.

@@ -153,6 +153,44 @@ def test_the_switch(monkeypatch, value, expected):
         monkeypatch.delenv(class_token_only.SWITCH, raising=False)
     else:
         monkeypatch.setenv(class_token_only.SWITCH, value)
-    model = _model()
-    assert class_token_only.first_rows(model, training=False) == expected
-    assert class_token_only.first_rows(model, training=True) is None
+    assert class_token_only.first_rows(training=False) == expected
+    assert class_token_only.first_rows(training=None) == expected
+    assert class_token_only.first_rows(training=True) is None
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(), dict(representation_size=6), dict(include_top=False, pooling=None)],
+    ids=["pooled token", "pre-logits", "tokens out"],
+)
+def test_the_representation_of_few_shot_probes_too(first_rows_calls, monkeypatch, kwargs):
+    model, images = _model(seed=4, **kwargs), _images()
+    features = model.representation_model()
+    assert isinstance(features, class_token_only.ClassTokenModel)
+    one_row = keras.ops.convert_to_numpy(features(images, training=False))
+    assert first_rows_calls == [("encoderblock_1", 1, (2, 17, 24))]
+    every_row = _every_row(features, images, monkeypatch)
+    assert one_row.shape == (2, kwargs.get("representation_size", 24))
+    np.testing.assert_allclose(one_row, every_row, rtol=1e-5, atol=1e-5)
+
+
+def test_a_gap_models_representation_computes_every_row(first_rows_calls):
+    features = _model(classifier="gap").representation_model()
+    assert not isinstance(features, class_token_only.ClassTokenModel)
+    features(_images(), training=False)
+    assert first_rows_calls == []
+
+
+def test_the_representation_saves_and_loads(tmp_path, first_rows_calls):
+    # A .keras file of it loads as the same class, and its last block is found again by name.
+    features, images = _model(seed=5).representation_model(), _images()
+    path = str(tmp_path / "features.keras")
+    features.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded, class_token_only.ClassTokenModel)
+    first_rows_calls.clear()
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(loaded(images, training=False)),
+        keras.ops.convert_to_numpy(features(images, training=False)),
+    )
+    assert [call[:2] for call in first_rows_calls] == [("encoderblock_1", 1)] * 2
