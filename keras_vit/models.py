@@ -196,11 +196,11 @@ class ViT(keras.Model):
         # (keras_vit/xla_inference.py says where and why).
         if mask is None and xla_inference.applies(self, inputs, training):
             return xla_inference.compiled(self)(inputs)
-        if self.pooling != "token" or self.num_layers < 1:
+        if self.pooling != "token":
             return super().call(inputs, training=training, mask=mask)
         # The output reads the class token alone: in inference the last block computes that row
         # only (keras_vit/class_token_only.py), and the layers after it work on it row by row.
-        block = self.get_layer(f"{class_token_only.BLOCK_PREFIX}{self.num_layers - 1}")
+        block = class_token_only.last_encoder_block(self)
         return class_token_only.call(super().call, block, inputs, training=training, mask=mask)
 
     def fit(self, x=None, *args, **kwargs):
