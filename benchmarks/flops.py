@@ -4,9 +4,9 @@ Counted: the patch embedding, per block the Q/K/V and output projections, the tw
 matmuls (Q K^T and the weights times V, T^2 each), the MLP's two layers, and the head. Not
 counted: layer norms, softmax, GELU, biases and additions (a few percent at most). A training
 step is 3 forwards (the backward pass is two matmuls per forward matmul). The count is the
-model's, the same for every contestant: keras_vit's inference of a class-token model computes
-its last block for that token alone (keras_vit/class_token_only.py), about 7% fewer
-multiply-adds, so its GFLOP/s there include work it skips.
+model's, the same for every contestant: keras_vit's inference and training of a class-token
+model compute its last block for that token alone (keras_vit/class_token_only.py), about 7%
+fewer multiply-adds, so its GFLOP/s there include work it skips.
 
 Also the paper's compute (Dosovitskiy et al. 2021, Table 2): TPUv3 core-days from the FLOPs of
 its pre-training runs and an assumed efficiency, so the estimate's arithmetic is tested here.

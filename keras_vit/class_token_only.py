@@ -1,4 +1,4 @@
-"""Inference of a model that reads only the class token: its last encoder block computes that row.
+"""A model that reads only the class token: its last encoder block computes that row alone.
 
 A ViT that pools the class token (classifier="token", as the official checkpoints, with a head
 or `pooling="token"`) uses one row of its last encoder block's output: the final LayerNorm
@@ -6,17 +6,20 @@ works row by row and the pooling takes row 0. That row still attends to every to
 last block needs every row's keys and values, but its query, attention, output projection,
 residual and MLP for the class token alone: of the block's twelve D x D products per token
 (query, key, value, output and the MLP's eight), two per token are left, and the rest for one
-row, about 7% of a call's multiply-adds at ViT-B/16 224 px. The outputs are the same to float
-rounding (bit for bit in most of the cases measured). In one process, timed in turns on a
-2-core AMD EPYC with AVX-512 BF16 (docs/guides/benchmarks.md, "The last block's class token
-alone"), inference ran 1.05x to 1.11x as fast.
+row, about 7% of a call's multiply-adds at ViT-B/16 224 px, and as much of a training step's
+(the other rows' outputs get no gradient, so their backward pass is work for nothing too).
+The outputs and gradients are the same to float rounding (the outputs bit for bit in most of
+the cases measured). Timed in turns (docs/guides/benchmarks.md, "The last block's class token
+alone"), inference ran 1.05x to 1.11x as fast on a 2-core AMD EPYC with AVX-512, the ViT-Ti/16
+training step 1.07x to 1.10x on one without.
 
 `call` runs a functional model's own call so (`keras_vit.ViT` where it pools the class token,
 and its `representation_model()`, a `ClassTokenModel`): `computing(block, rows)` is the context
 in which the graph runs, and the block it names asks `rows_wanted(self)` and returns (B, rows,
-D) instead of (B, T, D). The state is per thread, as tracing is. Training computes every row
-(the dropout masks and the trainers' steps stay as they are). KERAS_VIT_CLASS_TOKEN_ONLY=0
-computes every row (read at each call).
+D) instead of (B, T, D). The state is per thread, as tracing is. In training the block's dropout
+draws its masks for the rows it computes, so a run with dropout draws other masks than one
+computing every row (each mask as likely as before); stochastic depth draws one number an
+example either way. KERAS_VIT_CLASS_TOKEN_ONLY=0 computes every row (read at each call).
 """
 
 import contextlib
@@ -39,10 +42,10 @@ def enabled():
     return onednn_graph.switched_on(SWITCH)
 
 
-def first_rows(training=None, mask=None):
-    """How many leading rows of its last encoder block an inference call of a model that reads
-    only the class token needs: CLASS_TOKEN_ROWS, or None (training, a mask, the switch off)."""
-    if training or mask is not None or not enabled():
+def first_rows(mask=None):
+    """How many leading rows of its last encoder block a call of a model that reads only the
+    class token needs: CLASS_TOKEN_ROWS, or None (a mask, the switch off)."""
+    if mask is not None or not enabled():
         return None
     return CLASS_TOKEN_ROWS
 
@@ -61,7 +64,7 @@ def last_encoder_block(model):
 def call(functional_call, block, inputs, training=None, mask=None):
     """`functional_call(inputs, training=, mask=)`, a functional model's own call, with `block`
     computing only the rows the model reads where `first_rows` says so."""
-    rows = first_rows(training, mask)
+    rows = first_rows(mask)
     if rows is None or block is None:
         return functional_call(inputs, training=training, mask=mask)
     with computing(block, rows):
@@ -71,8 +74,8 @@ def call(functional_call, block, inputs, training=None, mask=None):
 @keras.saving.register_keras_serializable(package="keras_vit")
 class ClassTokenModel(keras.Model):
     """A functional model whose outputs read only the class token of its last encoder block's
-    output (a ViT's representation: keras_vit.ViT.representation_model): in inference that block
-    computes the class token's row alone."""
+    output (a ViT's representation: keras_vit.ViT.representation_model): that block computes
+    the class token's row alone."""
 
     def call(self, inputs, training=None, mask=None):
         return call(super().call, last_encoder_block(self), inputs, training=training, mask=mask)

@@ -2,7 +2,7 @@
 two CPU inference paths change the graph, keras_vit/row_parts.py and keras_vit/fused_layer_norm.py,
 and four in bfloat16 training, keras_vit/fused_gelu.py, keras_vit/compiled_layer_norm.py,
 keras_vit/bias_add.py and keras_vit/patch_matmul.py; on every backend the last block of a model
-that reads only the class token computes that row alone in inference, keras_vit/class_token_only.py).
+that reads only the class token computes that row alone, keras_vit/class_token_only.py).
 
 Sub-layer and weight names follow the official Flax parameter names, because they are
 part of the weight format: `keras_vit.weights` maps official checkpoint keys onto them.
@@ -349,7 +349,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         del query
         return None
 
-    def call(self, tokens, training=None, return_attention_scores=False):
+    def call(self, tokens, training=None, return_attention_scores=False, query_rows=None):
+        """`query_rows`: only the first rows of (B, T, D) tokens ask, their queries attending to
+        the keys and values of every row; (B, query_rows, D) out (keras_vit.class_token_only)."""
+        if query_rows is not None and self.has_position_bias:
+            raise ValueError("query_rows needs an attention without a position bias: pass query_rows=None.")
         # In inference each projection is one 2-D matmul (keras_vit.flat_tokens): ViT-Ti/16
         # bfloat16 inference on a CPU took 1.1-1.2x less CPU time; training keeps the einsums,
         # where the two measured level on TensorFlow (docs/guides/benchmarks.md, "Making the
@@ -361,7 +365,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 return bias_add.call(layer, x, training)
             return flat_tokens.project(layer, x, contracted_axes)
 
-        query = project(self.query, tokens, 1)
+        query = project(self.query, tokens if query_rows is None else tokens[:, :query_rows], 1)
         key = project(self.key, tokens, 1)
         value = project(self.value, tokens, 1)
         bias = self.position_bias(query)
@@ -383,14 +387,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if return_attention_scores:
             return outputs, probs
         return outputs
-
-    def call_first_rows(self, tokens, rows):
-        """Inference for the first `rows` rows of (B, T, D) tokens only: their queries attend
-        to the keys and values of every row; (B, rows, D) out (keras_vit.class_token_only)."""
-        query = flat_tokens.project(self.query, tokens[:, :rows], 1)
-        key, value = (flat_tokens.project(layer, tokens, 1) for layer in (self.key, self.value))
-        context = fused_attention.dot_product_attention(query, key, value)
-        return flat_tokens.project(self.out, context, 2)
 
     def call_in_parts(self, parts):
         """Inference on consecutive row slices of the tokens, [(B, T_i, D)]: each part is
@@ -588,20 +584,26 @@ class EncoderBlock(keras.layers.Layer):
         return branch * ops.cast(mask, branch.dtype) / ops.cast(keep, branch.dtype)
 
     def call(self, tokens, training=None, return_attention_scores=False, patch_input=None):
-        parts = 1
         # An attention class with a call of its own (relative position attention: each call's
-        # grid) may do more there than `call_in_parts` knows: it keeps the whole rows.
+        # grid) may do more there than `call_in_parts` or `query_rows` know: it keeps the whole
+        # rows; so does a position bias, which is built for every query row.
         plain_call = type(self.attention).call is MultiHeadSelfAttention.call
-        if not training and not return_attention_scores and plain_call:
+        rows = None
+        if plain_call and not return_attention_scores and not self.attention.has_position_bias:
+            # The model reads only the first rows of this block (keras_vit.class_token_only).
             rows = class_token_only.rows_wanted(self)
-            if rows is not None and not self.attention.has_position_bias:
-                return self._call_first_rows(tokens, rows)
+        if rows is None and not training and not return_attention_scores and plain_call:
             parts = row_parts.count(tokens, self.compute_dtype)
-        if parts > 1:
-            return self._call_in_parts(tokens, parts)
+            if parts > 1:
+                return self._call_in_parts(tokens, parts)
         x = fused_layer_norm.layer_norm(self.norm1, tokens, training)
         # The patch input tells a position-aware attention each call's grid (any-size models).
         extra = {} if patch_input is None else {"patch_input": patch_input}
+        if rows is not None:
+            # Every row is normalised for the keys and values; the queries, the residual and
+            # the MLP are the first rows'.
+            extra["query_rows"] = rows
+            tokens = tokens[:, :rows]
         if return_attention_scores:
             x, scores = self.attention(x, training=training, return_attention_scores=True, **extra)
         else:
@@ -613,13 +615,6 @@ class EncoderBlock(keras.layers.Layer):
         if return_attention_scores:
             return outputs, scores
         return outputs
-
-    def _call_first_rows(self, tokens, rows):
-        # Inference of the first rows only (keras_vit.class_token_only): every row is normalised
-        # for the keys and values, the residual and the MLP are the first rows'.
-        x = fused_layer_norm.layer_norm(self.norm1, tokens, False)
-        x = tokens[:, :rows] + self.attention.call_first_rows(x, rows)
-        return x + self.mlp(fused_layer_norm.layer_norm(self.norm2, x, False))
 
     def _call_in_parts(self, tokens, parts):
         # Inference only, so no dropout and no dropped paths. Each part of the rows runs

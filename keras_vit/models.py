@@ -198,8 +198,8 @@ class ViT(keras.Model):
             return xla_inference.compiled(self)(inputs)
         if self.pooling != "token":
             return super().call(inputs, training=training, mask=mask)
-        # The output reads the class token alone: in inference the last block computes that row
-        # only (keras_vit/class_token_only.py), and the layers after it work on it row by row.
+        # The output reads the class token alone: the last block computes that row only
+        # (keras_vit/class_token_only.py), and the layers after it work on it row by row.
         block = class_token_only.last_encoder_block(self)
         return class_token_only.call(super().call, block, inputs, training=training, mask=mask)
 
@@ -267,8 +267,8 @@ class ViT(keras.Model):
 
         The pre-logits output when the model has that layer, else the pooled token
         (the class token, or the mean of patch tokens for classifier 'gap'). A class-token
-        model's is a `class_token_only.ClassTokenModel`: in inference its last block computes
-        the class token alone, as the model's own call does.
+        model's is a `class_token_only.ClassTokenModel`: its last block computes the class
+        token alone, as the model's own call does.
         """
         model_class = class_token_only.ClassTokenModel if self.classifier == "token" else keras.Model
         names = [layer.name for layer in self.layers]

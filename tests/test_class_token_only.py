@@ -1,5 +1,6 @@
-"""keras_vit.class_token_only: in inference of a model that reads only the class token, the last
-encoder block computes that row alone, and the outputs are those of every row computed."""
+"""keras_vit.class_token_only: in a model that reads only the class token, the last encoder block
+computes that row alone, in inference and training, and the outputs and gradients are those of
+every row computed."""
 
 import threading
 
@@ -31,15 +32,16 @@ def _images(batch=2, size=16, seed=1):
 
 @pytest.fixture
 def first_rows_calls(monkeypatch):
-    """The (block, rows, tokens' shape) of every call of the one-row attention."""
+    """The (block, rows, tokens' shape) of every attention call asked for its first rows alone."""
     calls = []
-    original = layers.MultiHeadSelfAttention.call_first_rows
+    original = layers.MultiHeadSelfAttention.call
 
-    def noted(self, tokens, rows):
-        calls.append((self.path.split("/")[0], rows, tuple(tokens.shape)))
-        return original(self, tokens, rows)
+    def noted(self, tokens, *args, query_rows=None, **kwargs):
+        if query_rows is not None:
+            calls.append((self.path.split("/")[0], query_rows, tuple(tokens.shape)))
+        return original(self, tokens, *args, query_rows=query_rows, **kwargs)
 
-    monkeypatch.setattr(layers.MultiHeadSelfAttention, "call_first_rows", noted)
+    monkeypatch.setattr(layers.MultiHeadSelfAttention, "call", noted)
     return calls
 
 
@@ -85,7 +87,6 @@ def test_the_pooled_class_token_without_a_head(first_rows_calls, monkeypatch):
     [
         ("every token is the output", dict(include_top=False, pooling=None), {}),
         ("the mean of the patch tokens is the output", dict(classifier="gap"), {}),
-        ("training keeps its steps and dropout masks", {}, dict(training=True)),
     ],
 )
 def test_every_row_where_more_than_the_class_token_is_read(
@@ -94,10 +95,48 @@ def test_every_row_where_more_than_the_class_token_is_read(
     model, images = _model(**kwargs), _images()
     outputs = keras.ops.convert_to_numpy(model(images, **{"training": False, **call_kwargs}))
     assert first_rows_calls == [], why
-    if not call_kwargs:
-        np.testing.assert_array_equal(outputs, _every_row(model, images, monkeypatch))
+    np.testing.assert_array_equal(outputs, _every_row(model, images, monkeypatch))
     if kwargs.get("pooling", "") is None:
         assert outputs.shape == (2, 17, 24)
+
+
+def _gradients(model, images, weights_of_logits):
+    with tf.GradientTape() as tape:
+        logits = model(images, training=True)
+        loss = tf.reduce_sum(logits * weights_of_logits)
+    return [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+
+
+def test_training_takes_it_with_the_gradients_of_every_row(first_rows_calls, monkeypatch):
+    # A training step (the trainers' engines, Keras' fit) differentiates the class token's row
+    # alone: every weight's gradient is the one of every row computed. Keys and values taken
+    # from the class token only, or a residual or MLP of the wrong rows, would change them all.
+    model, images = _model(seed=6), tf.constant(_images())
+    weights_of_logits = tf.constant(np.random.default_rng(7).normal(size=(2, 5)), tf.float32)
+    one_row = _gradients(model, images, weights_of_logits)
+    assert first_rows_calls == [("encoderblock_1", 1, (2, 17, 24))]
+    monkeypatch.setenv(class_token_only.SWITCH, "0")
+    every_row = _gradients(model, images, weights_of_logits)
+    assert len(first_rows_calls) == 1
+    names = [v.path for v in model.trainable_variables]
+    for name, got, want in zip(names, one_row, every_row):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+    # The last block's query weights get gradient (from the class token's query alone).
+    query = names.index("encoderblock_1/MultiHeadDotProductAttention_1/query/kernel")
+    assert np.abs(one_row[query]).max() > 1e-3
+
+
+def test_training_with_dropout_and_dropped_paths(first_rows_calls):
+    # Dropout draws its masks for the rows computed, attention dropout on the class token's
+    # weights over every key; stochastic depth one number an example.
+    model = _model(seed=8, dropout_rate=0.3, attention_dropout_rate=0.3, stochastic_depth_rate=0.2)
+    images = tf.constant(_images(batch=4))
+    first, second = (model(images, training=True).numpy() for _ in range(2))
+    assert [call[:2] for call in first_rows_calls] == [("encoderblock_1", 1)] * 2
+    assert first.shape == (4, 5) and np.isfinite(first).all()
+    assert not np.allclose(first, second)  # masks drawn anew at each call
+    inference = model(images, training=False).numpy()
+    assert not np.allclose(first, inference)
 
 
 def test_relative_position_attention_keeps_every_row(first_rows_calls, monkeypatch):
@@ -106,6 +145,20 @@ def test_relative_position_attention_keeps_every_row(first_rows_calls, monkeypat
     outputs = keras.ops.convert_to_numpy(model(images, training=False))
     assert first_rows_calls == []
     np.testing.assert_allclose(outputs, _every_row(model, images, monkeypatch), rtol=1e-6, atol=1e-6)
+
+
+def test_query_rows_with_a_position_bias_is_refused():
+    # A bias is built for every query row: a subset of the queries would be added the wrong rows.
+    class Biased(layers.MultiHeadSelfAttention):
+        def position_bias(self, query):
+            return keras.ops.zeros((1, self.num_heads, query.shape[1], query.shape[1]))
+
+    attention = Biased(num_heads=2)
+    tokens = np.zeros((1, 5, 8), "float32")
+    assert attention(tokens).shape == (1, 5, 8)
+    with pytest.raises(ValueError, match="pass query_rows=None"):
+        attention(tokens, query_rows=1)
+    assert layers.MultiHeadSelfAttention(num_heads=2)(tokens, query_rows=1).shape == (1, 1, 8)
 
 
 def test_with_the_other_blocks_in_parts_of_the_rows(first_rows_calls, monkeypatch):
@@ -153,9 +206,8 @@ def test_the_switch(monkeypatch, value, expected):
         monkeypatch.delenv(class_token_only.SWITCH, raising=False)
     else:
         monkeypatch.setenv(class_token_only.SWITCH, value)
-    assert class_token_only.first_rows(training=False) == expected
-    assert class_token_only.first_rows(training=None) == expected
-    assert class_token_only.first_rows(training=True) is None
+    assert class_token_only.first_rows() == expected
+    assert class_token_only.first_rows(mask=np.ones((2, 17), bool)) is None
 
 
 @pytest.mark.parametrize(
