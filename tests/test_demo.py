@@ -334,6 +334,20 @@ def test_the_headline_says_where_from_scratch_and_the_pixels_win():
     assert "the raw pixels is ahead of every ViT probe at 1 and 10 examples per class (0.867 against" in text
 
 
+def test_the_headline_calls_equal_fine_tunes_level():
+    # The same number of test images right is a tie, not a lead of 0 test images.
+    stages = ("finetune", "finetune_masked_patch", "scratch")
+    every = {f"{stage}/test_accuracy": 177 / 180 for stage in stages}
+    text = demo.headline(_results(**every))
+    assert "With all images (one run each) all three reach the same test accuracy, 0.983;" in text
+    assert "is ahead, 0.983" not in text
+    text = demo.headline(_results(**dict(every, **{"finetune/test_accuracy": 175 / 180})))
+    assert (
+        "the masked-patch pre-trained ViT and the same ViT from scratch are level at 0.983, ahead of "
+        "0.972 (the ViT pre-trained with labels) by 2 test images;" in text
+    )
+
+
 def test_the_fewshot_curves_are_drawn_from_the_committed_results(tmp_path):
     out = report.demo_figure(out=str(tmp_path / "curves.png"))
     with open(out, "rb") as f:
