@@ -190,6 +190,9 @@ def _fork(target, args, env, stdout, stderr, cwd, own_group):
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.connect(_server(key))
     request = {"target": target, "args": list(args), "env": env, "cwd": str(cwd), "own_group": own_group}
+    # A fresh interpreter inherits an ignored SIGINT (a run started by `nohup ... &`, or in a
+    # shell script's background) and keeps it ignored; the forked child is told to do the same.
+    request["sigint_ignored"] = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     request = json.dumps(request).encode()
     socket.send_fds(connection, [request], [stdout, stderr])
     child = Forked(connection, argv(target, args))
@@ -445,9 +448,11 @@ def _become(request, fds):
         sys.path[0] = os.getcwd()  # as `python -m` puts it
     if target not in MODULES:
         # The server's import caught these as a trainer command's does (trainers/early_signals.py);
-        # a program that is not a command starts with Python's own handlers.
+        # a program that is not a command starts with Python's own handlers (or SIGINT ignored,
+        # where its requester's is and an exec would have kept it so).
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        ignored = request["sigint_ignored"]
+        signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.default_int_handler)
     import numpy as np
 
     np.random.seed()  # Python's `random` reseeds itself in a forked child; NumPy's does not
