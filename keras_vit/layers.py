@@ -586,13 +586,13 @@ class EncoderBlock(keras.layers.Layer):
     def call(self, tokens, training=None, return_attention_scores=False, patch_input=None):
         # An attention class with a call of its own (relative position attention: each call's
         # grid) may do more there than `call_in_parts` or `query_rows` know: it keeps the whole
-        # rows; so does a position bias, which is built for every query row.
-        plain_call = type(self.attention).call is MultiHeadSelfAttention.call
+        # rows; so do attention maps, and a position bias, which is built for every query row.
+        plain = type(self.attention).call is MultiHeadSelfAttention.call and not return_attention_scores
         rows = None
-        if plain_call and not return_attention_scores and not self.attention.has_position_bias:
+        if plain and not self.attention.has_position_bias:
             # The model reads only the first rows of this block (keras_vit.class_token_only).
             rows = class_token_only.rows_wanted(self)
-        if rows is None and not training and not return_attention_scores and plain_call:
+        if plain and rows is None and not training:
             parts = row_parts.count(tokens, self.compute_dtype)
             if parts > 1:
                 return self._call_in_parts(tokens, parts)

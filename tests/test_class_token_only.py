@@ -83,17 +83,15 @@ def test_the_pooled_class_token_without_a_head(first_rows_calls, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "why, kwargs, call_kwargs",
+    "why, kwargs",
     [
-        ("every token is the output", dict(include_top=False, pooling=None), {}),
-        ("the mean of the patch tokens is the output", dict(classifier="gap"), {}),
+        ("every token is the output", dict(include_top=False, pooling=None)),
+        ("the mean of the patch tokens is the output", dict(classifier="gap")),
     ],
 )
-def test_every_row_where_more_than_the_class_token_is_read(
-    first_rows_calls, monkeypatch, why, kwargs, call_kwargs
-):
+def test_every_row_where_more_than_the_class_token_is_read(first_rows_calls, monkeypatch, why, kwargs):
     model, images = _model(**kwargs), _images()
-    outputs = keras.ops.convert_to_numpy(model(images, **{"training": False, **call_kwargs}))
+    outputs = keras.ops.convert_to_numpy(model(images, training=False))
     assert first_rows_calls == [], why
     np.testing.assert_array_equal(outputs, _every_row(model, images, monkeypatch))
     if kwargs.get("pooling", "") is None:
