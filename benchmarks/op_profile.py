@@ -1,9 +1,7 @@
 """Where keras_vit's inference or training time goes on TensorFlow: self time per operation type.
 
 The model runs as the inference benchmark runs keras_vit (one tf.function on TensorFlow's own
-kernels, as Keras' `model.predict` on a CPU; on an x86 CPU without AVX-512, where keras_vit
-compiles that call with XLA itself, its "TF graph" row, traced without: XLA's fusions have no
-per-operation statistics), or with --step=train as the trainers' training
+kernels, as Keras' `model.predict` on a CPU), or with --step=train as the trainers' training
 step (benchmarks.train: the `python -m trainers.finetune` defaults with
 --mixed_precision=bfloat16, or =none for --dtype=float32); a few calls are traced, and the
 trace's per-op statistics are summed by operation type and grouped: matrix products, casts,
@@ -12,16 +10,25 @@ to more than the wall time of a call.
 XLA-compiled kernels inside a TensorFlow step (the training step's GELU, keras_vit/fused_gelu.py)
 are not in TensorFlow's per-operation statistics: their executions are read from the trace itself
 and make one row of their own (XLA_ROW, group "XLA-compiled").
+On an x86 CPU without AVX-512, where keras_vit compiles its inference call with XLA itself
+(keras_vit/xla_inference.py), that call has no TensorFlow operations to count: the table then has
+one row per kind of XLA kernel it ran (the optimised program's instruction names, as
+`XLA_FLAGS=--xla_dump_to=DIR` writes them: `MatMul_1` the products TensorFlow named so, `dot` the
+attention's, `*_fusion` the element-wise passes XLA fused), each kernel's time on the thread that
+ran it, read from the trace. `--xla_kernels=false` profiles the same call on TensorFlow's graph
+instead (the inference benchmark's "keras_vit TF graph" row), per operation type.
 
     python -m benchmarks.op_profile --dtype=bfloat16
     python -m benchmarks.op_profile --variant=ViT-Ti_16 --batch_size=8 --dtype=float32
     python -m benchmarks.op_profile --step=train --variant=ViT-Ti_16 --batch_size=16
+    python -m benchmarks.op_profile --variant=ViT-Ti_16 --batch_size=1 --dtype=float32
 """
 
 import collections
 import glob
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -48,6 +55,19 @@ CASTS = {"Cast"}
 # What the trace calls one execution of an XLA-compiled CPU function on a TensorFlow thread, and
 # the table's row of them.
 XLA_EXECUTION = "CpuExecutable::ExecuteAsyncOnStream"
+# The trace's spans that hold an XLA program's kernels: its execution on the calling thread and
+# its thunk executors on the pool's threads. Their own and their helpers' events are not kernels.
+XLA_SPANS = (XLA_EXECUTION, "ThunkExecutor::Execute")
+XLA_NOT_KERNELS = (
+    "CpuExecutable::",
+    "ThunkExecutor::",
+    "SlinkyThreadPool::",
+    "BlockUntilReady",
+    "end: ",
+    "Memory",  # the profiler's own allocation records
+    "ThreadpoolListener::",
+)
+XLA_MATMUL_PREFIXES = ("MatMul", "BatchMatMul", "Einsum", "dot", "convolution")
 XLA_ROW = "XLA-compiled kernels"
 COLUMNS = (
     ("operation type", "op_type", ""),
@@ -60,6 +80,10 @@ COLUMNS = (
 def group(op_type):
     if op_type == XLA_ROW:
         return "XLA-compiled"
+    if op_type.endswith("fusion"):  # an XLA kernel: its name says what it fused
+        return "matmul" if "dot" in op_type or "convolution" in op_type else xla_element_group(op_type)
+    if op_type.startswith(XLA_MATMUL_PREFIXES):
+        return "matmul"
     name = op_type.removeprefix("_Mkl")
     if name in MATMULS:
         return "matmul"
@@ -110,6 +134,57 @@ def xla_execution_us(path):
     return total_ps / 1e6
 
 
+def xla_element_group(kernel):
+    return "cast" if "convert" in kernel else "element-wise and other"
+
+
+def xla_kernel_kind(name):
+    """An XLA kernel's instruction name without its number: `MatMul_1.24` -> `MatMul_1`."""
+    return re.sub(r"\.\d+$", "", name)
+
+
+def xla_kernel_us(space):
+    """{kind of XLA kernel: µs} summed over the kernels the XLA programs in `space` (an XSpace)
+    ran: each event inside one of XLA_SPANS on the same thread, but for those spans' own events."""
+    totals = collections.Counter()
+    for plane in space.planes:
+        names = {key: meta.name for key, meta in plane.event_metadata.items()}
+        for line in plane.lines:
+            spans = [
+                (e.offset_ps, e.offset_ps + e.duration_ps)
+                for e in line.events
+                if names.get(e.metadata_id, "").startswith(XLA_SPANS)
+            ]
+            for e in line.events:
+                name = names.get(e.metadata_id, "")
+                if name.startswith(XLA_NOT_KERNELS) or not name:
+                    continue
+                if any(start <= e.offset_ps and e.offset_ps + e.duration_ps <= end for start, end in spans):
+                    totals[xla_kernel_kind(name)] += e.duration_ps / 1e6
+    return totals
+
+
+def xla_kernel_stats(step, calls, logdir):
+    """{kind of XLA kernel: µs} over `calls` traced calls of `step`, an XLA-compiled call."""
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    tf.profiler.experimental.start(logdir)
+    try:
+        for _ in range(calls):
+            step()
+    finally:
+        tf.profiler.experimental.stop()
+    paths = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))
+    space = xplane_pb2.XSpace()
+    with open(paths[-1], "rb") as f:
+        space.ParseFromString(f.read())
+    totals = xla_kernel_us(space)
+    if not totals:
+        raise SystemExit("error: the trace holds no XLA kernels: run with --xla_kernels=false")
+    return totals
+
+
 def rows_of(totals, calls):
     whole = sum(totals.values()) or 1
     rows = [
@@ -133,8 +208,18 @@ def main(argv=None):
     p.add_argument("--num_layers", type=int, default=0, help="override the variant's depth (0: its own)")
     p.add_argument("--calls", type=int, default=3, help="traced calls (after two untraced)")
     p.add_argument("--step", default="inference", choices=("inference", "train"))
+    p.add_argument(
+        "--xla_kernels",
+        default="auto",
+        choices=("auto", "false"),
+        help="inference where keras_vit compiles its call with XLA (an x86 CPU without AVX-512): "
+        "auto profiles that call per XLA kernel, false the same call on TensorFlow's graph per operation",
+    )
     args = p.parse_args(argv)
     inference.check_variant(args.variant)
+    # keras_vit's inference call is XLA-compiled where TensorFlow's graph is its diagnostic row.
+    per_xla_kernel = args.step == "inference" and args.xla_kernels == "auto"
+    per_xla_kernel = per_xla_kernel and inference.profiled_kind(args.dtype) == inference.ON_GRAPH
     shape = flops.shape(args.variant, num_layers=args.num_layers)
     if args.step == "train":
         precision = "bfloat16" if args.dtype == "bfloat16" else "none"
@@ -144,17 +229,24 @@ def main(argv=None):
         step = shared.trainer_step(config, 1)
     else:
         kind = inference.profiled_kind(args.dtype)
+        if per_xla_kernel:
+            kind = "keras_vit"
         name = inference.contestant_name(kind, args.dtype)
         step = inference.local_step(kind, shape, args.image_size, args.batch_size, args.dtype)
     step(), step()  # compile and warm up outside the trace
     with tempfile.TemporaryDirectory() as logdir:
-        totals = op_stats(step, args.calls, logdir)
+        totals = (xla_kernel_stats if per_xla_kernel else op_stats)(step, args.calls, logdir)
     rows, groups = rows_of(totals, args.calls)
-    fields = ("step", "variant", "image_size", "batch_size", "dtype", "calls")
+    fields = ("step", "variant", "image_size", "batch_size", "dtype", "calls", "xla_kernels")
     settings = {k: getattr(args, k) for k in fields}
     data = harness.result("op_profile", argv, settings)
     data["groups"] = groups
-    data["tables"].append(harness.section(f"Self time by operation type, {name}", COLUMNS, rows))
+    title = (
+        f"Time by XLA kernel, {name} (XLA-compiled)"
+        if per_xla_kernel
+        else f"Self time by operation type, {name}"
+    )
+    data["tables"].append(harness.section(title, COLUMNS, rows))
     data["notes"].append("groups: " + ", ".join(f"{g} {share:.0%}" for g, share in sorted(groups.items())))
     harness.finish(data, args.out, start)
 

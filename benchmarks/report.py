@@ -65,6 +65,8 @@ ORDER = (
     "op_profile",
     # The same profile from the 2-core Intel Xeon with AMX (its --out names it), beside this CPU's.
     "op_profile_xeon",
+    # The AMD EPYC without AVX-512's, per XLA kernel (keras_vit compiles its call with XLA there).
+    "op_profile_epyc_no_avx512",
     # benchmarks.accelerator, run on a GPU once per dtype and part (its --out names them).
     "accelerator_inference_bfloat16",
     "accelerator_train_bfloat16",
@@ -85,6 +87,7 @@ TITLES = {
     "scaling_xeon_amx": "Resolution scaling on the Intel Xeon with AMX",
     "op_profile": "Where inference time goes on TensorFlow",
     "op_profile_xeon": "Where inference time goes on the Intel Xeon with AMX",
+    "op_profile_epyc_no_avx512": "Where inference time goes on the AMD EPYC without AVX-512",
     "accelerator_inference_bfloat16": "GPU inference, bfloat16",
     "accelerator_train_bfloat16": "GPU training step, bfloat16",
     "accelerator_inference_float32": "GPU inference, float32 (TF32 matmuls)",

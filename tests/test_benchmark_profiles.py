@@ -127,3 +127,81 @@ def test_kernels_and_the_training_op_profile_run_keras_vits_step(tmp_path):
     if onednn_graph.onednn_on():
         assert rows[op_profile.XLA_ROW]["group"] == "XLA-compiled"
         assert rows[op_profile.XLA_ROW]["ms_per_call"] > 0
+
+
+def test_xla_kernel_names_fall_into_their_groups():
+    assert op_profile.xla_kernel_kind("MatMul_1.24") == "MatMul_1"
+    assert op_profile.xla_kernel_kind("add_multiply_fusion.10") == "add_multiply_fusion"
+    assert op_profile.group("MatMul_1") == "matmul"
+    assert op_profile.group("dot") == "matmul"  # the attention's products
+    assert op_profile.group("convolution") == "matmul"  # the patch embedding
+    assert op_profile.group("dot_add_fusion") == "matmul"
+    assert op_profile.group("add_multiply_fusion") == "element-wise and other"  # the GELU
+    assert op_profile.group("convert_multiply_fusion") == "cast"
+
+
+def _space(lines):
+    """An XSpace of one plane whose lines hold events (name, start µs, duration µs)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    ids = {}
+    for line_name, events in lines.items():
+        line = plane.lines.add(name=line_name)
+        for name, start, duration in events:
+            if name not in ids:
+                ids[name] = len(ids) + 1
+                plane.event_metadata[ids[name]].id = ids[name]
+                plane.event_metadata[ids[name]].name = name
+            line.events.add(metadata_id=ids[name], offset_ps=start * 10**6, duration_ps=duration * 10**6)
+    return space
+
+
+def test_xla_kernels_are_the_events_inside_an_xla_programs_spans_on_their_thread():
+    space = _space(
+        {
+            "python": [
+                ("EagerExecute", 0, 100),  # TensorFlow's own work around the program: not a kernel
+                (op_profile.XLA_EXECUTION, 10, 80),
+                ("broadcast_add_fusion.1", 12, 3),
+                ("MatMul.74", 20, 30),
+                ("end: MatMul.74", 50, 1),
+                ("MatMul.76", 95, 4),  # after the program's span on this thread
+            ],
+            "tf_numa_-1_Eigen": [
+                ("ThunkExecutor::Execute", 20, 40),
+                ("dot.24", 21, 10),
+                ("SlinkyThreadPool::Await", 31, 5),
+                ("MatMul_1.24", 40, 15),
+                ("MemoryAllocation", 41, 1),
+            ],
+        }
+    )
+    totals = op_profile.xla_kernel_us(space)
+    assert totals == {"broadcast_add_fusion": 3, "MatMul": 30, "dot": 10, "MatMul_1": 15}
+
+
+@pytest.mark.slow
+def test_the_inference_op_profile_times_each_xla_kernel_where_keras_vit_compiles_its_call(
+    monkeypatch, tmp_path
+):
+    # Where keras_vit compiles its inference call with XLA (an x86 CPU without AVX-512; made so
+    # here on any CPU), the profile is of that call, per XLA kernel.
+    monkeypatch.setattr(xla_inference, "cpu_prefers_xla", lambda: True)
+    argv = ["--variant=ViT-Ti_16", "--image_size=32", "--batch_size=1", "--num_layers=2", "--calls=2"]
+    op_profile.main([*argv, "--dtype=float32", f"--out={tmp_path}/op_profile.json"])
+    profile = read_json(tmp_path / "op_profile.json")
+    assert profile["tables"][0]["title"] == "Time by XLA kernel, keras_vit TF (XLA-compiled)"
+    rows = {r["op_type"]: r for r in table_rows(profile)}
+    # The projections and the MLP (TensorFlow's MatMul ops), the attention's batched products
+    # and the patch embedding's convolution, each a kernel of its own.
+    assert {"MatMul", "dot", "convolution"} <= set(rows)
+    assert all(rows[k]["group"] == "matmul" for k in ("MatMul", "dot", "convolution"))
+    assert profile["groups"]["element-wise and other"] > 0
+    assert sum(r["share"] for r in rows.values()) == pytest.approx(1)
+    # --xla_kernels=false: the same call on TensorFlow's graph, per operation type.
+    op_profile.main([*argv, "--dtype=float32", "--xla_kernels=false", f"--out={tmp_path}/graph.json"])
+    graph = read_json(tmp_path / "graph.json")
+    assert graph["tables"][0]["title"] == "Self time by operation type, keras_vit TF graph"
+    assert not {"dot", "convolution"} & {r["op_type"] for r in table_rows(graph)}
