@@ -90,10 +90,9 @@ def group(op_type):
     return "cast" if name in CASTS else "element-wise and other"
 
 
-def op_stats(step, calls, logdir):
-    """{op type: total self time in µs} over `calls` traced calls of `step`."""
+def traced(step, calls, logdir):
+    """The path of the trace (an XSpace file) of `calls` calls of `step`, written under `logdir`."""
     import tensorflow as tf
-    from tensorflow.python.profiler.internal import _pywrap_profiler_plugin as plugin
 
     tf.profiler.experimental.start(logdir)
     try:
@@ -101,8 +100,24 @@ def op_stats(step, calls, logdir):
             step()
     finally:
         tf.profiler.experimental.stop()
-    paths = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))
-    data, ok = plugin.xspace_to_tools_data(paths[-1:], "framework_op_stats", {})
+    return sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))[-1]
+
+
+def read_space(path):
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    with open(path, "rb") as f:
+        space.ParseFromString(f.read())
+    return space
+
+
+def op_stats(step, calls, logdir):
+    """{op type: total self time in µs} over `calls` traced calls of `step`."""
+    from tensorflow.python.profiler.internal import _pywrap_profiler_plugin as plugin
+
+    path = traced(step, calls, logdir)
+    data, ok = plugin.xspace_to_tools_data([path], "framework_op_stats", {})
     if not ok:
         raise SystemExit(f"error: TensorFlow's profiler could not read its trace in {logdir}")
     table = json.loads(data)
@@ -114,19 +129,14 @@ def op_stats(step, calls, logdir):
         op_type = cells[index["Operation Type"]]
         if op_type != "IDLE":
             totals[op_type] += cells[index["Total self-time (us)"]]
-    xla_us = xla_execution_us(paths[-1])
+    xla_us = xla_execution_us(read_space(path))
     if xla_us:
         totals[XLA_ROW] += xla_us
     return totals
 
 
-def xla_execution_us(path):
-    """The summed duration, in µs, of the XLA-compiled functions the trace at `path` ran."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    space = xplane_pb2.XSpace()
-    with open(path, "rb") as f:
-        space.ParseFromString(f.read())
+def xla_execution_us(space):
+    """The summed duration, in µs, of the XLA-compiled functions a trace (an XSpace) ran."""
     total_ps = 0
     for plane in space.planes:
         ids = {key for key, meta in plane.event_metadata.items() if meta.name == XLA_EXECUTION}
@@ -166,20 +176,7 @@ def xla_kernel_us(space):
 
 def xla_kernel_stats(step, calls, logdir):
     """{kind of XLA kernel: µs} over `calls` traced calls of `step`, an XLA-compiled call."""
-    import tensorflow as tf
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    tf.profiler.experimental.start(logdir)
-    try:
-        for _ in range(calls):
-            step()
-    finally:
-        tf.profiler.experimental.stop()
-    paths = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))
-    space = xplane_pb2.XSpace()
-    with open(paths[-1], "rb") as f:
-        space.ParseFromString(f.read())
-    totals = xla_kernel_us(space)
+    totals = xla_kernel_us(read_space(traced(step, calls, logdir)))
     if not totals:
         raise SystemExit("error: the trace holds no XLA kernels: run with --xla_kernels=false")
     return totals
