@@ -1,4 +1,4 @@
-"""Where keras_vit's inference or training time goes on TensorFlow: self time per operation type.
+"""Where keras_vit's inference or training time goes on TensorFlow: time per operation type or XLA kernel.
 
 The model runs as the inference benchmark runs keras_vit (one tf.function on TensorFlow's own
 kernels, as Keras' `model.predict` on a CPU), or with --step=train as the trainers' training
