@@ -80,7 +80,8 @@ COLUMNS = (
 def group(op_type):
     if op_type == XLA_ROW:
         return "XLA-compiled"
-    if op_type.endswith("fusion"):  # an XLA kernel: its name says what it fused
+    if op_type.endswith("fusion") or op_type.startswith(("wrapped_", "convert")):
+        # An XLA kernel: its name says what it fused or wrapped.
         return "matmul" if "dot" in op_type or "convolution" in op_type else xla_element_group(op_type)
     if op_type.startswith(XLA_MATMUL_PREFIXES):
         return "matmul"

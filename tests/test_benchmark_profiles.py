@@ -138,6 +138,9 @@ def test_xla_kernel_names_fall_into_their_groups():
     assert op_profile.group("dot_add_fusion") == "matmul"
     assert op_profile.group("add_multiply_fusion") == "element-wise and other"  # the GELU
     assert op_profile.group("convert_multiply_fusion") == "cast"
+    assert op_profile.group("wrapped_convert") == "cast"  # bfloat16 weights to float32, unfused
+    assert op_profile.group("convert") == "cast"
+    assert op_profile.group("wrapped_reduce-window") == "element-wise and other"
 
 
 def _space(lines):
