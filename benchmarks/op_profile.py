@@ -15,8 +15,10 @@ On an x86 CPU without AVX-512, where keras_vit compiles its inference call with 
 one row per kind of XLA kernel it ran (the optimised program's instruction names, as
 `XLA_FLAGS=--xla_dump_to=DIR` writes them: `MatMul_1` the products TensorFlow named so, `dot` the
 attention's, `*_fusion` the element-wise passes XLA fused), each kernel's time on the thread that
-ran it, read from the trace. `--xla_kernels=false` profiles the same call on TensorFlow's graph
-instead (the inference benchmark's "keras_vit TF graph" row), per operation type.
+ran it, read from the trace (kernels XLA runs at once, as a block's query, key and value
+products, each count their whole time, so the sum can pass the call's wall time).
+`--xla_kernels=false` profiles the same call on TensorFlow's graph instead (the inference
+benchmark's "keras_vit TF graph" row), per operation type.
 
     python -m benchmarks.op_profile --dtype=bfloat16
     python -m benchmarks.op_profile --variant=ViT-Ti_16 --batch_size=8 --dtype=float32
