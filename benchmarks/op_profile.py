@@ -84,7 +84,9 @@ def group(op_type):
         return "XLA-compiled"
     if op_type.endswith("fusion") or op_type.startswith(("wrapped_", "convert")):
         # An XLA kernel: its name says what it fused or wrapped.
-        return "matmul" if "dot" in op_type or "convolution" in op_type else xla_element_group(op_type)
+        if "dot" in op_type or "convolution" in op_type:
+            return "matmul"
+        return "cast" if "convert" in op_type else "element-wise and other"
     if op_type.startswith(XLA_MATMUL_PREFIXES):
         return "matmul"
     name = op_type.removeprefix("_Mkl")
@@ -147,10 +149,6 @@ def xla_execution_us(space):
     return total_ps / 1e6
 
 
-def xla_element_group(kernel):
-    return "cast" if "convert" in kernel else "element-wise and other"
-
-
 def xla_kernel_kind(name):
     """An XLA kernel's instruction name without its number: `MatMul_1.24` -> `MatMul_1`."""
     return re.sub(r"\.\d+$", "", name)
@@ -170,7 +168,7 @@ def xla_kernel_us(space):
             ]
             for e in line.events:
                 name = names.get(e.metadata_id, "")
-                if name.startswith(XLA_NOT_KERNELS) or not name:
+                if not name or name.startswith(XLA_NOT_KERNELS):
                     continue
                 if any(start <= e.offset_ps and e.offset_ps + e.duration_ps <= end for start, end in spans):
                     totals[xla_kernel_kind(name)] += e.duration_ps / 1e6
@@ -218,8 +216,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     inference.check_variant(args.variant)
     # keras_vit's inference call is XLA-compiled where TensorFlow's graph is its diagnostic row.
-    per_xla_kernel = args.step == "inference" and args.xla_kernels == "auto"
-    per_xla_kernel = per_xla_kernel and inference.profiled_kind(args.dtype) == inference.ON_GRAPH
+    profiled = inference.profiled_kind(args.dtype)
+    per_xla_kernel = (
+        args.step == "inference" and args.xla_kernels == "auto" and profiled == inference.ON_GRAPH
+    )
     shape = flops.shape(args.variant, num_layers=args.num_layers)
     if args.step == "train":
         precision = "bfloat16" if args.dtype == "bfloat16" else "none"
@@ -228,9 +228,7 @@ def main(argv=None):
         name = shared.trainer_name(config)
         step = shared.trainer_step(config, 1)
     else:
-        kind = inference.profiled_kind(args.dtype)
-        if per_xla_kernel:
-            kind = "keras_vit"
+        kind = "keras_vit" if per_xla_kernel else profiled
         name = inference.contestant_name(kind, args.dtype)
         step = inference.local_step(kind, shape, args.image_size, args.batch_size, args.dtype)
     step(), step()  # compile and warm up outside the trace
