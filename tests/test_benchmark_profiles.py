@@ -208,3 +208,13 @@ def test_the_inference_op_profile_times_each_xla_kernel_where_keras_vit_compiles
     graph = read_json(tmp_path / "graph.json")
     assert graph["tables"][0]["title"] == "Self time by operation type, keras_vit TF graph"
     assert not {"dot", "convolution"} & {r["op_type"] for r in table_rows(graph)}
+
+
+def test_a_call_without_xla_kernels_is_one_line_that_names_the_other_table(tmp_path):
+    # A step XLA does not compile (keras_vit's call where its CPU keeps TensorFlow's graph) gives
+    # an empty trace of kernels: a one-line error, not an empty table.
+    import tensorflow as tf
+
+    step = tf.function(lambda: tf.reduce_sum(tf.ones((4, 4))))
+    with pytest.raises(SystemExit, match="no XLA kernels: run with --xla_kernels=false"):
+        op_profile.xla_kernel_stats(step, 1, str(tmp_path))
