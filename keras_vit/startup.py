@@ -26,6 +26,10 @@ paused, and every object then is frozen (`gc.freeze`: out of all later collectio
 `imported_objects_frozen`); at exit, after the other exit handlers, one collection finalizes the
 garbage there is and the rest is frozen too (`shorten_exit`). The teardown itself is unchanged.
 
+Before Keras, triton's library is loaded where it is installed beside TensorFlow
+(keras_vit/triton_first.py): TensorFlow's load would otherwise make a later `import timm` or
+`torch.compile` crash.
+
 Keras with its backend not installed fails in a traceback ending in `No module named 'jax'`;
 `import keras_vit` says instead, in one line, which extra installs one. The standard library
 only: nothing here may import Keras or TensorFlow.
@@ -38,7 +42,7 @@ import os
 import sys
 import tempfile
 
-from keras_vit import onednn_default
+from keras_vit import onednn_default, triton_first
 
 VERBOSE_FLAG = "--verbose"
 _TRUE = ("", "=true", "=True", "=1")
@@ -205,6 +209,7 @@ def import_keras():
     """Imports Keras, and so its backend, for keras_vit/__init__.py: quietly (hide_backend_start),
     and ending in one line (SystemExit, status 1, no traceback) when the backend is not installed."""
     onednn_default.ask_for_onednn()  # before TensorFlow reads it, at its import
+    triton_first.load_before_tensorflow()  # before TensorFlow's LLVM becomes the process's own
     hide = hide_backend_start()
     command = is_command()
     if command:

@@ -2,9 +2,14 @@
 docs/guides/data.md, deploy.md, benchmarks.md): each installs this package's real extras.
 """
 
+import importlib.util
 import os
 import re
+import signal
+import subprocess
+import sys
 
+import pytest
 from docs_standins import (
     block,
     fresh_keras,  # noqa: F401 (autouse: a fresh Keras session for each test)
@@ -55,3 +60,19 @@ def test_clash_fix_commands():
     fix = unrunnable("clash-fix", "changes the installed packages").commands
     said = _clash.message("/site-packages/keras_vit", ["vit.py"])
     assert len(fix) == 2 and all(f"`{command}`" in said for command in fix), (fix, said)
+
+
+@pytest.mark.slow  # a fresh interpreter importing TensorFlow, timm and triton: about 10 s
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or importlib.util.find_spec("triton") is None,
+    reason="triton is not installed",
+)
+def test_timm_after_keras_vit_runs():
+    """The page's program as a user runs it, in a fresh interpreter: `import timm` after keras_vit
+    died of SIGSEGV before keras_vit loaded triton's library first (keras_vit/triton_first.py)."""
+    code = block("timm-after-keras-vit").text.rstrip() + "\nprint(model.name, type(peer).__name__)\n"
+    environ = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ)
+    assert done.returncode != -signal.SIGSEGV, "the page's program crashed"
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["vit_ti_16", "VisionTransformer"]
