@@ -16,7 +16,10 @@ one row per kind of XLA kernel it ran (the optimised program's instruction names
 `XLA_FLAGS=--xla_dump_to=DIR` writes them: `MatMul_1` the products TensorFlow named so, `dot` the
 attention's, `*_fusion` the element-wise passes XLA fused), each kernel's time on the thread that
 ran it, read from the trace (kernels XLA runs at once, as a block's query, key and value
-products, each count their whole time, so the sum can pass the call's wall time).
+products, each count their whole time, so the sum can pass the call's wall time). A product's
+row also names its shape (`MatMul 197x192 by 192x768`, `dot 3 x 197x64 by 64x197`: the query
+projection and the MLP's are all `MatMul`) and gives its rate, from its FLOPs in the compiled
+program's text, and that rate's share of TensorFlow's matmul peak measured in the same run.
 `--xla_kernels=false` profiles the same call on TensorFlow's graph instead (the inference
 benchmark's "keras_vit TF graph" row), per operation type.
 
@@ -29,6 +32,7 @@ benchmark's "keras_vit TF graph" row), per operation type.
 import collections
 import glob
 import json
+import math
 import os
 import re
 import sys
@@ -38,7 +42,7 @@ import time
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from benchmarks import flops, harness, inference, shared  # noqa: E402
+from benchmarks import flops, harness, inference, peak, shared  # noqa: E402
 from keras_vit import commands  # noqa: E402
 
 # Operation types (as TF's profiler names them, oneDNN's _Mkl prefix dropped) by group.
@@ -77,6 +81,18 @@ COLUMNS = (
     ("ms per call", "ms_per_call", ".1f"),
     ("share", "share", ".1%"),
 )
+# The per-XLA-kernel table: each product's rate, and its share of TensorFlow's matmul peak.
+XLA_COLUMNS = (
+    ("XLA kernel", "op_type", ""),
+    *COLUMNS[1:],
+    ("GFLOP/s", "gflop_per_s", ".0f"),
+    ("of matmul peak", "of_peak", ".0%"),
+)
+# One instruction of an XLA program's text: name, element type, dimensions, opcode, operands,
+# attributes (a tuple-shaped one does not match: none is a product).
+# The first line of a computation of the program's text: `%fused_computation.2 (param_0.2: ...) {`.
+HLO_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$")
+HLO_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = \w+\[([\d,]*)\]\S* ([\w\-]+)\(([^)]*)\)(.*)$")
 
 
 def group(op_type):
@@ -154,10 +170,9 @@ def xla_kernel_kind(name):
     return re.sub(r"\.\d+$", "", name)
 
 
-def xla_kernel_us(space):
-    """{kind of XLA kernel: µs} summed over the kernels the XLA programs in `space` (an XSpace)
-    ran: each event inside one of XLA_SPANS on the same thread, but for those spans' own events."""
-    totals = collections.Counter()
+def xla_kernel_events(space):
+    """(instruction name, µs) of each kernel the XLA programs in `space` (an XSpace) ran: each
+    event inside one of XLA_SPANS on the same thread, but for those spans' own events."""
     for plane in space.planes:
         names = {key: meta.name for key, meta in plane.event_metadata.items()}
         for line in plane.lines:
@@ -171,24 +186,120 @@ def xla_kernel_us(space):
                 if not name or name.startswith(XLA_NOT_KERNELS):
                     continue
                 if any(start <= e.offset_ps and e.offset_ps + e.duration_ps <= end for start, end in spans):
-                    totals[xla_kernel_kind(name)] += e.duration_ps / 1e6
-    return totals
+                    yield name, e.duration_ps / 1e6
 
 
-def xla_kernel_stats(step, calls, logdir):
-    """{kind of XLA kernel: µs} over `calls` traced calls of `step`, an XLA-compiled call."""
-    totals = xla_kernel_us(read_space(traced(step, calls, logdir)))
+def hlo_products(hlo):
+    """{instruction name: (its product as "197x192 by 192x192", FLOPs)} for each `dot` and
+    `convolution` of an XLA program's optimised text (as `experimental_get_compiler_ir` gives it,
+    with the names the trace's kernels have), and for each fusion that holds one: the program's
+    kernels, those of its entry computation (a fused computation's own products run inside its
+    fusion's kernel, which the trace names)."""
+    shapes, products, inside = {}, {}, collections.defaultdict(list)
+    computation = entry = None
+    for line in hlo.splitlines():
+        header = HLO_COMPUTATION.match(line)
+        if header:
+            computation = header.group(1)
+            entry = computation if line.startswith("ENTRY") else entry
+            continue
+        found = HLO_INSTRUCTION.match(line)
+        if not found:
+            continue
+        name, dims, opcode, operands, attributes = found.groups()
+        shapes[name] = [int(d) for d in dims.split(",") if d]
+        operands = [o.strip().lstrip("%") for o in operands.split(",")]
+        product = None
+        if opcode in ("dot", "convolution") and all(o in shapes for o in operands[:2]):
+            measure = _dot if opcode == "dot" else _convolution
+            product = measure(shapes[name], shapes[operands[0]], shapes[operands[1]], attributes)
+            inside[computation].append(product)
+        elif opcode == "fusion":
+            called = re.search(r"calls=%?([\w.\-]+)", attributes)
+            fused = inside.get(called.group(1), []) if called else []
+            if fused:  # a fused computation comes before its caller in the text
+                product = (" + ".join(label for label, _ in fused), sum(f for _, f in fused))
+        if product and computation == entry:
+            products[name] = product
+    return products
+
+
+def _dims(attributes, key):
+    found = re.search(rf"{key}={{([\d,]*)}}", attributes)
+    return [int(d) for d in found.group(1).split(",") if d] if found else []
+
+
+def _dot(out, lhs, rhs, attributes):
+    """A dot's (label, FLOPs) from its operands' dimensions and its batch and contracting ones."""
+    lhs_batch, rhs_batch = _dims(attributes, "lhs_batch_dims"), _dims(attributes, "rhs_batch_dims")
+    lhs_k, rhs_k = _dims(attributes, "lhs_contracting_dims"), _dims(attributes, "rhs_contracting_dims")
+    batch = math.prod(lhs[d] for d in lhs_batch)
+    k = math.prod(lhs[d] for d in lhs_k)
+    m = math.prod(lhs[d] for d in range(len(lhs)) if d not in lhs_batch + lhs_k)
+    n = math.prod(rhs[d] for d in range(len(rhs)) if d not in rhs_batch + rhs_k)
+    label = f"{m}x{k} by {k}x{n}"
+    return (f"{batch} x {label}" if batch > 1 else label), 2 * math.prod(out) * k
+
+
+def _convolution(out, image, kernel, attributes):
+    """A convolution's (label, FLOPs): each output element sums the kernel's window over the input
+    channels, the kernel's size over its output features (the output's last dimension, as
+    TensorFlow lays it out)."""
+    label = f"{'x'.join(map(str, image))} by {'x'.join(map(str, kernel))}"
+    return label, 2 * math.prod(out) * (math.prod(kernel) // out[-1])
+
+
+def xla_kernel_row(name, products):
+    """A kernel's row: its instruction's name without the number (`MatMul_1.24` -> `MatMul_1`),
+    with a product's shape after it, so that products of one name but other sizes have rows of
+    their own (the query projection and the MLP's two, all `MatMul`)."""
+    kind = xla_kernel_kind(name)
+    return f"{kind} {products[name][0]}" if name in products else kind
+
+
+def xla_kernel_us(space, products=None):
+    """{row: µs} summed over the kernels the XLA programs in `space` ran, and {row: FLOPs} of
+    the products among them (`products`: hlo_products of the program)."""
+    products = products or {}
+    totals, product_flops = collections.Counter(), collections.Counter()
+    for name, us in xla_kernel_events(space):
+        row = xla_kernel_row(name, products)
+        totals[row] += us
+        if name in products:
+            product_flops[row] += products[name][1]
+    return totals, product_flops
+
+
+def xla_kernel_stats(step, calls, logdir, products=None):
+    """{row: µs} and {row: FLOPs} over `calls` traced calls of `step`, an XLA-compiled call."""
+    totals, product_flops = xla_kernel_us(read_space(traced(step, calls, logdir)), products)
     if not totals:
         raise SystemExit("error: the trace holds no XLA kernels: run with --xla_kernels=false")
-    return totals
+    return totals, product_flops
 
 
-def rows_of(totals, calls):
+def xla_program(step):
+    """The optimised text of the XLA-compiled call inside `step`, keras_vit's inference step
+    (inference.keras_step, which keeps its model and images on it)."""
+    from keras_vit import xla_inference
+
+    compiled = xla_inference.compiled(step.model)
+    return compiled.experimental_get_compiler_ir(step.images)(stage="optimized_hlo")
+
+
+def rows_of(totals, calls, product_flops=None, peak_flops=None):
+    """The table's rows, largest first; with `product_flops` ({row: FLOPs}) the products' rates, and
+    with `peak_flops` (FLOP/s) their share of it."""
     whole = sum(totals.values()) or 1
     rows = [
         {"op_type": t, "group": group(t), "ms_per_call": us / calls / 1000, "share": us / whole}
         for t, us in totals.most_common()
     ]
+    for r in rows:
+        if product_flops and product_flops.get(r["op_type"]) and totals[r["op_type"]]:
+            rate = product_flops[r["op_type"]] / (totals[r["op_type"]] / 1e6)
+            r["gflop_per_s"] = rate / 1e9
+            r["of_peak"] = rate / peak_flops if peak_flops else None
     groups = collections.Counter()
     for r in rows:
         groups[r["group"]] += r["share"]
@@ -213,6 +324,12 @@ def main(argv=None):
         help="inference where keras_vit compiles its call with XLA (an x86 CPU without AVX-512): "
         "auto profiles that call per XLA kernel, false the same call on TensorFlow's graph per operation",
     )
+    p.add_argument(
+        "--matmul_size",
+        type=int,
+        default=4096,
+        help="the square matmul that measures the peak the per-XLA-kernel table's products are set against",
+    )
     args = p.parse_args(argv)
     inference.check_variant(args.variant)
     # keras_vit's inference call is XLA-compiled where TensorFlow's graph is its diagnostic row.
@@ -232,19 +349,28 @@ def main(argv=None):
         name = inference.contestant_name(kind, args.dtype)
         step = inference.local_step(kind, shape, args.image_size, args.batch_size, args.dtype)
     step(), step()  # compile and warm up outside the trace
-    with tempfile.TemporaryDirectory() as logdir:
-        totals = (xla_kernel_stats if per_xla_kernel else op_stats)(step, args.calls, logdir)
-    rows, groups = rows_of(totals, args.calls)
     fields = ("step", "variant", "image_size", "batch_size", "dtype", "calls", "xla_kernels")
+    if per_xla_kernel:
+        products = hlo_products(xla_program(step))
+        peak_flops = peak.tf_matmul(args.dtype, args.matmul_size)
+        with tempfile.TemporaryDirectory() as logdir:
+            totals, product_flops = xla_kernel_stats(step, args.calls, logdir, products)
+        rows, groups = rows_of(totals, args.calls, product_flops, peak_flops)
+        fields += ("matmul_size",)
+    else:
+        with tempfile.TemporaryDirectory() as logdir:
+            rows, groups = rows_of(op_stats(step, args.calls, logdir), args.calls)
     settings = {k: getattr(args, k) for k in fields}
     data = harness.result("op_profile", argv, settings)
+    if per_xla_kernel:
+        data["matmul_peak_flops"] = {f"tf {args.dtype}": peak_flops}
     data["groups"] = groups
     title = (
         f"Time by XLA kernel, {name} (XLA-compiled)"
         if per_xla_kernel
         else f"Self time by operation type, {name}"
     )
-    data["tables"].append(harness.section(title, COLUMNS, rows))
+    data["tables"].append(harness.section(title, XLA_COLUMNS if per_xla_kernel else COLUMNS, rows))
     data["notes"].append("groups: " + ", ".join(f"{g} {share:.0%}" for g, share in sorted(groups.items())))
     harness.finish(data, args.out, start)
 

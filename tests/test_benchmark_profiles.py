@@ -181,8 +181,60 @@ def test_xla_kernels_are_the_events_inside_an_xla_programs_spans_on_their_thread
             ],
         }
     )
-    totals = op_profile.xla_kernel_us(space)
+    totals, product_flops = op_profile.xla_kernel_us(space)
     assert totals == {"broadcast_add_fusion": 3, "MatMul": 30, "dot": 10, "MatMul_1": 15}
+    assert product_flops == {}
+    # With the program's products, each is a row of its kind and shape, with its FLOPs.
+    products = {"MatMul.74": ("197x192 by 192x192", 14_524_416), "dot.24": ("3 x 197x64 by 64x197", 7)}
+    totals, product_flops = op_profile.xla_kernel_us(space, products)
+    assert totals == {
+        "broadcast_add_fusion": 3,
+        "MatMul 197x192 by 192x192": 30,
+        "dot 3 x 197x64 by 64x197": 10,
+        "MatMul_1": 15,
+    }
+    assert product_flops == {"MatMul 197x192 by 192x192": 14_524_416, "dot 3 x 197x64 by 64x197": 7}
+
+
+# An XLA program's optimised text, cut down: a product of two parameters, the attention's batched
+# dot with its right operand contracted on its first free dimension, a convolution, and a
+# fusion whose computation holds a dot (the last block's class token through its MLP).
+PROGRAM = """HloModule a_inference_call
+
+%fused_computation.7 (param_0.1: f32[192,768], param_1.1: f32[1,192]) -> f32[768] {
+  %param_1.1 = f32[1,192]{1,0} parameter(1)
+  %param_0.1 = f32[192,768]{1,0} parameter(0)
+  %dot.9 = f32[1,768]{1,0} dot(%param_1.1, %param_0.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %bitcast.1 = f32[768]{0} bitcast(%dot.9)
+}
+
+ENTRY %a_inference_call__.77 (arg0.1: f32[1,32,32,3], arg1.1: f32[16,16,3,192]) -> f32[768] {
+  %arg0.1 = f32[1,32,32,3]{3,2,1,0} parameter(0), metadata={op_name="XLA_Args"}
+  %arg1.1 = f32[16,16,3,192]{3,2,1,0} parameter(1), metadata={op_name="XLA_Args"}
+  %arg2.1 = f32[5,192]{1,0} parameter(2)
+  %arg3.1 = f32[192,768]{1,0} parameter(3)
+  %arg4.1 = f32[3,64,5]{2,1,0} parameter(4)
+  %arg5.1 = f32[3,5,64]{2,1,0} parameter(5)
+  %convolution.1 = f32[1,2,2,192]{3,2,1,0} convolution(%arg0.1, %arg1.1), dim_labels=b01f_01io->b01f
+  %MatMul.74 = f32[5,768]{1,0} dot(%arg2.1, %arg3.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_type="MatMul"}
+  %dot.24 = f32[3,64,64]{2,1,0} dot(%arg4.1, %arg5.1), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+  %slice.3 = f32[1,192]{1,0} slice(%arg2.1), slice={[0:1], [0:192]}
+  ROOT %dot_add_fusion.2 = f32[768]{0} fusion(%arg3.1, %slice.3), kind=kOutput, calls=%fused_computation.7
+}
+"""  # noqa: E501 (the program's lines as XLA writes them)
+
+
+def test_an_xla_programs_products_are_read_with_their_shapes_and_flops():
+    products = op_profile.hlo_products(PROGRAM)
+    assert products == {
+        # 2x2 patches of 16x16x3 pixels, each through 192 filters.
+        "convolution.1": ("1x32x32x3 by 16x16x3x192", 2 * 4 * 192 * 16 * 16 * 3),
+        "MatMul.74": ("5x192 by 192x768", 2 * 5 * 192 * 768),
+        # Per head, 64 rows of the left operand (its last dimension contracted) by 64 columns.
+        "dot.24": ("3 x 64x5 by 5x64", 2 * 3 * 64 * 64 * 5),
+        # The trace names the fusion, not the dot inside it: the fusion carries the dot.
+        "dot_add_fusion.2": ("1x192 by 192x768", 2 * 192 * 768),
+    }
 
 
 @pytest.mark.slow
@@ -198,9 +250,22 @@ def test_the_inference_op_profile_times_each_xla_kernel_where_keras_vit_compiles
     assert profile["tables"][0]["title"] == "Time by XLA kernel, keras_vit TF (XLA-compiled)"
     rows = {r["op_type"]: r for r in table_rows(profile)}
     # The projections and the MLP (TensorFlow's MatMul ops), the attention's batched products
-    # and the patch embedding's convolution, each a kernel of its own.
-    assert {"MatMul", "dot", "convolution"} <= set(rows)
-    assert all(rows[k]["group"] == "matmul" for k in ("MatMul", "dot", "convolution"))
+    # and the patch embedding's convolution, each a kernel of its own, named with its shape: at
+    # 32 px 5 tokens of 192, 3 heads of 64, 768 wide in the MLP.
+    products = {
+        "MatMul 5x192 by 192x192",  # the query projection
+        "MatMul_1 5x192 by 192x192",  # the key's
+        "MatMul 5x192 by 192x768",  # the MLP's first
+        "MatMul 5x768 by 768x192",  # and second
+        "dot 3 x 5x64 by 64x5",  # each head's queries by its keys
+        "dot 3 x 5x5 by 5x64",  # its weights by its values
+        "convolution 1x32x32x3 by 16x16x3x192",
+    }
+    assert products <= set(rows), sorted(rows)
+    assert all(rows[k]["group"] == "matmul" and rows[k]["gflop_per_s"] > 0 for k in products)
+    (peak_flops,) = profile["matmul_peak_flops"].values()
+    for k in products:
+        assert rows[k]["of_peak"] == pytest.approx(rows[k]["gflop_per_s"] * 1e9 / peak_flops)
     assert profile["groups"]["element-wise and other"] > 0
     assert sum(r["share"] for r in rows.values()) == pytest.approx(1)
     # --xla_kernels=false: the same call on TensorFlow's graph, per operation type.
@@ -208,6 +273,22 @@ def test_the_inference_op_profile_times_each_xla_kernel_where_keras_vit_compiles
     graph = read_json(tmp_path / "graph.json")
     assert graph["tables"][0]["title"] == "Self time by operation type, keras_vit TF graph"
     assert not {"dot", "convolution"} & {r["op_type"] for r in table_rows(graph)}
+
+
+@pytest.mark.slow  # compiles a two-block ViT-Ti with XLA: about 5 s
+def test_the_compiled_calls_products_add_up_to_the_models_flops(monkeypatch):
+    """What the rates divide by: the products read from keras_vit's compiled program hold every
+    FLOP of the model, its last block computing the class token alone (keras_vit/class_token_only.py)."""
+    monkeypatch.setattr(xla_inference, "cpu_prefers_xla", lambda: True)
+    shape = flops.shape("ViT-Ti_16", num_layers=2)
+    step = inference.keras_step("keras_vit", shape, 64, 1, "float32")
+    step()
+    products = op_profile.hlo_products(op_profile.xla_program(step))
+    t, d, mlp = flops.tokens(64, 16), shape["hidden_size"], shape["mlp_dim"]
+    # The last block's query, output projection, attention rows and MLP for one token, not t.
+    skipped = (t - 1) * (2 * d * d * 2 + 2 * 2 * t * d + 2 * 2 * d * mlp)
+    expected = flops.forward(64, **shape, num_classes=inference.NUM_CLASSES)["total"] - skipped
+    assert sum(f for _, f in products.values()) == expected
 
 
 def test_a_call_without_xla_kernels_is_one_line_that_names_the_other_table(tmp_path):
