@@ -26,9 +26,9 @@ paused, and every object then is frozen (`gc.freeze`: out of all later collectio
 `imported_objects_frozen`); at exit, after the other exit handlers, one collection finalizes the
 garbage there is and the rest is frozen too (`shorten_exit`). The teardown itself is unchanged.
 
-Before Keras, triton's library is loaded where it is installed beside TensorFlow
-(keras_vit/triton_first.py): TensorFlow's load would otherwise make a later `import timm` or
-`torch.compile` crash.
+In a user's program, triton's library is loaded before Keras where it is installed beside
+TensorFlow (keras_vit/triton_first.py): TensorFlow's load would otherwise make a later `import
+timm` or `torch.compile` crash. Commands skip it: none of them imports triton.
 
 Keras with its backend not installed fails in a traceback ending in `No module named 'jax'`;
 `import keras_vit` says instead, in one line, which extra installs one. The standard library
@@ -209,9 +209,9 @@ def import_keras():
     """Imports Keras, and so its backend, for keras_vit/__init__.py: quietly (hide_backend_start),
     and ending in one line (SystemExit, status 1, no traceback) when the backend is not installed."""
     onednn_default.ask_for_onednn()  # before TensorFlow reads it, at its import
-    triton_first.load_before_tensorflow()  # before TensorFlow's LLVM becomes the process's own
     hide = hide_backend_start()
     command = is_command()
+    triton_first.load_before_tensorflow(command=command)  # before TensorFlow's LLVM is the process's
     if command:
         # Registered before Keras and its backend register theirs: it runs after them.
         atexit.register(shorten_exit)

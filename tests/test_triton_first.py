@@ -37,6 +37,7 @@ def test_on_linux_before_tensorflow_it_loads_tritons_library_locally(tmp_path):
 
 def test_nothing_is_loaded_where_it_is_too_late_not_needed_or_not_there(tmp_path):
     cases = [
+        ({}, "linux", installed(tmp_path / "f"), True),  # a command of ours: it imports no triton
         ({"tensorflow": object()}, "linux", installed(tmp_path / "a")),  # TensorFlow's LLVM won already
         ({"triton": object()}, "linux", installed(tmp_path / "b")),  # triton first: nothing to do
         ({}, "darwin", installed(tmp_path / "c")),  # no RTLD_GLOBAL clash measured there
@@ -44,9 +45,11 @@ def test_nothing_is_loaded_where_it_is_too_late_not_needed_or_not_there(tmp_path
         ({}, "linux", installed(tmp_path / "e", with_library=False)),  # a triton without its library
         ({}, "linux", {}.get),  # no triton
     ]
-    for modules, platform, find_spec in cases:
+    for modules, platform, find_spec, *command in cases:
         loaded = []
-        assert not triton_first.load_before_tensorflow(modules, platform, find_spec, load=loaded.append)
+        assert not triton_first.load_before_tensorflow(
+            bool(command), modules, platform, find_spec, load=loaded.append
+        )
         assert loaded == []
 
 
@@ -54,7 +57,7 @@ def test_a_library_that_does_not_load_leaves_the_import_going(tmp_path):
     def refuse(path):
         raise OSError(f"{path}: cannot open shared object file")
 
-    assert not triton_first.load_before_tensorflow({}, "linux", installed(tmp_path), load=refuse)
+    assert not triton_first.load_before_tensorflow(False, {}, "linux", installed(tmp_path), load=refuse)
 
 
 @pytest.mark.slow  # a fresh interpreter importing TensorFlow and triton: about 8 s
