@@ -31,11 +31,20 @@ import sys
 LIBRARY = os.path.join("_C", "libtriton.so")
 
 
+def installed(name, find_spec=importlib.util.find_spec):
+    """The spec of top-level package `name`, or None where it is not installed (or an import
+    hook refuses it, as an environment without it would)."""
+    try:
+        return find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
 def library_path(find_spec=importlib.util.find_spec):
     """Where triton's library is installed, or None where triton or TensorFlow is not."""
-    if find_spec("tensorflow") is None:
+    if installed("tensorflow", find_spec) is None:
         return None
-    triton = find_spec("triton")
+    triton = installed("triton", find_spec)
     if triton is None or not triton.submodule_search_locations:
         return None
     path = os.path.join(triton.submodule_search_locations[0], LIBRARY)

@@ -35,6 +35,10 @@ def test_on_linux_before_tensorflow_it_loads_tritons_library_locally(tmp_path):
     assert loaded == [str(tmp_path / "triton" / "_C" / "libtriton.so")]
 
 
+def refused(name):
+    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
 def test_nothing_is_loaded_where_it_is_too_late_not_needed_or_not_there(tmp_path):
     cases = [
         ({}, "linux", installed(tmp_path / "f"), True),  # a command of ours: it imports no triton
@@ -44,6 +48,7 @@ def test_nothing_is_loaded_where_it_is_too_late_not_needed_or_not_there(tmp_path
         ({}, "linux", installed(tmp_path / "d", with_tensorflow=False)),  # no TensorFlow to clash with
         ({}, "linux", installed(tmp_path / "e", with_library=False)),  # a triton without its library
         ({}, "linux", {}.get),  # no triton
+        ({}, "linux", refused),  # an import hook that refuses TensorFlow, as if not installed
     ]
     for modules, platform, find_spec, *command in cases:
         loaded = []
