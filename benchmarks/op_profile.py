@@ -19,7 +19,10 @@ ran it, read from the trace (kernels XLA runs at once, as a block's query, key a
 products, each count their whole time, so the sum can pass the call's wall time). A product's
 row also names its shape (`MatMul 197x192 by 192x768`, `dot 3 x 197x64 by 64x197`: the query
 projection and the MLP's are all `MatMul`) and gives its rate, from its FLOPs in the compiled
-program's text, and that rate's share of TensorFlow's matmul peak measured in the same run.
+program's text, and that rate's share of TensorFlow's matmul peak measured in the same run. The
+row IDLE_ROW holds the time of the program's executions in which no kernel ran on any thread:
+the runtime handing kernels to its threads, and work that goes on after its kernel's event (the
+patch embedding's convolution: a rate above the peak, which a note names, is such a kernel's).
 `--xla_kernels=false` profiles the same call on TensorFlow's graph instead (the inference
 benchmark's "keras_vit TF graph" row), per operation type.
 
@@ -75,6 +78,10 @@ XLA_NOT_KERNELS = (
 )
 XLA_MATMUL_PREFIXES = ("MatMul", "BatchMatMul", "Einsum", "dot", "convolution")
 XLA_ROW = "XLA-compiled kernels"
+# The per-XLA-kernel table's row of an execution's time in which no kernel ran on any thread: the
+# runtime handing kernels to its threads, and a kernel's work after its event ended (the patch
+# embedding's convolution runs on the pool after its thunk returns, so its own row's time is short).
+IDLE_ROW = "no kernel running"
 COLUMNS = (
     ("operation type", "op_type", ""),
     ("group", "group", ""),
@@ -96,8 +103,13 @@ HLO_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = \w+\[([\d,]*)\]\S* (
 
 
 def group(op_type):
+    """The group of an operation type, or of an XLA kernel's row (its kind, before the product's
+    shape)."""
     if op_type == XLA_ROW:
         return "XLA-compiled"
+    if op_type == IDLE_ROW:
+        return "between kernels"
+    op_type = op_type.split(" ", 1)[0]
     if op_type.endswith("fusion") or op_type.startswith(("wrapped_", "convert")):
         # An XLA kernel: its name says what it fused or wrapped.
         if "dot" in op_type or "convolution" in op_type:
@@ -170,23 +182,37 @@ def xla_kernel_kind(name):
     return re.sub(r"\.\d+$", "", name)
 
 
-def xla_kernel_events(space):
-    """(instruction name, µs) of each kernel the XLA programs in `space` (an XSpace) ran: each
-    event inside one of XLA_SPANS on the same thread, but for those spans' own events."""
-    for plane in space.planes:
-        names = {key: meta.name for key, meta in plane.event_metadata.items()}
-        for line in plane.lines:
-            spans = [
-                (e.offset_ps, e.offset_ps + e.duration_ps)
-                for e in line.events
-                if names.get(e.metadata_id, "").startswith(XLA_SPANS)
-            ]
-            for e in line.events:
-                name = names.get(e.metadata_id, "")
-                if not name or name.startswith(XLA_NOT_KERNELS):
-                    continue
-                if any(start <= e.offset_ps and e.offset_ps + e.duration_ps <= end for start, end in spans):
-                    yield name, e.duration_ps / 1e6
+def xla_kernel_events(plane):
+    """(instruction name, start ps, end ps) of each kernel the XLA programs on `plane` (of an
+    XSpace) ran: each event inside one of XLA_SPANS on the same thread, but for those spans' own
+    events."""
+    names = {key: meta.name for key, meta in plane.event_metadata.items()}
+    for line in plane.lines:
+        spans = [
+            (e.offset_ps, e.offset_ps + e.duration_ps)
+            for e in line.events
+            if names.get(e.metadata_id, "").startswith(XLA_SPANS)
+        ]
+        for e in line.events:
+            name = names.get(e.metadata_id, "")
+            if not name or name.startswith(XLA_NOT_KERNELS):
+                continue
+            start, end = e.offset_ps, e.offset_ps + e.duration_ps
+            if any(span_start <= start and end <= span_end for span_start, span_end in spans):
+                yield name, start, end
+
+
+def uncovered_ps(span, intervals):
+    """How much of `span` (start, end) none of `intervals` covers."""
+    start, end = span
+    covered_until, uncovered = start, 0
+    for a, b in sorted(intervals):
+        a, b = max(a, start), min(b, end)
+        if b <= max(a, covered_until):  # outside the span, or covered already
+            continue
+        uncovered += max(0, a - covered_until)
+        covered_until = b
+    return uncovered + max(0, end - covered_until)
 
 
 def hlo_products(hlo):
@@ -258,15 +284,28 @@ def xla_kernel_row(name, products):
 
 
 def xla_kernel_us(space, products=None):
-    """{row: µs} summed over the kernels the XLA programs in `space` ran, and {row: FLOPs} of
-    the products among them (`products`: hlo_products of the program)."""
+    """{row: µs} summed over the kernels the XLA programs in `space` ran, with IDLE_ROW the time of
+    their executions that no kernel covers on any thread, and {row: FLOPs} of the products among
+    them (`products`: hlo_products of the program)."""
     products = products or {}
     totals, product_flops = collections.Counter(), collections.Counter()
-    for name, us in xla_kernel_events(space):
-        row = xla_kernel_row(name, products)
-        totals[row] += us
-        if name in products:
-            product_flops[row] += products[name][1]
+    for plane in space.planes:
+        kernels = list(xla_kernel_events(plane))
+        for name, start, end in kernels:
+            row = xla_kernel_row(name, products)
+            totals[row] += (end - start) / 1e6
+            if name in products:
+                product_flops[row] += products[name][1]
+        names = {key: meta.name for key, meta in plane.event_metadata.items()}
+        executions = [
+            (e.offset_ps, e.offset_ps + e.duration_ps)
+            for line in plane.lines
+            for e in line.events
+            if names.get(e.metadata_id) == XLA_EXECUTION
+        ]
+        idle = sum(uncovered_ps(span, [(a, b) for _, a, b in kernels]) for span in executions)
+        if kernels and idle:
+            totals[IDLE_ROW] += idle / 1e6
     return totals, product_flops
 
 
@@ -364,6 +403,12 @@ def main(argv=None):
     data = harness.result("op_profile", argv, settings)
     if per_xla_kernel:
         data["matmul_peak_flops"] = {f"tf {args.dtype}": peak_flops}
+        for r in rows:
+            if (r.get("of_peak") or 0) > 1:
+                data["notes"].append(
+                    f"{r['op_type']} above the matmul peak: its kernel's event ended before its work did "
+                    f"(XLA ran the rest on its threads, in the row '{IDLE_ROW}')"
+                )
     data["groups"] = groups
     title = (
         f"Time by XLA kernel, {name} (XLA-compiled)"

@@ -141,6 +141,10 @@ def test_xla_kernel_names_fall_into_their_groups():
     assert op_profile.group("wrapped_convert") == "cast"  # bfloat16 weights to float32, unfused
     assert op_profile.group("convert") == "cast"
     assert op_profile.group("wrapped_reduce-window") == "element-wise and other"
+    # A product's row carries its shape after its kind.
+    assert op_profile.group("MatMul 197x192 by 192x768") == "matmul"
+    assert op_profile.group("bitcast_dot_fusion 1x192 by 192x192") == "matmul"
+    assert op_profile.group(op_profile.IDLE_ROW) == "between kernels"
 
 
 def _space(lines):
@@ -182,7 +186,9 @@ def test_xla_kernels_are_the_events_inside_an_xla_programs_spans_on_their_thread
         }
     )
     totals, product_flops = op_profile.xla_kernel_us(space)
-    assert totals == {"broadcast_add_fusion": 3, "MatMul": 30, "dot": 10, "MatMul_1": 15}
+    # The program's 80 µs: kernels on some thread from 12 to 15 and from 20 to 55, none in the rest.
+    idle = {op_profile.IDLE_ROW: 80 - 3 - 35}
+    assert totals == {"broadcast_add_fusion": 3, "MatMul": 30, "dot": 10, "MatMul_1": 15, **idle}
     assert product_flops == {}
     # With the program's products, each is a row of its kind and shape, with its FLOPs.
     products = {"MatMul.74": ("197x192 by 192x192", 14_524_416), "dot.24": ("3 x 197x64 by 64x197", 7)}
@@ -192,8 +198,16 @@ def test_xla_kernels_are_the_events_inside_an_xla_programs_spans_on_their_thread
         "MatMul 197x192 by 192x192": 30,
         "dot 3 x 197x64 by 64x197": 10,
         "MatMul_1": 15,
+        **idle,
     }
     assert product_flops == {"MatMul 197x192 by 192x192": 14_524_416, "dot 3 x 197x64 by 64x197": 7}
+
+
+def test_the_time_no_kernel_covers_is_counted_inside_the_span_only():
+    # Kernels before, across the start of, inside, overlapping, and after the span (10, 90).
+    kernels = [(0, 5), (5, 20), (30, 40), (35, 50), (95, 120), (85, 100)]
+    assert op_profile.uncovered_ps((10, 90), kernels) == 10 + 35
+    assert op_profile.uncovered_ps((10, 90), []) == 80
 
 
 # An XLA program's optimised text, cut down: a product of two parameters, the attention's batched
