@@ -95,10 +95,10 @@ XLA_COLUMNS = (
     ("GFLOP/s", "gflop_per_s", ".0f"),
     ("of matmul peak", "of_peak", ".0%"),
 )
-# One instruction of an XLA program's text: name, element type, dimensions, opcode, operands,
-# attributes (a tuple-shaped one does not match: none is a product).
 # The first line of a computation of the program's text: `%fused_computation.2 (param_0.2: ...) {`.
 HLO_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$")
+# One instruction of an XLA program's text: name, element type, dimensions, opcode, operands,
+# attributes (a tuple-shaped one does not match: none is a product).
 HLO_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = \w+\[([\d,]*)\]\S* ([\w\-]+)\(([^)]*)\)(.*)$")
 
 
@@ -168,13 +168,20 @@ def op_stats(step, calls, logdir):
     return totals
 
 
+def xla_executions(plane):
+    """(start ps, end ps) of each execution of an XLA-compiled function on `plane` (of an XSpace)."""
+    ids = {key for key, meta in plane.event_metadata.items() if meta.name == XLA_EXECUTION}
+    return [
+        (e.offset_ps, e.offset_ps + e.duration_ps)
+        for line in plane.lines
+        for e in line.events
+        if e.metadata_id in ids
+    ]
+
+
 def xla_execution_us(space):
     """The summed duration, in µs, of the XLA-compiled functions a trace (an XSpace) ran."""
-    total_ps = 0
-    for plane in space.planes:
-        ids = {key for key, meta in plane.event_metadata.items() if meta.name == XLA_EXECUTION}
-        total_ps += sum(e.duration_ps for line in plane.lines for e in line.events if e.metadata_id in ids)
-    return total_ps / 1e6
+    return sum(end - start for plane in space.planes for start, end in xla_executions(plane)) / 1e6
 
 
 def xla_kernel_kind(name):
@@ -296,14 +303,8 @@ def xla_kernel_us(space, products=None):
             totals[row] += (end - start) / 1e6
             if name in products:
                 product_flops[row] += products[name][1]
-        names = {key: meta.name for key, meta in plane.event_metadata.items()}
-        executions = [
-            (e.offset_ps, e.offset_ps + e.duration_ps)
-            for line in plane.lines
-            for e in line.events
-            if names.get(e.metadata_id) == XLA_EXECUTION
-        ]
-        idle = sum(uncovered_ps(span, [(a, b) for _, a, b in kernels]) for span in executions)
+        intervals = sorted((a, b) for _, a, b in kernels)
+        idle = sum(uncovered_ps(span, intervals) for span in xla_executions(plane))
         if kernels and idle:
             totals[IDLE_ROW] += idle / 1e6
     return totals, product_flops
