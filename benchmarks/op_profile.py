@@ -22,7 +22,8 @@ projection and the MLP's are all `MatMul`) and gives its rate, from its FLOPs in
 program's text, and that rate's share of TensorFlow's matmul peak measured in the same run. The
 row IDLE_ROW holds the time of the program's executions in which no kernel ran on any thread:
 the runtime handing kernels to its threads, and work that goes on after its kernel's event (the
-patch embedding's convolution: a rate above the peak, which a note names, is such a kernel's).
+patch embedding's convolution: a rate above the peak, which a note names, is such a kernel's, or
+one timed under less load than the peak was).
 `--xla_kernels=false` profiles the same call on TensorFlow's graph instead (the inference
 benchmark's "keras_vit TF graph" row), per operation type.
 
@@ -408,7 +409,8 @@ def main(argv=None):
             if (r.get("of_peak") or 0) > 1:
                 data["notes"].append(
                     f"{r['op_type']} above the matmul peak: its kernel's event ended before its work did "
-                    f"(XLA ran the rest on its threads, in the row '{IDLE_ROW}')"
+                    f"(XLA ran the rest on its threads, in the row '{IDLE_ROW}'), or the machine's load "
+                    "changed between the peak's measurement and the trace"
                 )
     data["groups"] = groups
     title = (
