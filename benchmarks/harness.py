@@ -44,10 +44,13 @@ PEER_MODULES = {"keras-hub": ("keras_hub",), "timm": ("timm", "torch")}
 class Contestant:
     """`name` as the table shows it; `build()` -> step, called once, before any timing;
     `framework` ("tf", "jax", "torch", "onnxruntime" or "openvino"): whose matmul peak its FLOP/s
-    are compared with (none is measured for ONNX Runtime and OpenVINO)."""
+    are compared with (none is measured for ONNX Runtime and OpenVINO); `switched_off`: the
+    KERAS_VIT_* switch a keras_vit row runs with off, a measure of what that path gains, not a
+    route a user would pick for speed."""
 
-    def __init__(self, name, build, ours=False, framework="tf"):
+    def __init__(self, name, build, ours=False, framework="tf", switched_off=None):
         self.name, self.build, self.ours, self.framework = name, build, ours, framework
+        self.switched_off = switched_off
         self.step = None
         self.compile_s = None
 

@@ -363,6 +363,7 @@ def measure_cases(
                         lambda k=k, s=shape, i=image_size, b=batch, d=dtype: build_step(k, s, i, b, d),
                         ours=k == "keras_vit",
                         framework=framework_of(k, keras),
+                        switched_off=SWITCHED_OFF.get(k),
                     )
                     for k in kinds_
                     if runs_in(k, dtype) and (framework_of(k, keras), dtype) not in skipped
@@ -402,6 +403,7 @@ def case_rows(entrants, times, case, batch, flops_per_image, steps=1, **fields):
                 "compile_s": c.compile_s,
                 "gflops_per_s": flops_per_image * speed / 1e9,
                 "framework": c.framework,
+                **({"switched_off": c.switched_off} if c.switched_off else {}),
             }
         )
     ours = next(r for r in found if r["ours"])

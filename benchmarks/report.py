@@ -149,9 +149,12 @@ def _ours_and_peers(rows):
 
 def _fastest_route_line(title, rows):
     """keras_vit's fastest row of each case (TensorFlow, or a runtime its exports and backends
-    run on) against every peer's fastest row of the case: a serving choice, not the default."""
+    run on) against every peer's fastest row of the case: a serving choice, not the default. A row
+    with one of keras_vit's own paths switched off measures that path; it is not a route."""
     best = {}
     for r in rows:
+        if r.get("switched_off"):
+            continue
         side = "ours" if r["contestant"].startswith("keras_vit") else "peers"
         held = best.setdefault(r["case"], {}).get(side)
         if held is None or r["images_per_s"] > held["images_per_s"]:

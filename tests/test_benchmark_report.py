@@ -68,6 +68,22 @@ def test_the_fastest_route_line_takes_each_sides_best_row_of_each_case():
     )
 
 
+def test_a_row_with_one_of_keras_vits_paths_switched_off_is_no_route():
+    # Such a row measures what the path gains (under XLA it can be the default's own program):
+    # its speed must not win a case for keras_vit, nor count among its routes.
+    def row(contestant, images_per_s, **fields):
+        return {"case": "a", "contestant": contestant, "images_per_s": images_per_s, **fields}
+
+    rows = [
+        row("keras_vit TF", 9.0),
+        row("keras_vit TF, whole rows", 11.0, switched_off="KERAS_VIT_ROW_PARTS"),
+        row("keras-hub TF+XLA", 10.0),
+    ]
+    (line,) = report._fastest_route_line("Inference", rows)
+    assert "**not met** (at worst 0.90x, a: keras_vit TF against keras-hub TF+XLA)" in line
+    assert "whole rows" not in line
+
+
 def test_a_run_prints_its_machine_and_each_frameworks_matmul_peak(tmp_path, capsys):
     # benchmarks.train and .inference end with the CPU they ran on and the peak that each row's
     # "of matmul peak" divides by, per framework and dtype, so the distance to the hardware's
