@@ -250,11 +250,13 @@ def runs_in(kind, dtype):
     """Whether contestant `kind` has a `dtype` mode: the ONNX export on ONNX Runtime and XLA run
     float32 only, OpenVINO (the exported file, and keras_vit on Keras' OpenVINO backend) bfloat16
     only on a CPU with bfloat16 instructions (elsewhere it would compute in float32 under the
-    bfloat16 name), the whole rows bfloat16 only, the dtype
-    whose gain from the parts the table follows, and TensorFlow's graph only where keras_vit
-    compiles its call with XLA (elsewhere it is keras_vit's own row)."""
+    bfloat16 name), the whole rows bfloat16 only, the dtype whose gain from the parts the table
+    follows, and only where keras_vit does not compile its call with XLA (inside XLA's call the
+    rows are never in parts: the row would time the default's own program again), and
+    TensorFlow's graph only where keras_vit compiles its call with XLA (elsewhere it is keras_vit's
+    own row)."""
     if kind == WHOLE_ROWS:
-        return dtype == "bfloat16"
+        return dtype == "bfloat16" and not xla_inference.cpu_prefers_xla()
     if kind == ON_GRAPH:
         return xla_inference.cpu_prefers_xla()
     if kind in (ON_OPENVINO, ON_KERAS_OPENVINO):

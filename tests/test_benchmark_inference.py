@@ -33,6 +33,8 @@ def test_only_keras_hub_and_the_xla_runtime_compile_keras_hub_in_bfloat16_withou
     assert not inference.runs_in(inference.ON_XLA, "bfloat16")
     # TensorFlow's graph of keras_vit is a row of its own only where keras_vit compiles itself.
     assert {inference.runs_in(inference.ON_GRAPH, d) for d in ("float32", "bfloat16")} == {not avx512}
+    # ... and the whole rows (bfloat16) only where it does not: inside XLA's call they are the default.
+    assert inference.runs_in(inference.WHOLE_ROWS, "bfloat16") == avx512
     assert inference.contestant_name("keras_vit", "float32") == "keras_vit TF"
     assert inference.contestant_name("keras-hub", "bfloat16") == "keras-hub TF" + ("" if avx512 else "+XLA")
 
