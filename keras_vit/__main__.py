@@ -8,9 +8,7 @@ from keras_vit import commands
 
 
 def main(argv=None):
-    del argv  # nothing to choose: the list is the whole answer
-    print(commands.listing(keras_vit))
-    return 0
+    return commands.list_commands(keras_vit, argv)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import sys
 _MAIN_GUARD = ("__name__", "__main__")
 # The status a shell reports for a program that SIGPIPE stopped (128 + 13), as `yes | head` gives.
 STOPPED_BY_A_CLOSED_PIPE = 141
+# The status of a command given bad arguments, as argparse ends.
+USAGE_ERROR = 2
 
 
 class Terminated(BaseException):
@@ -107,3 +109,20 @@ def listing(package):
     lines = [f"Commands of {package.__name__}:"]
     lines += [f"  {command:<{width}}  {summary}" for command, summary in commands]
     return "\n".join(lines)
+
+
+def list_commands(package, argv):
+    """`python -m PACKAGE [ARGS]`: the list, status 0; with anything but --help after it, the list
+    and a one-line error, status 2 (`python -m keras_vit predict x.png`, a space for the dot,
+    had ended 0 having done nothing)."""
+    text = listing(package)
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(text)
+        return 0
+    print(text, file=sys.stderr)
+    wanted = f"python -m {package.__name__}.{argv[0]}"
+    named = [command for command, _ in find(package) if command == wanted]
+    hint = f"run {wanted} {' '.join(argv[1:])}".rstrip() if named else "run one of the commands above"
+    print(f"error: python -m {package.__name__} takes no arguments; {hint}", file=sys.stderr)
+    return USAGE_ERROR

@@ -43,7 +43,9 @@ from keras_vit import (
 )
 from keras_vit.errors import blocked_output, error_line
 
-USAGE_ERROR = 2
+USAGE_ERROR = commands.USAGE_ERROR
+# The arguments that make a plain ViT's shape (a variant of keras_vit.VARIANTS).
+_SHAPE = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
 
 
 def convert(src, dst, model_name=None, overwrite=False):
@@ -119,13 +121,24 @@ def to_hub_format(src, out_dir, to, model_name=None, class_names=None, push_to_h
     if class_names is not None:
         names = labels.class_names(model.num_classes, class_names)
     hf_export.save_pretrained(model, out_dir, to=to, class_names=names)
+    classes = model.num_classes if model.include_top else "no"
     summary = (
-        f"wrote {out_dir}: {to} checkpoint of {model.name} at {model.image_size[0]}x{model.image_size[1]}, "
-        f"{model.num_classes if model.include_top else 'no'} classes"
+        f"wrote {out_dir}: {to} checkpoint of {_shape_name(model)} at "
+        f"{model.image_size[0]}x{model.image_size[1]}, {classes} classes"
     )
     if push_to_hub:
         summary += f"; pushed to {hub.push_to_hub(out_dir, push_to_hub)}"
     return summary
+
+
+def _shape_name(model):
+    """The variant whose shape the model has ("ViT-Ti_16"), else its shape: a model built on a
+    file of its own shape keeps the name of the variant it was built from ("vit_b_16")."""
+    shape = {key: getattr(model, key) for key in _SHAPE}
+    for name, spec in variants.VARIANTS.items():
+        if all(spec.get(key) == value for key, value in shape.items()):
+            return name
+    return "a ViT of " + ", ".join(f"{key}={value}" for key, value in shape.items())
 
 
 def _load_for_export(src, model_name):
@@ -145,7 +158,7 @@ def _load_for_export(src, model_name):
     found = npz_layout.architecture(params)
     if found["resnet_layers"] is not None:
         raise ValueError(f"{src}: a hybrid (ResNet stem); timm's and transformers' ViT formats have none")
-    shape = {key: found[key] for key in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")}
+    shape = {key: found[key] for key in _SHAPE}
     variant = model_name or next(
         (name for name, spec in variants.VARIANTS.items() if all(spec.get(k) == v for k, v in shape.items())),
         "ViT-B_16",  # any plain variant: the file's own shape overrides it

@@ -47,7 +47,7 @@ import PIL.Image
 from keras_vit import commands, fileio, images, labels, model_source, onnx_export, serving
 from keras_vit.errors import blocked_output, error_line
 
-USAGE_ERROR = 2
+USAGE_ERROR = commands.USAGE_ERROR
 FORMATS = ("saved_model", "onnx", "litert", "litert-int8")
 EXTENSIONS = {"onnx": ".onnx", "litert": ".tflite", "litert-int8": ".tflite"}
 # Largest |difference| of a probability against the Keras model that passes the check. Float

@@ -11,7 +11,8 @@ exported SavedModel decode them (`tf.io.decode_jpeg(dct_method="INTEGER_ACCURATE
 pixels. PNG and other lossless formats decode to the same pixels either way.
 
 Files are read with Pillow (JPEG, PNG, GIF, BMP, WebP, TIFF, ...); grayscale, palette, RGBA
-and CMYK images become RGB (alpha dropped, as `tf.io.decode_image(channels=3)` does). An EXIF
+and CMYK images become RGB (alpha dropped, as `tf.io.decode_image(channels=3)` does), a 16-bit
+image its top 8 bits (as TensorFlow's decoders do); floating-point images are refused. An EXIF
 orientation tag is applied (a phone photo taken upright is classified upright), as image
 viewers do; TensorFlow's decoders do not apply it, so datasets of such photos for training are
 best stored upright.
@@ -69,13 +70,31 @@ def decode_image(data, name="image"):
             with PIL.Image.open(io.BytesIO(data)) as image:
                 image.seek(0)
                 upright = PIL.ImageOps.exif_transpose(image)
-                return np.asarray(upright.convert("RGB"), dtype=np.uint8)
+                return np.asarray(_eight_bits(upright, name).convert("RGB"), dtype=np.uint8)
+    except ImageError:
+        raise
     except PIL.Image.DecompressionBombError as err:
         said = str(err).split(", could be")[0]  # "Image size (N pixels) exceeds limit of M pixels"
         raise ImageError(f"{name}: {said}, more than Pillow opens; shrink the image first") from None
     except (PIL.UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
         reason = "not an image file Pillow can read" if isinstance(err, PIL.UnidentifiedImageError) else err
         raise ImageError(f"{name}: {reason}; pass a JPEG, PNG, GIF, BMP, WebP or TIFF image") from None
+
+
+def _eight_bits(image, name):
+    """A one-channel image of more than 8 bits a pixel as 8 bits, its top 8 bits, as
+    TensorFlow's decoders reduce a 16-bit PNG (`value >> 8`); Pillow's own conversion to RGB
+    clips every value past 255, which turns such an image white."""
+    if image.mode.startswith("I;16") or image.mode == "I":  # 16-bit, or 32-bit integers
+        pixels = np.asarray(image).astype(np.int64)
+        if pixels.size and (pixels.min() < 0 or pixels.max() > 65535):
+            raise ImageError(f"{name}: pixels past 16 bits; save the image with 8 or 16 bits a channel")
+        return PIL.Image.fromarray((pixels >> 8).astype(np.uint8))
+    if image.mode == "F":
+        raise ImageError(
+            f"{name}: floating-point pixels have no fixed range; save the image with 8 or 16 bits a channel"
+        )
+    return image
 
 
 def resize(image, size):

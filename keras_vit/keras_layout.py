@@ -12,6 +12,7 @@ import json
 import zipfile
 
 import h5py  # installed with Keras, which saves its weight files with it
+import ml_dtypes  # installed with Keras: its bfloat16
 import numpy as np
 
 from keras_vit import grids, posembs
@@ -136,12 +137,21 @@ def _walk(group, names, out):
     if "vars" in group:
         name = group["vars"].attrs.get("name")
         names = names + [name.decode() if isinstance(name, bytes) else str(name)]
-        arrays = [group["vars"][k][()] for k in sorted(group["vars"], key=int)]
+        arrays = [_array(group["vars"][k]) for k in sorted(group["vars"], key=int)]
         if arrays:
             out["/".join(names)] = arrays
     for key, item in group.items():
         if key != "vars" and hasattr(item, "items"):
             _walk(item, names, out)
+
+
+def _array(dataset):
+    """A weight's values; Keras writes bfloat16 ones, which HDF5 has no type for, as 2-byte opaque
+    data with the attribute dtype="bfloat16": read as float32 (exactly their values)."""
+    value = dataset[()]
+    if dataset.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
+        value = np.asarray(value).view(ml_dtypes.bfloat16).astype(np.float32)
+    return value
 
 
 def _h5_params(handle, source):

@@ -188,8 +188,33 @@ class ViT(keras.Model):
 
     def __call__(self, *args, **kwargs):
         if args:
+            self._check_image_shape(args[0])
             self._check_pixels(args[0])
         return super().__call__(*args, **kwargs)
+
+    def _check_image_shape(self, images):
+        # Keras' own input check lets a channel count of 1 through either way: TensorFlow then ran
+        # RGB images through a grayscale model as a grouped convolution, giving outputs, and the
+        # reverse failed deep inside the patch embedding. Images smaller than one patch, in a
+        # model of any size, failed as deep. Read from the static shape: no cost in a compiled step.
+        shape = getattr(images, "shape", None)
+        if shape is None or len(shape) != 4:
+            return
+        expected, got = self.inputs[0].shape[-1], shape[-1]
+        if expected is not None and got is not None and got != expected:
+            raise ValueError(
+                f"{self.name} takes images of {expected} channels but was given {got} (shape "
+                f"{tuple(shape)}); convert the images, or build the model for {got} (num_channels, or "
+                "input_shape's last axis)"
+            )
+        size = tuple(shape[1:3])
+        if None not in size and self.resnet_layers is None:
+            patch = grids.pair(self.patch_size)
+            if size[0] < patch[0] or size[1] < patch[1]:
+                raise ValueError(
+                    f"{self.name} was given images of {size[0]} x {size[1]} pixels, smaller than one "
+                    f"{patch[0]} x {patch[1]} patch; pass larger images"
+                )
 
     def call(self, inputs, training=None, mask=None):
         # float32 inference traced on an x86 CPU without AVX-512: one XLA-compiled call

@@ -32,7 +32,7 @@ from keras_vit import images as images_lib
 from keras_vit import labels as labels_lib
 from keras_vit.errors import first_line
 
-USAGE_ERROR = 2
+USAGE_ERROR = commands.USAGE_ERROR
 _CHUNK = 16  # images decoded and run at a time: bounded memory for long lists
 # On TensorFlow, the largest batch `probabilities` runs eagerly the first time. First call, eager
 # against `predict` (2-core AMD EPYC, float32, one process each, two rounds, 2026-12-01 05:22 UTC):
@@ -58,10 +58,12 @@ def top_k(probabilities, class_names, k=5):
 def classify(model, images, class_names=None, top=5):
     """The `top` classes of each image (a path or an (h, w, 3) pixel array), best first.
 
-    `model`: a keras_vit model taking pixels in [0, 255] (include_preprocessing=True).
-    `class_names`: a list, a labels file, or None for the shipped ImageNet names (else
-    "class i"). Returns one list per image of (class index, name, probability) tuples.
+    `model`: a keras_vit model taking pixels in [0, 255] (include_preprocessing=True); one that
+    returns logits (classifier_activation=None) is given the softmax of them, as a ViT classifier
+    is trained. `class_names`: a list, a labels file, or None for the shipped ImageNet names
+    (else "class i"). Returns one list per image of (class index, name, probability) tuples.
     """
+    logits = _returns_logits(model)
     names = labels_lib.class_names(model.num_classes, class_names or getattr(model, "class_names", None))
     results = []
     for start in range(0, len(images), _CHUNK):
@@ -69,8 +71,30 @@ def classify(model, images, class_names=None, top=5):
         batch = np.stack(
             [images_lib.resize(images_lib.read_image(x) if _is_path(x) else x, model) for x in chunk]
         )
-        results.extend(top_k(probabilities(model, batch), names, top))
+        outputs = probabilities(model, batch)
+        if logits:
+            outputs = _softmax(outputs.astype(np.float32))
+        results.extend(top_k(outputs, names, top))
     return results
+
+
+def _returns_logits(model):
+    """Whether the head returns logits (True), probabilities (False), or neither (a ValueError)."""
+    activation = getattr(model, "classifier_activation", "softmax")
+    function = keras.activations.get(activation)  # a name or a function; None is linear
+    if function is keras.activations.linear:
+        return True
+    if function in (keras.activations.softmax, keras.activations.sigmoid):
+        return False
+    raise ValueError(
+        f"the model's head ends in {activation!r}, neither probabilities nor logits; classify with "
+        "classifier_activation 'softmax', 'sigmoid' or None"
+    )
+
+
+def _softmax(logits):
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
 def probabilities(model, batch):

@@ -327,6 +327,13 @@ def assign_params(model, params, source):
         and tuple(params["head/kernel"].shape) == head_kernel
         and "head/bias" in params
     )
+    if "cls" in params and "cls" not in model_keys and keep_head:
+        # The kept head was trained on the class token, which the model does not have.
+        raise CheckpointError(
+            f"{source}: the checkpoint classifies from its class token (classifier='token') but the "
+            "model has classifier='gap'; build the model with classifier='token', or with another "
+            "number of classes to fine-tune a new head on the mean of the patch tokens"
+        )
     for key, variable in targets:
         shape = tuple(variable.shape)
         if key.startswith("head/") and not keep_head:
@@ -412,6 +419,8 @@ def _summary(params):
 def _log_head(params, head_kernel, keep_head, model_keys):
     if "pre_logits/kernel" in params and "pre_logits/kernel" not in model_keys:
         logger.info("keras_vit: dropped the checkpoint's pre-logits layer (the model has none)")
+    if "cls" in params and "cls" not in model_keys:
+        logger.info("keras_vit: dropped the checkpoint's class token (the model has classifier='gap')")
     if head_kernel is None:
         return
     if not keep_head:

@@ -49,6 +49,23 @@ def test_both_listings_print_every_command_with_its_docstring_and_exit_0(capsys)
     assert not {"keras_vit.models", "keras_vit.commands", "trainers.loop", "trainers.__main__"} & set(listed)
 
 
+def test_a_listing_given_arguments_is_a_usage_error_that_names_the_command(capsys):
+    # `python -m keras_vit predict x.png` (a space for the dot) had printed the list and ended 0.
+    assert keras_vit_main.main(["predict", "x.png", "--top=2"]) == commands.USAGE_ERROR
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "Commands of keras_vit:"
+    assert (
+        err[-1]
+        == "error: python -m keras_vit takes no arguments; run python -m keras_vit.predict x.png --top=2"
+    )
+    assert trainers_main.main(["bogus"]) == commands.USAGE_ERROR
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: python -m trainers takes no arguments; run one of the commands above"
+    )
+    assert trainers_main.main(["--help"]) == 0
+    assert capsys.readouterr().out.startswith("Commands of trainers:")
+
+
 def test_every_command_the_docs_name_is_listed():
     listed = {command.split()[-1] for command, _ in commands.find(keras_vit) + commands.find(trainers)}
     assert _documented_commands() - listed == set()

@@ -132,7 +132,13 @@ def test_an_existing_output_is_replaced_only_with_overwrite(tmp_path, capsys):
     folder.mkdir()
     (folder / "README.md").write_text("my notes\n")
     assert convert.main([src, str(folder), "--to=timm"]) == 0
-    capsys.readouterr()
+    # The summary names the file's shape, not the variant the model was first built as (ViT-B_16).
+    shape = ", ".join(f"{k}={v}" for k, v in dict(SMALL, patch_size=8).items() if k in convert._SHAPE)
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[-1]
+        .startswith(f"wrote {folder}: timm checkpoint of a ViT of {shape} at 32x32")
+    )
     config = (folder / "config.json").read_text()
     assert convert.main([src, str(folder), "--to=timm"]) == 2
     assert capsys.readouterr().err == (

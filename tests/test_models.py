@@ -117,6 +117,26 @@ def test_image_smaller_than_a_patch_is_a_clear_error():
         keras_vit.ViT(image_size=3, **DISTINCT)
 
 
+def test_images_of_another_channel_count_or_smaller_than_a_patch_are_one_line_errors():
+    # Keras lets a channel count of 1 through: RGB images ran through a grayscale model (a
+    # grouped convolution) and gave outputs; the reverse failed deep inside TensorFlow.
+    gray = keras_vit.ViT(image_size=16, num_channels=1, **DISTINCT)
+    with pytest.raises(
+        ValueError,
+        match=r"^vit\w* takes images of 1 channels but was given 3 \(shape \(2, 16, 16, 3\)\); convert",
+    ):
+        gray(_images((2, 16, 16, 3)))
+    rgb = keras_vit.ViT(image_size=None, **DISTINCT)
+    for call in (rgb, rgb.predict):
+        with pytest.raises(ValueError, match=r"^vit\w* takes images of 3 channels but was given 1 "):
+            call(_images((1, 16, 16, 1)))
+    with pytest.raises(
+        ValueError, match=r"^vit\w* was given images of 3 x 5 pixels, smaller than one 4 x 4 patch; pass"
+    ):
+        rgb(_images((1, 3, 5, 3)))
+    assert gray(_images((1, 16, 16, 1))).shape == (1, 5)
+
+
 @pytest.mark.parametrize("pooling,shape", [(None, (2, 17, 24)), ("token", (2, 24)), ("gap", (2, 24))])
 def test_include_top_false_pooling_shapes(pooling, shape):
     model = keras_vit.ViT(image_size=16, include_top=False, pooling=pooling, **DISTINCT)

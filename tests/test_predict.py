@@ -94,6 +94,32 @@ def test_grayscale_and_alpha_become_rgb(photos):
     np.testing.assert_array_equal(images.read_image(photos["rgba"]), images.read_image(photos["png"]))
 
 
+def test_a_16_bit_png_decodes_to_tensorflows_pixels(tmp_path):
+    # Pillow's own conversion to RGB clips 16-bit values past 255: the photo came out white.
+    gray = PIL.Image.fromarray(load_sample_image("china.jpg")).convert("L")
+    low_bits = np.random.default_rng(0).integers(0, 256, gray.size[::-1])
+    sixteen = (np.asarray(gray).astype(np.uint16) << 8) | low_bits.astype(np.uint16)
+    PIL.Image.fromarray(sixteen).save(tmp_path / "china16.png")
+    with open(tmp_path / "china16.png", "rb") as f:
+        expected = tf.io.decode_image(f.read(), channels=3).numpy()
+    decoded = images.read_image(str(tmp_path / "china16.png"))
+    np.testing.assert_array_equal(decoded, expected)
+    np.testing.assert_array_equal(decoded[..., 1], np.asarray(gray))
+
+
+def test_pixels_of_no_fixed_range_are_one_line(tmp_path):
+    PIL.Image.fromarray(np.full((4, 4), 0.5, np.float32)).save(tmp_path / "float.tiff")
+    PIL.Image.fromarray(np.full((4, 4), 70000, np.int32)).save(tmp_path / "wide.tiff")
+    with pytest.raises(
+        images.ImageError, match=r"float\.tiff: floating-point pixels have no fixed range; save"
+    ):
+        images.read_image(str(tmp_path / "float.tiff"))
+    with pytest.raises(
+        images.ImageError, match=r"wide\.tiff: pixels past 16 bits; save the image with 8 or 16"
+    ):
+        images.read_image(str(tmp_path / "wide.tiff"))
+
+
 def test_a_large_photo_is_read_quietly_and_one_too_large_is_one_line(tmp_path, monkeypatch, recwarn):
     """Pillow warns past its pixel limit (a 100 M pixel photo printed DecompressionBombWarning)
     and refuses past twice it (a DecompressionBombError traceback). The limit is lowered here so
@@ -127,6 +153,20 @@ def test_classify_real_photos_with_imagenet_names(photos, imagenet_model):
     [from_array] = predict.classify(imagenet_model, [images.read_image(paths[0])], top=2)
     assert [i for i, _, _ in from_array] == [i for i, _, _ in results[0][:2]]
     np.testing.assert_allclose([p for *_, p in from_array], [p for *_, p in results[0][:2]], rtol=1e-5)
+
+
+def test_a_model_that_returns_logits_is_given_their_softmax(photos, imagenet_model):
+    # A model saved with classifier_activation=None (trained on logits) printed its logits as
+    # percentages: -1584% for a class.
+    logits_model = keras_vit.create_model("ViT-Ti_16", num_classes=1000, classifier_activation=None, **SHAPE)
+    logits_model.set_weights(imagenet_model.get_weights())
+    expected = predict.classify(imagenet_model, [photos["png"]], top=3)
+    [found] = predict.classify(logits_model, [photos["png"]], top=3)
+    assert [i for i, _, _ in found] == [i for i, _, _ in expected[0]]
+    np.testing.assert_allclose([p for *_, p in found], [p for *_, p in expected[0]], rtol=1e-5)
+    relu = keras_vit.create_model("ViT-Ti_16", num_classes=1000, classifier_activation="relu", **SHAPE)
+    with pytest.raises(ValueError, match="head ends in 'relu', neither probabilities nor logits"):
+        predict.classify(relu, [photos["png"]])
 
 
 def test_a_batch_size_seen_once_runs_eagerly_and_repeated_sizes_predict(monkeypatch):

@@ -207,6 +207,24 @@ def test_gap_checkpoint_without_class_token(tmp_path):
         np.testing.assert_allclose(run(model, x), expected, atol=1e-5, rtol=1e-5)
 
 
+def test_token_checkpoint_into_gap_model_gets_a_new_head_without_the_class_token(tmp_path, caplog):
+    # Fine-tuning a token checkpoint with a new head on the mean of the patch tokens: the blocks
+    # are the checkpoint's, the class token and its position row are dropped, and a line says so.
+    params = synth.vit_jax_params(5, image_size=32, **TINY)
+    path = synth.save(tmp_path / "token.npz", params)
+    model = build(32, num_classes=3, classifier="gap", include_top=False, pooling="gap", **TINY)
+    with caplog.at_level(logging.INFO, logger="keras_vit"):
+        weights.load_weights(model, path)
+    assert "dropped the checkpoint's class token" in caplog.text
+    gap_params = {k: v for k, v in params.items() if k != "cls" and not k.startswith("head/")}
+    gap_params["Transformer/posembed_input/pos_embedding"] = params[
+        "Transformer/posembed_input/pos_embedding"
+    ][:, 1:]
+    x = images(32)
+    expected = reference_numpy.vit_forward(gap_params, x, num_heads=2, classifier="gap")
+    np.testing.assert_allclose(run(model, x), expected, atol=1e-5, rtol=1e-5)
+
+
 def test_export_and_load_back_is_identical(tmp_path):
     params = synth.vit_jax_params(
         6, image_size=64, num_classes=4, representation_size=16, **synth.SMALL_HYBRID

@@ -120,6 +120,16 @@ def test_gap_checkpoint_into_token_model(model, tmp_path):
     )
 
 
+def test_token_checkpoint_with_its_head_into_gap_model(good):
+    # The head was trained on the class token: on the patch tokens' mean it would be wrong.
+    gap = keras_vit.ViT(image_size=32, num_classes=5, classifier="gap", **TINY)
+    assert (
+        "the checkpoint classifies from its class token (classifier='token') but the model has "
+        "classifier='gap'; build the model with classifier='token', or with another number of classes"
+        in error_of(gap, good)
+    )
+
+
 def test_model_with_pre_logits_needs_them(tmp_path, good):
     with_rep = keras_vit.ViT(image_size=32, num_classes=5, representation_size=32, **TINY)
     assert "has no pre-logits layer; build the model with representation_size=None" in (

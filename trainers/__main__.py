@@ -5,9 +5,7 @@ from keras_vit import commands
 
 
 def main(argv=None):
-    del argv  # nothing to choose: the list is the whole answer
-    print(commands.listing(trainers))
-    return 0
+    return commands.list_commands(trainers, argv)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from keras_vit import images as image_files
 from keras_vit import labels as labels_lib
 from keras_vit import visualize as vis
 
-USAGE_ERROR = 2
+USAGE_ERROR = commands.USAGE_ERROR
 FIGURES = (
     "attention_rollout",
     "mean_attention_distance",
