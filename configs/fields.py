@@ -117,6 +117,11 @@ COMMON = (
     "cpu_threads",
     "verbose",
 )
+# The fields of one trainer alone: a workdir's config.json with them is that trainer's run.
+OWN_FIELDS = {
+    "trainers.finetune": ("new_head", "sweep_lrs"),
+    "trainers.pretrain": ("recipe", "objective", "masked_target"),
+}
 # Fields of the two training trainers (fine-tuning and pre-training).
 TRAINING = COMMON + (
     "eval_splits",

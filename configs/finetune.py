@@ -40,7 +40,7 @@ Any other TFDS image-classification dataset by name gets the Pets recipe with `t
 import ml_collections
 
 from configs import DIGITS, TRANSFER_SPLITS
-from configs.fields import TRAINING, fields
+from configs.fields import OWN_FIELDS, TRAINING, fields
 
 LONG = {"cifar10": (10_000, 500), "cifar100": (10_000, 500), "imagenet2012": (20_000, 500)}
 
@@ -50,7 +50,7 @@ def get_config(dataset="oxford_iiit_pet"):
     # 0.01 and the sweep's grid (appendix B.1.1 / Table 4), no weight decay, cosine decay, batch
     # 512, clip 1, no dropout, no pre-logits layer (vit_jax drops it when fine-tuning) and a new
     # zero head even when the loaded one has the right class count (--new_head).
-    c = fields(TRAINING + ("new_head", "sweep_lrs"))
+    c = fields(TRAINING + OWN_FIELDS["trainers.finetune"])
     c.dataset = dataset
     c.weights = "imagenet21k"
     c.image_size = 384

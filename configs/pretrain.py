@@ -43,7 +43,7 @@ checkpoints (Steiner et al.) used levels none to strong1 with dropout and stocha
 import math
 
 from configs import DIGITS, TRANSFER_SPLITS
-from configs.fields import TRAINING, fields
+from configs.fields import OWN_FIELDS, TRAINING, fields
 from configs.recipes import JFT_BY_MODEL, RECIPES
 
 BATCH_SIZE = 4096
@@ -61,7 +61,7 @@ def recipe_steps(images, epochs, batch_size=BATCH_SIZE):
 def get_config(dataset="imagenet2012", recipe=None, model=None):
     """The preset for `dataset`, with the Table 3 row of `recipe` (default: the dataset's) for `model`."""
     # From the declared defaults (configs/fields.py): ViT-B/16, from scratch, 224 px, clip 1.
-    c = fields(TRAINING + ("recipe", "objective", "masked_target"))
+    c = fields(TRAINING + OWN_FIELDS["trainers.pretrain"])
     c.dataset = dataset
     c.model = model or c.model
     c.recipe = recipe or default_recipe(dataset)

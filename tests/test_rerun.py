@@ -83,6 +83,36 @@ def test_allow_config_change_resumes_under_the_new_settings(capsys, finished):
     assert json.loads((finished / "config.json").read_text())["base_lr"] == 0.3
 
 
+@pytest.mark.parametrize("change", [["--mlp_dim=80"], ["--optimizer=adam"]], ids=["model", "optimizer"])
+def test_allow_config_change_to_what_the_checkpoint_cannot_hold_is_one_line(capsys, finished, change):
+    # A checkpoint holds the model and optimizer of its settings: restoring it under another
+    # shape or optimizer had ended in a traceback, with config.json already rewritten to the new
+    # settings, so that the run's own command was refused after.
+    before = (finished / "config.json").read_text()
+    code, out = _run(capsys, finished, *change, "--allow_config_change")
+    assert code == 2 and out.err.count("\n") == 1, out.err
+    assert "does not fit this run's model or optimizer (" in out.err
+    assert "rerun with those (the workdir's config.json), or use another --workdir" in out.err
+    assert (finished / "config.json").read_text() == before
+    code, out = _run(capsys, finished, "--total_steps=6")
+    assert code == 0 and "at step 4" in out.out, out.err
+
+
+def test_another_trainers_run_is_not_resumed(capsys, finished):
+    # A pre-training run resumed by trainers.finetune listed pre-training's own flags as changes
+    # and offered --allow_config_change, whose restore cannot fit the other trainer's model.
+    path = finished / "config.json"
+    recorded = json.loads(path.read_text())
+    del recorded["new_head"], recorded["sweep_lrs"]
+    path.write_text(json.dumps({**recorded, "objective": "classification", "recipe": "imagenet2012"}))
+    code, out = _run(capsys, finished, "--allow_config_change")
+    assert code == 2 and out.err.count("\n") == 1
+    assert out.err.startswith(
+        f"finetune: error: {finished} holds a trainers.pretrain run: resume it with python -m "
+        f"trainers.pretrain, or start from its model with --weights={finished} and another --workdir"
+    )
+
+
 def test_a_config_from_before_a_field_existed_resumes_at_its_default(capsys, finished):
     # A workdir written by an earlier release has no entry for a field added since: it ran as the
     # field's default does, so only another value is a change.

@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from keras_vit import fileio
 from trainers import disk_space
-from trainers.errors import TrainingError, UsageError, one_line
+from trainers.errors import TrainingError, UsageError, first_line, one_line
 
 CHECKPOINT_DIR = "checkpoints"
 # Where unreadable checkpoints are moved, inside the checkpoint folder.
@@ -74,11 +74,16 @@ class RunCheckpoints:
             try:
                 self.checkpoint.restore(prefix).assert_existing_objects_matched()
                 self.trainer.after_restore()
-            except Exception:
+            except Exception as err:
                 reason = read_error(prefix)
                 if reason is None:
-                    # It reads: the problem is not the file (e.g. a checkpoint of another model).
-                    raise
+                    # It reads, but holds another model or optimizer (--allow_config_change
+                    # with a change of either): nothing to fall back to.
+                    raise UsageError(
+                        f"{prefix} does not fit this run's model or optimizer ({first_line(err)}): a "
+                        "checkpoint holds the state of the settings it was saved with; rerun with "
+                        "those (the workdir's config.json), or use another --workdir"
+                    ) from None
                 unreadable.append((prefix, reason))
                 print(
                     f"checkpoint {prefix} cannot be read ({reason}); "

@@ -174,13 +174,15 @@ class Run:
         plan, trainer, strategy = self.plan, self.trainer, self.strategy
         loop = plan.loop
         started = time.time()
-        if self.chief:
-            fileio.write_atomic(fileio.join(self.workdir, "config.json"), plan.output.config_json + "\n")
         task_id = 0 if self.chief else self.engine.task_id(strategy)
         checkpoints = RunCheckpoints(
             trainer, self.workdir, chief=self.chief, task_id=task_id, keep=loop.keep_checkpoints
         )
         latest = checkpoints.restore()
+        if self.chief:
+            # After the restore: a checkpoint that does not fit the new settings leaves the
+            # recorded ones, which still describe it.
+            fileio.write_atomic(fileio.join(self.workdir, "config.json"), plan.output.config_json + "\n")
         step = checkpoints.step
         for line in banner.lines(
             settings=plan.banner,

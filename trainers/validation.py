@@ -7,6 +7,7 @@ import functools
 import json
 
 import keras_vit
+from configs.fields import OWN_FIELDS
 from keras_vit import fileio
 from trainers import data, workdir_owner
 from trainers.errors import UsageError, first_line
@@ -257,6 +258,7 @@ def check_rerun(config):
             f"{path} is no training run's (few-shot probes' or another program's), and this run "
             "would write over it: choose another --workdir."
         )
+    _check_trainer(config, recorded)
     _check_engine(config, recorded)
     if config.allow_config_change:
         return
@@ -265,6 +267,22 @@ def check_rerun(config):
         raise UsageError(
             f"{config.workdir} holds a run with other settings ({'; '.join(changes)}): rerun with its flags, "
             "use another --workdir, or add --allow_config_change to resume under the new ones"
+        )
+
+
+def _trainer_of(fields):
+    """The trainer whose own fields (configs.fields.OWN_FIELDS) `fields` hold, or None."""
+    return next((name for name, own in OWN_FIELDS.items() if set(own) & set(fields)), None)
+
+
+def _check_trainer(config, recorded):
+    """Not even --allow_config_change resumes one trainer's run with the other: their models and
+    optimizers differ (a pre-training run's head and pre-logits layer, say)."""
+    before, now = _trainer_of(recorded), _trainer_of(json.loads(config_to_json(config)))
+    if before and now and before != now:
+        raise UsageError(
+            f"{config.workdir} holds a {before} run: resume it with python -m {before}, or start "
+            f"from its model with --weights={config.workdir} and another --workdir"
         )
 
 
