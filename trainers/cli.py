@@ -56,6 +56,8 @@ def _ended(program, work, whole_process):
         print(f"{program}: error: {one_line(e)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
+        if preemption.interrupted_at_once():
+            print(preemption.stopped_line(interrupted=True), flush=True)
         print(f"{program}: interrupted", file=sys.stderr)
         return 130
     except preemption.Stopped:

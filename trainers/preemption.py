@@ -99,6 +99,7 @@ def watching(reads=True, whole_process=False):
     state.readers += bool(reads)
     try:
         if early and _unread():  # the command is starting: it stops at once, as after its start
+            state.raised = state.interrupted
             raise KeyboardInterrupt if state.interrupted else Stopped()
         yield state
     finally:
@@ -173,6 +174,7 @@ def stops_at_once():
     cluster forming, trainers/rendezvous.py), which a flag read at the first step would not end.
     A signal already noted stops it as the block begins."""
     if _SIGNALS.signalled and _SIGNALS.depth:
+        _SIGNALS.raised = _SIGNALS.interrupted
         raise KeyboardInterrupt if _SIGNALS.interrupted else Stopped()
     readers, _SIGNALS.readers = _SIGNALS.readers, 0
     try:
@@ -181,9 +183,16 @@ def stops_at_once():
         _SIGNALS.readers = readers
 
 
-def stopped_line():
-    """The last line of a command that `Stopped` ended."""
-    return "preempted (SIGTERM): stopped at once, with nothing being saved; rerun the same command to go on."
+def stopped_line(interrupted=False):
+    """The last line of a command that `Stopped` ended, or (`interrupted`) that a Ctrl-C ended at once."""
+    cause = "interrupted (Ctrl-C)" if interrupted else "preempted (SIGTERM)"
+    return f"{cause}: stopped at once, with nothing being saved; rerun the same command to go on."
+
+
+def interrupted_at_once():
+    """Whether a Ctrl-C stopped the command at once, where no run was under way to save (its
+    start, its flags, the few-shot probes), rather than a second Ctrl-C during a run."""
+    return _SIGNALS.raised
 
 
 class Preemption:
