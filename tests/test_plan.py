@@ -66,7 +66,7 @@ def test_the_plan_cannot_be_changed_after_it_is_resolved():
 @pytest.mark.parametrize(
     "values, replicas, message",
     [
-        (dict(accum_steps="3"), 1, "--batch_size 8 is not divisible by --accum_steps 3."),
+        (dict(accum_steps="3"), 1, "--batch_size 8 is not divisible by --accum_steps 3; use a multiple of 3"),
         (dict(batch_size=12, accum_steps="4"), 2, "--batch_size 12 is not divisible by 2 replicas x"),
         (dict(eval_splits=" , "), 1, "--eval_splits is empty"),
         (dict(pp_eval="decode|resize(0)"), 1, "image op resize(size=0)"),

@@ -97,7 +97,7 @@ def test_random_grayscale_is_one_file_and_a_registered_random_op():
             "--pp_train: unknown op 'colour_jitter'; the registered ops are decode, flip_lr",
         ),
         ("decode|resize(", "--pp_train: cannot read op 'resize(' ("),
-        ("decode|resize(x)", "--pp_train: cannot read op 'resize(x)' ("),
+        ("decode|resize(x)", "--pp_train: cannot read op 'resize(x)' ('x' is not a literal; quote a text)"),
         ("decode|resize(1, 2, 3)", "--pp_train: op 'resize(1, 2, 3)': too many positional arguments"),
         ("decode|mixup(0.5)|resize(8)", "--pp_train: batch op mixup comes before image op resize"),
         ("|", "--pp_train names no op"),

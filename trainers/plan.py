@@ -191,7 +191,10 @@ def check_batch(batch_size, replicas, accum_steps, mixes):
     """The global batch splits evenly into replicas x micro-batches (and into pairs, for Mixup)."""
     accum = 1 if accum_steps == "auto" else accum_steps  # auto picks a divisor of the per-replica batch
     if batch_size % accum:
-        raise UsageError(f"--batch_size {batch_size} is not divisible by --accum_steps {accum}.")
+        raise UsageError(
+            f"--batch_size {batch_size} is not divisible by --accum_steps {accum}; use a multiple of "
+            f"{accum}, or --accum_steps=auto."
+        )
     if batch_size % (replicas * accum):
         raise UsageError(
             f"--batch_size {batch_size} is not divisible by {replicas} replicas x --accum_steps "

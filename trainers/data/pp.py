@@ -100,8 +100,8 @@ def _op(item, field):
             if any(keyword.arg is None for keyword in call.keywords):
                 raise ValueError("** is not an argument")
             name = call.func.id
-            args = [ast.literal_eval(arg) for arg in call.args]
-            kwargs = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
+            args = [_literal(arg) for arg in call.args]
+            kwargs = {keyword.arg: _literal(keyword.value) for keyword in call.keywords}
         else:
             raise ValueError("not NAME or NAME(ARGS)")
     except (SyntaxError, ValueError) as e:
@@ -125,3 +125,12 @@ def _known(name, field):
             f"--{field}: unknown op {name!r}; the registered ops are {', '.join(ops.registered())}"
         )
     return name
+
+
+def _literal(node):
+    """An op's argument: a Python literal, else a ValueError quoting it (ast's own message names
+    the node's object: "malformed node or string on line 1: <ast.Name object at 0x...>")."""
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise ValueError(f"{ast.unparse(node)!r} is not a literal; quote a text") from None
