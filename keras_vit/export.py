@@ -159,6 +159,13 @@ def check_output(path, format, overwrite=False):
         raise ExportError(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
     if format in EXTENSIONS and not str(path).endswith(EXTENSIONS[format]):
         raise ExportError(f"{path}: a {format} export is a file ending in {EXTENSIONS[format]}")
+    if format == "saved_model":
+        named = next((f for f, ext in EXTENSIONS.items() if str(path).endswith(ext)), None)
+        if named:  # a SavedModel folder named like the other format's file
+            raise ExportError(
+                f"{path}: a saved_model export is a folder; pass --format={named} for a "
+                f"{EXTENSIONS[named]} file, or a folder name"
+            )
     if format == "saved_model" and fileio.is_remote(path):
         raise ExportError(f"{path}: write the SavedModel to a local directory, then copy it")
     if fileio.exists(path):

@@ -5,14 +5,16 @@ files (which finds the stored grid from a saved model's arguments) both need it,
 weights must not import the models.
 """
 
+import numbers
+
 from keras_vit import resnet
 
 DEFAULT_IMAGE_SIZE = 224
 
 
 def pair(value):
-    if isinstance(value, int):
-        return (value, value)
+    if isinstance(value, numbers.Integral):  # NumPy's integers too
+        return (int(value), int(value))
     return tuple(int(v) for v in value)
 
 

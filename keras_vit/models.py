@@ -441,7 +441,7 @@ def _application(
         classes = class_count(classes, f"{function_name}: classes")
     image_size, num_channels = None, kwargs.pop("num_channels", 3)
     if input_shape is not None:
-        if len(input_shape) != 3 or input_shape[2] is None:
+        if not isinstance(input_shape, (tuple, list)) or len(input_shape) != 3 or input_shape[2] is None:
             raise ValueError(
                 f"input_shape must be (height, width, channels) with a channel count "
                 f"(height and width may be None), got {input_shape}."

@@ -14,6 +14,7 @@ import difflib
 import operator
 
 import keras
+import numpy as np
 
 from keras_vit import bias_add, grids, initializers, posembs, resnet
 from keras_vit import layers as vit_layers
@@ -121,6 +122,16 @@ def settle(arguments, dtype=None):
     if a["pooling"] == "token" and a["classifier"] == "gap":
         raise ValueError("pooling='token' needs a class token; this model has classifier='gap'.")
     a["class_names"] = class_names_of(a["class_names"], a["num_classes"])
+    for flag in ("include_top", "include_preprocessing"):
+        if not isinstance(a[flag], (bool, np.bool_)):  # "no" would count as True
+            raise ValueError(f"{flag} must be True or False, got {a[flag]!r}.")
+    patch = a["patch_size"]
+    sides = tuple(patch) if isinstance(patch, (tuple, list)) else (patch,)
+    whole = (int, np.integer)
+    if len(sides) > 2 or not all(isinstance(p, whole) and not isinstance(p, bool) and p >= 1 for p in sides):
+        raise ValueError(f"patch_size must be a whole number >= 1 or a pair of them, got {patch!r}.")
+    if isinstance(patch, np.integer):  # a Python int in the config, which JSON takes
+        a["patch_size"] = int(patch)
     a["image_size"] = grids.image_size(a["image_size"])
     grid = grids.patch_grid(a["image_size"], a["patch_size"], a["resnet_layers"])
     stored = grids.stored_grid(a["image_size"], a["patch_size"], a["resnet_layers"], a["base_image_size"])

@@ -60,6 +60,7 @@ def test_keras_applications_arguments(name):
         (dict(classes=-1), ValueError, r"classes must be a whole number >= 0"),
         (dict(classes=2.5), ValueError, r"classes must be a whole number >= 0"),
         (dict(input_shape=(32, 32)), ValueError, r"input_shape must be \(height, width, channels\)"),
+        (dict(input_shape=64), ValueError, r"input_shape must be \(height, width, channels\)"),
         (dict(weights=3), ValueError, r"weights must be None, a registry name or a file path"),
     ],
 )

@@ -241,6 +241,11 @@ def _main(capsys, *argv):
     [
         (["{tmp}/m.onnx", "--format=keras2", "--model=ViT-Ti_16", "--weights={fixture}"], "unknown --format"),
         (["{tmp}/m.tflite", "--format=onnx", "--model=ViT-Ti_16", "--weights={fixture}"], "ending in .onnx"),
+        # A SavedModel folder was written under the name of the other format's file.
+        (
+            ["{tmp}/m.onnx", "--format=saved_model", "--model=ViT-Ti_16", "--weights={fixture}"],
+            "a saved_model export is a folder; pass --format=onnx for a .onnx file, or a folder name",
+        ),
         (
             ["{tmp}/m.onnx", "--format=onnx", "--model=ViT-Ti_16", "--weights={fixture}"],
             "does not fit --model=ViT-Ti_16",

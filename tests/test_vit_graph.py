@@ -4,6 +4,7 @@ their names: tests/test_models.py, test_functional_graph_has_stable_layer_names)
 import inspect
 
 import keras
+import numpy as np
 import pytest
 from fixtures import TINY
 
@@ -47,3 +48,29 @@ def test_the_dtype_policy_is_one_object_and_class_names_a_list():
     assert isinstance(settled.policy, keras.DTypePolicy) and settled.policy.compute_dtype == "bfloat16"
     assert settled.class_names == ["a", "b"]
     assert vit_graph.settle(_arguments()).policy is None
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        # Any text counted as True: include_preprocessing="no" scaled the pixels.
+        (dict(include_preprocessing="no"), "include_preprocessing must be True or False, got 'no'."),
+        (dict(include_top="false"), "include_top must be True or False, got 'false'."),
+        # patch_size=0 had ended in a ZeroDivisionError; a fraction was cut to a whole number.
+        (dict(patch_size=0), "patch_size must be a whole number >= 1 or a pair of them, got 0."),
+        (
+            dict(patch_size=(8, 4.5)),
+            "patch_size must be a whole number >= 1 or a pair of them, got (8, 4.5).",
+        ),
+    ],
+)
+def test_switches_and_patch_sizes_of_another_type_are_one_line(overrides, message):
+    with pytest.raises(ValueError) as refused:
+        vit_graph.settle(_arguments(**overrides))
+    assert str(refused.value) == message
+
+
+def test_numpy_switches_and_sizes_settle_as_pythons():
+    settled = vit_graph.settle(_arguments(include_top=np.bool_(True), patch_size=np.int64(8)))
+    assert settled.include_top is not False and settled.grid == (4, 4)
+    assert type(settled.patch_size) is int
