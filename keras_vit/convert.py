@@ -131,14 +131,19 @@ def to_hub_format(src, out_dir, to, model_name=None, class_names=None, push_to_h
     return summary
 
 
+def _variant_with(shape):
+    """The name of the variant of `shape` ({argument: value} of _SHAPE), or None."""
+    return next(
+        (name for name, spec in variants.VARIANTS.items() if all(spec.get(k) == v for k, v in shape.items())),
+        None,
+    )
+
+
 def _shape_name(model):
     """The variant whose shape the model has ("ViT-Ti_16"), else its shape: a model built on a
     file of its own shape keeps the name of the variant it was built from ("vit_b_16")."""
     shape = {key: getattr(model, key) for key in _SHAPE}
-    for name, spec in variants.VARIANTS.items():
-        if all(spec.get(key) == value for key, value in shape.items()):
-            return name
-    return "a ViT of " + ", ".join(f"{key}={value}" for key, value in shape.items())
+    return _variant_with(shape) or "a ViT of " + ", ".join(f"{key}={value}" for key, value in shape.items())
 
 
 def _load_for_export(src, model_name):
@@ -159,10 +164,8 @@ def _load_for_export(src, model_name):
     if found["resnet_layers"] is not None:
         raise ValueError(f"{src}: a hybrid (ResNet stem); timm's and transformers' ViT formats have none")
     shape = {key: found[key] for key in _SHAPE}
-    variant = model_name or next(
-        (name for name, spec in variants.VARIANTS.items() if all(spec.get(k) == v for k, v in shape.items())),
-        "ViT-B_16",  # any plain variant: the file's own shape overrides it
-    )
+    # Any plain variant will do where none has the file's shape: the file's own shape overrides it.
+    variant = model_name or _variant_with(shape) or "ViT-B_16"
     model = models.create_model(
         variant, weights=src, classifier_activation=None, include_preprocessing=True, **shape
     )

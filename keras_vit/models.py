@@ -200,8 +200,8 @@ class ViT(keras.Model):
         shape = getattr(images, "shape", None)
         if shape is None or len(shape) != 4:
             return
-        expected, got = self.inputs[0].shape[-1], shape[-1]
-        if expected is not None and got is not None and got != expected:
+        expected, got = self.num_channels, shape[-1]
+        if got is not None and got != expected:
             raise ValueError(
                 f"{self.name} takes images of {expected} channels but was given {got} (shape "
                 f"{tuple(shape)}); convert the images, or build the model for {got} (num_channels, or "

@@ -11,6 +11,7 @@ each checkpoint keras_vit reads or writes, so none may change.
 
 import dataclasses
 import difflib
+import numbers
 import operator
 
 import keras
@@ -127,8 +128,10 @@ def settle(arguments, dtype=None):
             raise ValueError(f"{flag} must be True or False, got {a[flag]!r}.")
     patch = a["patch_size"]
     sides = tuple(patch) if isinstance(patch, (tuple, list)) else (patch,)
-    whole = (int, np.integer)
-    if len(sides) > 2 or not all(isinstance(p, whole) and not isinstance(p, bool) and p >= 1 for p in sides):
+    # Integral: NumPy's integers too, as grids.pair takes them.
+    if len(sides) > 2 or not all(
+        isinstance(p, numbers.Integral) and not isinstance(p, bool) and p >= 1 for p in sides
+    ):
         raise ValueError(f"patch_size must be a whole number >= 1 or a pair of them, got {patch!r}.")
     if isinstance(patch, np.integer):  # a Python int in the config, which JSON takes
         a["patch_size"] = int(patch)
